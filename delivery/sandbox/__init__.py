@@ -1,0 +1,12 @@
+"""A standalone sandbox SMS provider that speaks Twilio's Messages API (2010-04-01).
+
+It is a real HTTP server (aiohttp.web) that the official twilio SDK talks to unchanged, by base URL
+only. It keeps every accepted message in memory, and injects faults (latency, 5xx, 429, 400, timeouts,
+accepted-then-hung requests) configured at start or at runtime through ``/_sandbox/``.
+
+Run it with ``python -m delivery.sandbox --port 8081``. This package must never import Django.
+"""
+
+from delivery.sandbox.server import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SandboxConfig, build_app, main
+
+__all__ = ["DEFAULT_ACCOUNT_SID", "DEFAULT_AUTH_TOKEN", "SandboxConfig", "build_app", "main"]

@@ -1,0 +1,18 @@
+"""Thin Celery entry points: load by id, call a service, nothing else."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from delivery import reconcile, sending
+
+
+@shared_task(name="delivery.send_batch", ignore_result=True)
+def send_batch(message_ids: list[int]) -> None:
+    sending.send_batch(message_ids)
+
+
+@shared_task(name="delivery.reconcile_batch", ignore_result=True)
+def reconcile_batch(message_ids: list[int]) -> None:
+    for message_id in message_ids:
+        reconcile.message_reconcile(message_id)

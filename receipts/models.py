@@ -1,0 +1,1 @@
+# Receipts, status processing and tenant webhooks arrive with the return-path issue.

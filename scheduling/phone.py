@@ -1,0 +1,103 @@
+"""Phone number normalisation (E.164) and masking for logs.
+
+``normalize_e164`` accepts only international numbers written with a leading ``+`` (visual
+separators — spaces, hyphens, dots, parentheses — are tolerated), parses them with ``phonenumbers``,
+requires ``is_valid_number`` and returns the canonical E.164 form (``"+14155550100"``). Letters
+(vanity numbers, "ext."), other symbols, non-ASCII digits and more than 15 digits are rejected.
+
+``mask`` hides the middle of a number for logs and stored raw callbacks.
+"""
+
+from __future__ import annotations
+
+import re
+
+import phonenumbers
+
+__all__ = ["VALID_FICTIONAL_NUMBERS", "PhoneNumberError", "mask", "normalize_e164"]
+
+VALID_FICTIONAL_NUMBERS: tuple[str, ...] = (
+    "+14155550100",
+    "+12025550143",
+    "+12125550199",
+    "+442079460123",
+    "+61491570156",
+    "+61255501234",
+)
+"""Numbers that ``normalize_e164`` accepts (valid per phonenumbers 9.0.43) and that sit in ranges
+reserved for fiction, so they are safe in tests and fixtures:
+
+* ``+14155550100``, ``+12025550143``, ``+12125550199`` — NANP 555-0100..555-0199 (fictional use).
+* ``+442079460123`` — UK Ofcom drama range 020 7946 0000..0999 (London).
+* ``+61491570156`` — Australian ACMA fictional mobile number (0491 570 156).
+* ``+61255501234`` — Australian ACMA fictional range 02 5550 xxxx (Sydney).
+
+Beware: phonenumbers considers the UK drama *mobile* range 07700 900xxx (``+447700900123``) and
+``+1555...`` numbers **invalid**. ``+442071838750`` and ``+4915112345678`` are valid but are not in a
+reserved fiction range (they may belong to real subscribers), so prefer the ones above.
+"""
+
+
+class PhoneNumberError(ValueError):
+    """The input is not a valid international (E.164) phone number."""
+
+
+E164_MAX_DIGITS = 15
+_RAW_MAX_LEN = 32
+# "+" then ASCII digits, optionally separated by single visual separators.
+_RAW_RE = re.compile(r"\+[0-9]+(?:[ .\-]?(?:\([0-9]+\)|[0-9]+))*")
+_E164_RE = re.compile(r"\+[0-9]+")
+
+
+def normalize_e164(raw: str) -> str:
+    """Return ``raw`` as canonical E.164 (``"+14155550100"``) or raise :class:`PhoneNumberError`."""
+    if not isinstance(raw, str):
+        raise PhoneNumberError(f"phone number must be a string, got {type(raw).__name__}")
+    text = raw.strip()
+    if not text:
+        raise PhoneNumberError("phone number is empty")
+    if len(text) > _RAW_MAX_LEN:
+        raise PhoneNumberError("phone number is too long")
+    if not text.startswith("+"):
+        raise PhoneNumberError("phone number must be in international E.164 form starting with '+'")
+    if not _RAW_RE.fullmatch(text):
+        raise PhoneNumberError(
+            "phone number may contain only '+' followed by digits (spaces, '-', '.', '()' allowed)"
+        )
+    digits = sum(c.isdigit() for c in text)
+    if digits > E164_MAX_DIGITS:
+        raise PhoneNumberError(f"phone number has more than {E164_MAX_DIGITS} digits")
+    try:
+        parsed = phonenumbers.parse(text, None)
+    except phonenumbers.NumberParseException as exc:
+        raise PhoneNumberError(f"phone number could not be parsed: {exc}") from None
+    if not phonenumbers.is_valid_number(parsed):
+        raise PhoneNumberError("phone number is not a valid number for its country")
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+_MASK_HEAD_DIGITS = 4
+_MASK_TAIL_DIGITS = 2
+_MASK_MIN_HIDDEN = 3
+
+
+def mask(e164: str) -> str:
+    """Mask a number for logs: ``"+14155550167"`` -> ``"+1415*****67"``.
+
+    For an E.164 string, ``+`` and the first 4 digits and the last 2 digits stay visible; the rest
+    becomes ``*`` (same length). Short numbers show fewer leading digits so at least 3 stay hidden.
+    Anything else (unnormalised or garbage input, e.g. from a raw callback) keeps only its last 2
+    characters. Never raises for string input.
+    """
+    text = (e164 or "").strip()
+    if not text:
+        return ""
+    if _E164_RE.fullmatch(text):
+        digits = text[1:]
+        n = len(digits)
+        tail = min(_MASK_TAIL_DIGITS, max(0, n - _MASK_MIN_HIDDEN))
+        head = min(_MASK_HEAD_DIGITS, max(0, n - tail - _MASK_MIN_HIDDEN))
+        hidden = n - head - tail
+        return "+" + digits[:head] + "*" * hidden + digits[n - tail :]
+    keep = min(_MASK_TAIL_DIGITS, max(0, len(text) - _MASK_MIN_HIDDEN))
+    return "*" * (len(text) - keep) + text[len(text) - keep :]

@@ -1,0 +1,43 @@
+"""Reads behind the tenant API. Every query starts from the tenant."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
+
+from scheduling.models import Message, MessageEvent, Status
+from smsgw.errors import field_error
+
+MAX_TIMELINE = 1000
+
+
+def _instant(params, name: str):
+    raw = params.get(name)
+    if raw is None:
+        return None
+    value = parse_datetime(raw)
+    if value is None or value.tzinfo is None:
+        raise field_error(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
+    return value
+
+
+def message_list(*, tenant, params) -> QuerySet[Message]:
+    qs = Message.objects.filter(tenant=tenant)
+    if params.get("status"):
+        statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
+        bad = [s for s in statuses if s not in Status.values]
+        if bad:
+            raise field_error("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
+        qs = qs.filter(status__in=statuses)
+    if params.get("to"):
+        qs = qs.filter(to=params["to"])
+    for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt"),
+                         ("due_after", "due_at__gte"), ("due_before", "due_at__lt")):
+        value = _instant(params, name)
+        if value is not None:
+            qs = qs.filter(**{lookup: value})
+    return qs
+
+
+def message_events(*, message: Message) -> QuerySet[MessageEvent]:
+    return message.events.order_by("id")[:MAX_TIMELINE]

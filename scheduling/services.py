@@ -1,0 +1,282 @@
+"""Writes behind the tenant API: create, cancel, edit/reschedule. Views call these and nothing else
+writes a message. Status changes go through ``scheduling.transitions``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import NotFound
+
+from scheduling import transitions
+from scheduling.models import Message, Priority, Status
+from scheduling.phone import PhoneNumberError, normalize_e164
+from scheduling.segments import analyze
+from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
+from smsgw.errors import Conflict, IdempotencyMismatch, field_error
+from smsgw.models import Tenant
+
+ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
+EDITABLE_FIELDS = frozenset(
+    {"to", "body", "from", "messaging_service_sid", "send_at", "timezone", "dst_policy", "priority",
+     "validity_seconds", "metadata"}
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Validated, normalised request values ready to store."""
+
+    values: dict[str, Any]
+    time: ResolvedTime | None
+
+
+def _recipient(raw: str) -> str:
+    try:
+        return normalize_e164(raw)
+    except PhoneNumberError as exc:
+        raise field_error("to", str(exc)) from exc
+
+
+def _body(body: str) -> tuple[str, int]:
+    if not body or not body.strip():
+        raise field_error("body", "must not be empty")
+    info = analyze(body)
+    if info.segments > settings.MAX_SEGMENTS:
+        raise field_error(
+            "body",
+            f"needs {info.segments} {info.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
+        )
+    return info.encoding, info.segments
+
+
+def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) -> tuple[str, str]:
+    if from_number:
+        if from_number.startswith("+"):
+            try:
+                return normalize_e164(from_number), ""
+            except PhoneNumberError as exc:
+                raise field_error("from", str(exc)) from exc
+        if not ALPHANUMERIC_SENDER.match(from_number):
+            raise field_error("from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters")
+        return from_number, ""
+    if service_sid:
+        if not re.fullmatch(r"MG[0-9a-fA-F]{32}", service_sid):
+            raise field_error("messaging_service_sid", "must look like MG followed by 32 hex characters")
+        return "", service_sid
+    if tenant.default_from or tenant.messaging_service_sid:
+        return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid
+    raise field_error("from", "no sender given and the tenant has no default sender")
+
+
+def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str, now: datetime):
+    try:
+        dst_policy = DstPolicy(policy or DstPolicy.EARLIER)
+    except ValueError as exc:
+        raise field_error("dst_policy", "must be 'earlier' or 'later'") from exc
+    if not send_at:
+        if tz_name:
+            from scheduling.timeutil import parse_timezone
+
+            try:
+                parse_timezone(tz_name)
+            except TimeResolutionError as exc:
+                raise field_error(exc.field, str(exc)) from exc
+        return None, dst_policy
+    try:
+        resolved = resolve_send_at(send_at, tz_name, dst_policy, tenant.default_timezone or "UTC")
+        check_window(
+            resolved.due_at, now=now, past_tolerance_seconds=settings.SEND_AT_PAST_TOLERANCE_SECONDS,
+            max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
+        )
+    except TimeResolutionError as exc:
+        raise field_error(exc.field, str(exc)) from exc
+    return resolved, dst_policy
+
+
+def _iana_or_none(name: str) -> str | None:
+    """The stored timezone may be an offset taken from an absolute send_at; only a zone name carries over."""
+    from scheduling.timeutil import parse_timezone
+
+    try:
+        parse_timezone(name)
+    except TimeResolutionError:
+        return None
+    return name
+
+
+def _fingerprint(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _time_fields(resolved: ResolvedTime | None, raw_send_at: str, tz_name: str, policy: DstPolicy,
+                 now: datetime) -> dict[str, Any]:
+    due = max(resolved.due_at, now) if resolved else now
+    return {
+        "requested_send_at": raw_send_at or "",
+        "requested_local_time": (
+            timezone.make_aware(resolved.local_time, timezone.UTC) if resolved and resolved.local_time else None
+        ),
+        "requested_timezone": (resolved.timezone if resolved else tz_name or ""),
+        "dst_policy": policy.value,
+        "dst_adjustment": resolved.adjustment.value if resolved else "none",
+        "due_at": due,
+    }
+
+
+def message_create(*, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
+                   ) -> tuple[Message, bool]:
+    """Validate and store a message. Returns (message, created); created is False for an idempotent
+    repeat. Raises a DRF ValidationError naming the field, or IdempotencyMismatch."""
+    fingerprint = _fingerprint(data)
+    if idempotency_key:
+        existing = Message.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _idempotent_replay(existing, fingerprint), False
+
+    now = timezone.now()
+    to = _recipient(data["to"])
+    encoding, segments = _body(data["body"])
+    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
+    time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
+    validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
+    message = Message(
+        tenant=tenant, to=to, body=data["body"], encoding=encoding, segments=segments,
+        from_number=from_number, messaging_service_sid=service_sid,
+        priority=data.get("priority") or Priority.TRANSACTIONAL, metadata=data.get("metadata") or {},
+        expires_at=time_fields["due_at"] + timedelta(seconds=validity),
+        run_after=time_fields["due_at"], status=Status.SCHEDULED,
+        idempotency_key=idempotency_key or None, request_fingerprint=fingerprint, **time_fields,
+    )
+    try:
+        with transaction.atomic():
+            message.save()
+            transitions.event_record(
+                message.pk, kind="created", actor=actor, status=Status.SCHEDULED,
+                details=_intent_details(message, resolved),
+            )
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        # Two requests with the same key raced; the other one committed first.
+        existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
+        return _idempotent_replay(existing, fingerprint), False
+    return message, True
+
+
+def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
+    if existing.request_fingerprint != fingerprint:
+        raise IdempotencyMismatch(
+            "This Idempotency-Key was already used with a different request body; "
+            "use a new key for a different message."
+        )
+    return existing
+
+
+def _intent_details(message: Message, resolved: ResolvedTime | None) -> dict[str, Any]:
+    details = {
+        "requested_send_at": message.requested_send_at or "now",
+        "timezone": message.requested_timezone,
+        "due_at": message.due_at.isoformat(),
+        "expires_at": message.expires_at.isoformat(),
+        "segments": message.segments,
+        "encoding": message.encoding,
+    }
+    if resolved is not None:
+        details["dst_adjustment"] = resolved.adjustment.value
+        if resolved.adjustment.value != "none":
+            details["dst_note"] = resolved.describe()
+    return details
+
+
+def message_get(*, tenant: Tenant, public_id: str) -> Message:
+    # Tenant in the filter, not a permission check afterwards: another tenant's id is simply not found.
+    message = Message.objects.filter(tenant=tenant, public_id=public_id).first()
+    if message is None:
+        raise NotFound("No message with this id.")
+    return message
+
+
+def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
+    message = message_get(tenant=tenant, public_id=public_id)
+    now = timezone.now()
+    result = transitions.transition(
+        message.pk, from_statuses=[Status.SCHEDULED, Status.QUEUED], to_status=Status.CANCELLED,
+        kind="cancelled", actor=actor,
+        set_fields={"cancelled_at": now, "run_after": None, "status_reason": "cancelled by request"},
+        now=now,
+    )
+    if not result.won:
+        if result.status == Status.CANCELLED:
+            transitions.event_record(message.pk, kind="cancel_repeated", actor=actor, status=result.status)
+        else:
+            transitions.event_record(
+                message.pk, kind="cancel_rejected", actor=actor, status=result.status,
+                details={"reason": f"already {result.status}; cancellation is only possible before sending"},
+            )
+            raise Conflict(
+                f"Too late to cancel: the message is already {result.status}.", current_status=result.status
+            )
+    message.refresh_from_db()
+    return message
+
+
+def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:
+    message = message_get(tenant=tenant, public_id=public_id)
+    if message.status != Status.SCHEDULED:
+        raise Conflict(
+            f"Only a scheduled message can be changed; this one is {message.status}.",
+            current_status=message.status,
+        )
+    now = timezone.now()
+    changes: dict[str, Any] = {}
+    if "to" in data:
+        changes["to"] = _recipient(data["to"])
+    if "body" in data:
+        changes["encoding"], changes["segments"] = _body(data["body"])
+        changes["body"] = data["body"]
+    if "from" in data or "messaging_service_sid" in data:
+        changes["from_number"], changes["messaging_service_sid"] = _sender(
+            tenant, data.get("from"), data.get("messaging_service_sid")
+        )
+    if "priority" in data:
+        changes["priority"] = data["priority"]
+    if "metadata" in data:
+        changes["metadata"] = data["metadata"]
+    time_changed = any(k in data for k in ("send_at", "timezone", "dst_policy"))
+    validity = data.get("validity_seconds") or int((message.expires_at - message.due_at).total_seconds())
+    if time_changed:
+        send_at = data["send_at"] if "send_at" in data else message.requested_send_at
+        tz_name = data["timezone"] if "timezone" in data else _iana_or_none(message.requested_timezone)
+        policy = data["dst_policy"] if "dst_policy" in data else message.dst_policy
+        resolved, dst_policy = _time(tenant, send_at, tz_name, policy, now)
+        changes.update(_time_fields(resolved, send_at or "", tz_name or "", dst_policy, now))
+        changes["run_after"] = changes["due_at"]
+    if time_changed or "validity_seconds" in data:
+        changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
+    if not changes:
+        return message
+    details = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
+    if "due_at" in changes:
+        details.update(old_due_at=message.due_at.isoformat(), new_due_at=changes["due_at"].isoformat(),
+                       timezone=changes["requested_timezone"], dst_adjustment=changes["dst_adjustment"])
+    result = transitions.transition(
+        message.pk, from_statuses=[Status.SCHEDULED], to_status=Status.SCHEDULED,
+        kind="rescheduled" if "due_at" in changes else "edited", actor=actor, details=details,
+        set_fields=changes, expected_version=message.version, now=now,
+    )
+    if not result.won:
+        raise Conflict(
+            f"The message changed while this edit was applied; it is now {result.status}.",
+            current_status=result.status,
+        )
+    message.refresh_from_db()
+    return message

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from scheduling.sweep import sweep_for
+
+
+@shared_task(name="scheduling.sweep", ignore_result=True)
+def sweep() -> None:
+    # Slightly shorter than the beat interval so one sweep task is normally running at a time.
+    sweep_for(settings.SWEEP_INTERVAL_SECONDS * 0.9)

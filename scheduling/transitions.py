@@ -1,0 +1,350 @@
+"""The one writer of message status.
+
+Every lifecycle change is a compare-and-set: an UPDATE whose WHERE clause names the status (and, where
+the caller knows it, the version) it expects. The row count / RETURNING set says who won; the loser
+changes nothing and reads the winner's state. The MessageEvent for each change is written in the same
+transaction, so the timeline can never disagree with the status.
+
+Batch variants exist because one transaction per SMS caps a single PostgreSQL near ~2,600 rows/s while
+one UPDATE ... RETURNING over a batch runs at tens of thousands of rows/s; each row still gets its own
+CAS condition, version bump and event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling.models import Message, MessageEvent, Status
+
+S = Status
+ALLOWED: frozenset[tuple[str, str]] = frozenset(
+    {
+        (S.SCHEDULED, S.SCHEDULED),  # reschedule / edit (version bump)
+        (S.SCHEDULED, S.QUEUED),
+        (S.SCHEDULED, S.CANCELLED),
+        (S.SCHEDULED, S.EXPIRED),
+        (S.QUEUED, S.QUEUED),  # re-publish after a presumed-lost broker message
+        (S.QUEUED, S.SENDING),
+        (S.QUEUED, S.CANCELLED),
+        (S.QUEUED, S.EXPIRED),
+        (S.SENDING, S.SENDING),  # lease extension while an uncertain attempt is reconciled
+        (S.SENDING, S.SENT),
+        (S.SENDING, S.QUEUED),  # transient error or reconciled-absent: retry later
+        (S.SENDING, S.FAILED),
+        (S.SENT, S.DELIVERED),
+        (S.SENT, S.UNDELIVERED),
+        (S.SENT, S.FAILED),
+        (S.SENDING, S.DELIVERED),  # receipt overtook the submit response
+        (S.SENDING, S.UNDELIVERED),
+        (S.FAILED, S.QUEUED),  # operator replay from dead letter (audited)
+    }
+)
+
+# Columns a transition may set besides status/version. Guarding the names keeps raw SQL injection-proof.
+SETTABLE = frozenset(
+    {
+        "run_after",
+        "status_reason",
+        "queued_at",
+        "sending_at",
+        "sent_at",
+        "delivered_at",
+        "failed_at",
+        "cancelled_at",
+        "expired_at",
+        "provider",
+        "provider_message_id",
+        "provider_status",
+        "error_code",
+        "attempt_count",
+        "due_at",
+        "expires_at",
+        "body",
+        "to",
+        "encoding",
+        "segments",
+        "priority",
+        "metadata",
+        "requested_send_at",
+        "requested_local_time",
+        "requested_timezone",
+        "dst_policy",
+        "dst_adjustment",
+        "from_number",
+        "messaging_service_sid",
+    }
+)
+RETURNABLE = SETTABLE | {"id", "version", "status", "expires_at", "tenant_id", "created_at"}
+
+TABLE = Message._meta.db_table
+
+
+class TransitionNotAllowed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CasResult:
+    won: bool
+    status: str  # the status after the attempt: the new one if won, the winner's otherwise
+    version: int
+
+
+def _check(from_statuses: Iterable[str], to_status: str) -> None:
+    for src in from_statuses:
+        if (src, to_status) not in ALLOWED:
+            raise TransitionNotAllowed(f"{src} -> {to_status}")
+
+
+def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    unknown = set(set_fields) - SETTABLE
+    if unknown:
+        raise ValueError(f"not settable by a transition: {sorted(unknown)}")
+    parts, params = [], []
+    for column, value in set_fields.items():
+        field = Message._meta.get_field(column)
+        parts.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    return (", " + ", ".join(parts)) if parts else "", params
+
+
+def _returning(columns: Sequence[str]) -> str:
+    unknown = set(columns) - RETURNABLE
+    if unknown:
+        raise ValueError(f"not returnable: {sorted(unknown)}")
+    return ", ".join(f'"{Message._meta.get_field(c).column}"' for c in columns)
+
+
+def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
+    out = []
+    fields = [Message._meta.get_field(c) for c in columns]
+    sqlite = connection.vendor == "sqlite"
+    for raw in cursor.fetchall():
+        row = {}
+        for name, field, value in zip(columns, fields, raw, strict=True):
+            row[name] = _sqlite_value(field, value) if sqlite and value is not None else value
+        out.append(row)
+    return out
+
+
+def _sqlite_value(field, value):
+    # Raw cursors on SQLite return text for datetimes and JSON; normalise to what the ORM would give.
+    from django.db.models import DateTimeField, JSONField
+
+    if isinstance(field, DateTimeField) and isinstance(value, str):
+        from django.utils.dateparse import parse_datetime
+
+        parsed = parse_datetime(value)
+        if parsed is not None and timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed, timezone.UTC)
+        return parsed
+    if isinstance(field, JSONField) and isinstance(value, str):
+        import json
+
+        return json.loads(value)
+    return value
+
+
+def _events(
+    ids: Iterable[int], *, kind: str, from_status: str, to_status: str, actor: str, details, now: datetime
+) -> None:
+    MessageEvent.objects.bulk_create(
+        [
+            MessageEvent(
+                message_id=mid,
+                kind=kind,
+                from_status=from_status,
+                to_status=to_status,
+                actor=actor,
+                details=details(mid) if callable(details) else (details or {}),
+                created_at=now,
+            )
+            for mid in ids
+        ]
+    )
+
+
+def event_record(message_id: int, *, kind: str, actor: str = "system", details: dict | None = None,
+                 status: str = "") -> None:
+    """Timeline entry without a status change (cancel_rejected, attempt notes, ...)."""
+    MessageEvent.objects.create(
+        message_id=message_id, kind=kind, from_status=status, to_status=status, actor=actor,
+        details=details or {}, created_at=timezone.now(),
+    )
+
+
+def transition(
+    message_id: int,
+    *,
+    from_statuses: Iterable[str],
+    to_status: str,
+    kind: str,
+    actor: str = "system",
+    details: dict | None = None,
+    set_fields: dict[str, Any] | None = None,
+    expected_version: int | None = None,
+    now: datetime | None = None,
+) -> CasResult:
+    """Compare-and-set one message. Never raises on a lost race: returns won=False and the current state."""
+    froms = [str(s) for s in from_statuses]
+    _check(froms, to_status)
+    now = now or timezone.now()
+    set_sql, set_params = _set_clause(set_fields or {})
+    with transaction.atomic():
+        # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
+        # event's from_status is exact even when several source statuses are allowed.
+        current = Message.objects.filter(pk=message_id).values_list("status", "version").first()
+        if current is None:
+            raise Message.DoesNotExist(message_id)
+        status, version = current
+        if status not in froms or (expected_version is not None and version != expected_version):
+            return CasResult(False, status, version)
+        with connection.cursor() as cur:
+            cur.execute(
+                f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
+                f'WHERE "id" = %s AND "status" = %s AND "version" = %s',
+                [to_status, now, *set_params, message_id, status, version],
+            )
+            won = cur.rowcount == 1
+        if not won:
+            fresh = Message.objects.filter(pk=message_id).values_list("status", "version").get()
+            return CasResult(False, fresh[0], fresh[1])
+        _events([message_id], kind=kind, from_status=status, to_status=to_status, actor=actor,
+                details=details, now=now)
+    return CasResult(True, to_status, version + 1)
+
+
+def transition_many(
+    ids: Sequence[int],
+    *,
+    from_status: str,
+    to_status: str,
+    kind: str,
+    actor: str = "system",
+    details=None,
+    set_fields: dict[str, Any] | None = None,
+    returning: Sequence[str] = ("id", "version"),
+    bump_attempts: bool = False,
+    extra_where: str = "",
+    extra_params: Sequence[Any] = (),
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """CAS a batch of known ids from one status. Returns the rows that moved (the winners).
+    ``extra_where`` narrows the batch further (a trusted SQL fragment written in this codebase)."""
+    if not ids:
+        return []
+    _check([from_status], to_status)
+    now = now or timezone.now()
+    set_sql, set_params = _set_clause(set_fields or {})
+    if bump_attempts:
+        set_sql += ', "attempt_count" = "attempt_count" + 1'
+    extra = f" AND ({extra_where})" if extra_where else ""
+    cols = list(dict.fromkeys(["id", *returning]))
+    placeholders = ", ".join(["%s"] * len(ids))
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(
+                f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
+                f'WHERE "id" IN ({placeholders}) AND "status" = %s{extra} RETURNING {_returning(cols)}',
+                [to_status, now, *set_params, *ids, from_status, *extra_params],
+            )
+            rows = _rows(cur, cols)
+        _events([r["id"] for r in rows], kind=kind, from_status=from_status, to_status=to_status,
+                actor=actor, details=details, now=now)
+    return rows
+
+
+def transition_versioned(
+    items: Sequence[tuple[int, int, dict[str, Any]]],
+    *,
+    from_status: str,
+    to_status: str,
+    kind: str,
+    actor: str = "system",
+    details=None,
+    set_fields: dict[str, Any] | None = None,
+    per_row_columns: Sequence[str] = (),
+    now: datetime | None = None,
+) -> list[int]:
+    """CAS a batch where each row carries the version the caller holds and its own column values
+    (e.g. the provider message id). Returns the ids that moved."""
+    if not items:
+        return []
+    _check([from_status], to_status)
+    now = now or timezone.now()
+    set_sql, set_params = _set_clause(set_fields or {})
+    per_row = list(per_row_columns)
+    if set(per_row) - SETTABLE:
+        raise ValueError(f"not settable: {per_row}")
+    fields = [Message._meta.get_field(c) for c in per_row]
+    # One VALUES list joined on id: a single statement for the whole batch, CAS per row on version.
+    value_sql = ", ".join(
+        ["(CAST(%s AS BIGINT), CAST(%s AS BIGINT)" + "".join(", %s" for _ in per_row) + ")"] * len(items)
+    )
+    params: list[Any] = []
+    for mid, version, values in items:
+        params += [mid, version, *[f.get_db_prep_save(values[f.name], connection) for f in fields]]
+    vcols = ", ".join(["vid", "vversion", *[f"v_{c}" for c in per_row]])
+    per_row_set = "".join(f', "{f.column}" = v.v_{f.name}' for f in fields)
+    sql = (
+        f"WITH v({vcols}) AS (VALUES {value_sql}) "
+        f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, "updated_at" = %s'
+        f"{set_sql}{per_row_set} FROM v "
+        f'WHERE "{TABLE}"."id" = v.vid AND "{TABLE}"."version" = v.vversion AND "{TABLE}"."status" = %s '
+        f'RETURNING "{TABLE}"."id"'
+    )
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(sql, [*params, to_status, now, *set_params, from_status])
+            moved = [r[0] for r in cur.fetchall()]
+        _events(moved, kind=kind, from_status=from_status, to_status=to_status, actor=actor,
+                details=details, now=now)
+    return moved
+
+
+def claim(
+    *,
+    from_status: str,
+    to_status: str,
+    kind: str,
+    where_sql: str,
+    where_params: Sequence[Any],
+    order_by: str,
+    limit: int,
+    set_fields: dict[str, Any] | None = None,
+    returning: Sequence[str] = ("id", "version"),
+    details=None,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` rows in ``from_status`` matching ``where_sql`` and move them, in one
+    statement. On PostgreSQL the inner SELECT takes ``FOR UPDATE SKIP LOCKED`` so concurrent sweeps
+    claim disjoint batches instead of queueing on each other's locks; on SQLite the IMMEDIATE
+    transaction serialises writers and the outer status condition keeps it a compare-and-set."""
+    _check([from_status], to_status)
+    now = now or timezone.now()
+    set_sql, set_params = _set_clause(set_fields or {})
+    cols = list(dict.fromkeys(["id", *returning]))
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    # A MATERIALIZED CTE, not `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`: PostgreSQL may
+    # re-run such a sub-select per outer row and so claim more than `limit` rows.
+    returning_sql = ", ".join(f'"{TABLE}".{c}' for c in _returning(cols).split(", "))
+    sql = (
+        f'WITH picked AS MATERIALIZED (SELECT "id" AS pid FROM "{TABLE}" WHERE "status" = %s AND {where_sql} '
+        f"ORDER BY {order_by} LIMIT %s{lock}) "
+        f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, "updated_at" = %s{set_sql} '
+        f'FROM picked WHERE "{TABLE}"."id" = picked.pid AND "{TABLE}"."status" = %s '
+        f"RETURNING {returning_sql}"
+    )
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(sql, [from_status, *where_params, limit, to_status, now, *set_params, from_status])
+            rows = _rows(cur, cols)
+        _events([r["id"] for r in rows], kind=kind, from_status=from_status, to_status=to_status,
+                actor="system", details=details, now=now)
+    return rows

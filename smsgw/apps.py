@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SmsgwConfig(AppConfig):
+    name = "smsgw"
+    verbose_name = "Tenants and API keys"

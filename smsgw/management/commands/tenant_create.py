@@ -1,0 +1,49 @@
+"""Create a tenant (or reuse one by slug) and print a new API key once; the key alone is the last line."""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.utils.text import slugify
+
+from scheduling.phone import PhoneNumberError, normalize_e164
+from scheduling.timeutil import TimeResolutionError, parse_timezone
+from smsgw.models import Tenant, api_key_create
+
+
+class Command(BaseCommand):
+    help = "Create a tenant and print a new API key (shown once; only its hash is stored)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--slug", default="")
+        parser.add_argument("--from", dest="default_from", default="", help="Default sender (E.164).")
+        parser.add_argument("--messaging-service-sid", default="")
+        parser.add_argument("--timezone", default="UTC")
+        parser.add_argument("--if-exists", choices=["error", "new-key"], default="error",
+                            help="When the slug exists: fail (default) or issue another key for it.")
+
+    def handle(self, *args, **opts):
+        slug = opts["slug"] or slugify(opts["name"])
+        if not slug:
+            raise CommandError("name must contain letters or digits")
+        try:
+            parse_timezone(opts["timezone"])
+        except TimeResolutionError as exc:
+            raise CommandError(str(exc)) from exc
+        default_from = opts["default_from"]
+        if default_from.startswith("+"):
+            try:
+                default_from = normalize_e164(default_from)
+            except PhoneNumberError as exc:
+                raise CommandError(f"--from: {exc}") from exc
+        with transaction.atomic():
+            tenant = Tenant.objects.filter(slug=slug).first()
+            if tenant is not None and opts["if_exists"] == "error":
+                raise CommandError(f"tenant {slug!r} exists; use --if-exists new-key to issue another key")
+            if tenant is None:
+                tenant = Tenant.objects.create(
+                    name=opts["name"], slug=slug, default_from=default_from,
+                    messaging_service_sid=opts["messaging_service_sid"], default_timezone=opts["timezone"],
+                )
+            key, raw = api_key_create(tenant=tenant)
+        self.stderr.write(f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… (store it now, it is not kept)")
+        self.stdout.write(raw)

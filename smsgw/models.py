@@ -1,0 +1,79 @@
+"""Tenants and their API keys. Keys are stored as a public prefix plus a SHA-256 of the secret part."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.db import models
+
+KEY_PREFIX_LEN = 12
+KEY_SECRET_BYTES = 24
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64, unique=True)
+    is_active = models.BooleanField(default=True)
+    # Sender identity used when a request names none.
+    default_from = models.CharField(max_length=32, blank=True)
+    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    default_timezone = models.CharField(max_length=64, default="UTC")
+    # Quotas (0 = unlimited).
+    daily_message_quota = models.PositiveIntegerField(default=0)
+    max_pending_scheduled = models.PositiveIntegerField(default=0)
+    send_rate_per_second = models.PositiveIntegerField(default=0)
+    webhook_url = models.URLField(blank=True)
+    webhook_secret = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+def _hash_secret(secret: str) -> str:
+    # The secret is 192 random bits, so a fast hash is enough (no dictionary to brute-force) and keeps
+    # authentication to one indexed lookup plus one SHA-256 per request.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiKey(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, default="default")
+    prefix = models.CharField(max_length=KEY_PREFIX_LEN, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.tenant})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @staticmethod
+    def split(raw_key: str) -> tuple[str, str] | None:
+        """``sk_<prefix>_<secret>`` -> (prefix, secret), or None when malformed."""
+        parts = raw_key.split("_")
+        if len(parts) != 3 or parts[0] != "sk" or len(parts[1]) != KEY_PREFIX_LEN or not parts[2]:
+            return None
+        return parts[1], parts[2]
+
+    def matches(self, secret: str) -> bool:
+        return secrets.compare_digest(self.secret_hash, _hash_secret(secret))
+
+
+def api_key_create(*, tenant: Tenant, name: str = "default", scopes: list[str] | None = None) -> tuple[ApiKey, str]:
+    """Create a key and return it with the raw key string, which is shown once and never stored."""
+    prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
+    secret = secrets.token_urlsafe(KEY_SECRET_BYTES).replace("_", "x")
+    key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, secret_hash=_hash_secret(secret), scopes=scopes or []
+    )
+    return key, f"sk_{prefix}_{secret}"

@@ -1,0 +1,201 @@
+"""Settings, all from the environment. With nothing set, the embedded defaults apply: SQLite (WAL) in
+``.var/``, kombu's filesystem transport as the broker, and the sandbox provider on 127.0.0.1:8081."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from smsgw.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# The embedded default is for a laptop; production must set its own key (checked below).
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+EMBEDDED = not env_str("DATABASE_URL")
+if not SECRET_KEY:
+    if not EMBEDDED and not env_bool("SMSGW_ALLOW_INSECURE_KEY", False):
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DATABASE_URL is set (production mode)")
+    SECRET_KEY = "embedded-insecure-key-not-for-production"
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "smsgw",
+    "scheduling",
+    "delivery",
+    "receipts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "smsgw.urls"
+WSGI_APPLICATION = "smsgw.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- database -------------------------------------------------------------------------------------
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+    )
+}
+DB_VENDOR_SQLITE = DATABASES["default"]["ENGINE"].endswith("sqlite3")
+if DB_VENDOR_SQLITE:
+    # WAL lets the web, worker and beat processes read while one writes; IMMEDIATE takes the write
+    # lock at BEGIN so two writers queue on busy_timeout instead of deadlocking on lock upgrade.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- API ------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["smsgw.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "smsgw tenant API",
+    "DESCRIPTION": "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery ---------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
+if BROKER_IS_FILESYSTEM:
+    _broker_dir = VAR_DIR / "broker"
+    (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.05,
+    }
+else:
+    # visibility_timeout only matters on Redis: an unacked (acks_late) task is redelivered after it.
+    # The database is the source of truth anyway (stale `queued` rows are re-published by the sweep).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+# --- pipeline tuning ------------------------------------------------------------------------------
+SWEEP_INTERVAL_SECONDS = env_float("SMSGW_SWEEP_INTERVAL", 1.0, minimum=0.1)
+SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
+SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 100, minimum=1)
+SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 100, minimum=1)
+QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
+SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
+RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
+RETRY_BASE_SECONDS = env_float("SMSGW_RETRY_BASE_SECONDS", 2.0, minimum=0.0)
+RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_RETRY_MAX_DELAY_SECONDS", 300.0, minimum=0.0)
+RETRY_MAX_AGE_SECONDS = env_int("SMSGW_RETRY_MAX_AGE_SECONDS", 6 * 3600, minimum=1)
+SEND_AT_PAST_TOLERANCE_SECONDS = env_int("SMSGW_SEND_AT_PAST_TOLERANCE", 300, minimum=0)
+MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=1)
+DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
+MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
+
+# --- provider -------------------------------------------------------------------------------------
+SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", "twilio")
+TWILIO_ACCOUNT_SID = env_str("TWILIO_ACCOUNT_SID", "AC00000000000000000000000000000000" if EMBEDDED else "")
+TWILIO_AUTH_TOKEN = env_str("TWILIO_AUTH_TOKEN", "sandbox-auth-token" if EMBEDDED else "")
+# The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in production).
+TWILIO_API_BASE_URL = env_str(
+    "TWILIO_API_BASE_URL", "http://127.0.0.1:8081" if EMBEDDED else "https://api.twilio.com"
+)
+TWILIO_TIMEOUT_SECONDS = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
+SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
+
+# --- logging --------------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
+}
+
+CELERY_TASK_ROUTES = {
+    "scheduling.sweep": {"queue": "sweep"},
+    "delivery.reconcile_batch": {"queue": "reconcile"},
+}
+CELERY_BEAT_SCHEDULE = {
+    # django-celery-beat's DatabaseScheduler installs this entry in its tables at start-up; operators
+    # can then see and pause it in the admin.
+    "smsgw-sweep": {
+        "task": "scheduling.sweep",
+        "schedule": SWEEP_INTERVAL_SECONDS,
+        # A sweep that waited longer than two intervals is redundant: a newer one covers the same rows.
+        "options": {"queue": "sweep", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+    },
+}
