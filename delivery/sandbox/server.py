@@ -311,6 +311,10 @@ class SandboxState:
         self._last_ts = 0
         self._date_cache: tuple[int, str] = (-1, "")
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        # submits being handled right now (hangs included); survives a reset, since they still finish
+        self.in_flight: int = getattr(self, "in_flight", 0)
+        self.max_in_flight = self.in_flight
+        self.peers: set = set()  # distinct client (host, port)s that submitted: TCP connections used
         self.rng = random.Random(self.seed)
         self.set_config(self.start_config.updated({}))
         self.callbacks.reset()
@@ -324,7 +328,13 @@ class SandboxState:
         self.any_rate = config.any_rate
 
     def stats(self) -> dict:
-        return {"submissions": len(self.all), "by_outcome": dict(self.outcomes)}
+        return {
+            "submissions": len(self.all),
+            "by_outcome": dict(self.outcomes),
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "connections": len(self.peers),
+        }
 
     # -- auth ---------------------------------------------------------------------------------------
     def authorized(self, request: web.Request, account_sid: str) -> bool:
@@ -567,6 +577,19 @@ class SandboxApp:
     # -- Twilio API ---------------------------------------------------------------------------------
     async def create_message(self, request: web.Request) -> web.Response:
         st = self.state
+        st.in_flight += 1
+        if st.in_flight > st.max_in_flight:
+            st.max_in_flight = st.in_flight
+        transport = request.transport
+        if transport is not None:
+            st.peers.add(transport.get_extra_info("peername"))
+        try:
+            return await self._create_message(request)
+        finally:
+            st.in_flight -= 1
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        st = self.state
         if not st.authorized(request, request.match_info["account_sid"]):
             st.outcomes["unauthorized"] += 1
             return _unauthorized()
@@ -652,13 +675,17 @@ class SandboxApp:
         lo = hi = None
         try:
             for key in ("DateSent", "DateSent>", "DateSent<"):
-                if key in q:
-                    first, last = _parse_date_bound(key, q[key])
-                    filters.append((key, q[key]))
-                    if key != "DateSent<":  # on or after
-                        lo = first if lo is None else max(lo, first)
-                    if key != "DateSent>":  # on or before
-                        hi = last if hi is None else min(hi, last)
+                if key not in q:
+                    continue
+                first, last = _parse_date_bound(key, q[key])
+                if key == "DateSent":  # "a specific sent_date": the whole UTC day, even for a datetime
+                    first -= first % 86400
+                    last = first + 86399
+                filters.append((key, q[key]))
+                if key != "DateSent<":  # on or after
+                    lo = first if lo is None else max(lo, first)
+                if key != "DateSent>":  # on or before
+                    hi = last if hi is None else min(hi, last)
             to = q.get("To")
             from_ = q.get("From")
             items, has_older = st.query(

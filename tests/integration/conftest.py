@@ -1,0 +1,80 @@
+"""Integration fixtures: the sandbox provider, celery workers and beat as real processes, on the test
+database (PostgreSQL in CI) and the test broker (Redis in CI)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from scheduling.models import Message, Status
+from tests import processes
+from tests.sandbox_process import SandboxProcess
+
+# Short windows so recovery paths run within a test's time, not production's minutes.
+FAST = {
+    "SMSGW_SWEEP_INTERVAL": "0.5",
+    "SMSGW_QUEUED_RECOVERY_SECONDS": "4",
+    "SMSGW_SENDING_LEASE_SECONDS": "4",
+    "SMSGW_RETRY_BASE_SECONDS": "0.2",
+    "TWILIO_TIMEOUT_SECONDS": "2",
+}
+
+
+class Pipeline:
+    def __init__(self, sandbox: SandboxProcess):
+        self.sandbox = sandbox
+        self.procs: list[processes.Proc] = []
+        self.env = processes.process_env(
+            TWILIO_API_BASE_URL=sandbox.base_url, TWILIO_ACCOUNT_SID=sandbox.account_sid,
+            TWILIO_AUTH_TOKEN=sandbox.auth_token, **FAST,
+        )
+
+    def worker(self, name: str = "w1", **kw) -> processes.Proc:
+        proc = processes.celery_worker(name, self.env, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def beat(self, name: str = "b1") -> processes.Proc:
+        proc = processes.celery_beat(name, self.env)
+        self.procs.append(proc)
+        return proc
+
+    def submissions_by_recipient(self) -> Counter:
+        return Counter(m.to for m in self.sandbox.list_messages())
+
+    def wait_until(self, predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.25)
+        logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in self.procs)
+        counts = dict(Counter(Message.objects.values_list("status", flat=True)))
+        raise AssertionError(f"timed out waiting for {what}; statuses {counts}\n{logs}")
+
+    def wait_all_final(self, ids, timeout: float = 60, final=(Status.SENT, Status.CANCELLED, Status.FAILED,
+                                                                Status.EXPIRED)) -> None:
+        self.wait_until(
+            lambda: Message.objects.filter(pk__in=ids).exclude(status__in=final).count() == 0,
+            timeout, f"{len(ids)} messages to finish",
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+
+@pytest.fixture
+def pipeline(transactional_db):
+    processes.broker_purge()
+    connection.close()  # workers are separate processes; do not hold a connection they could wait on
+    with SandboxProcess() as sandbox:
+        pipe = Pipeline(sandbox)
+        try:
+            yield pipe
+        finally:
+            pipe.stop()
+            processes.broker_purge()
