@@ -37,7 +37,9 @@ class Attempt(models.Model):
             models.UniqueConstraint(fields=["message", "number"], name="attempt_number_per_message"),
         ]
         indexes = [
-            models.Index(fields=["outcome"], name="attempt_uncertain", condition=models.Q(outcome="uncertain")),
+            models.Index(
+                fields=["outcome"], name="attempt_uncertain", condition=models.Q(outcome="uncertain")
+            ),
         ]
 
     def __str__(self) -> str:

@@ -41,8 +41,11 @@ def message_reconcile(message_id: int) -> str:
         else:
             since = (attempt.started_at if attempt else msg.sending_at or msg.created_at) - CLOCK_SKEW
             candidates = [
-                c for c in adapter.find_submissions(
-                    to=msg.to, from_number=msg.from_number, messaging_service_sid=msg.messaging_service_sid,
+                c
+                for c in adapter.find_submissions(
+                    to=msg.to,
+                    from_number=msg.from_number,
+                    messaging_service_sid=msg.messaging_service_sid,
                     since=since,
                 )
                 if c.body == msg.body
@@ -50,46 +53,67 @@ def message_reconcile(message_id: int) -> str:
             # A sid already owned by another message is that message's submission (same text sent
             # twice to one number), not ours.
             owned = set(
-                Message.objects.filter(provider=adapter.name,
-                                       provider_message_id__in=[c.provider_message_id for c in candidates])
-                .exclude(pk=msg.pk).values_list("provider_message_id", flat=True)
+                Message.objects.filter(
+                    provider=adapter.name, provider_message_id__in=[c.provider_message_id for c in candidates]
+                )
+                .exclude(pk=msg.pk)
+                .values_list("provider_message_id", flat=True)
             )
-            free = sorted((c for c in candidates if c.provider_message_id not in owned),
-                          key=lambda c: c.date_created or timezone.now())
+            free = sorted(
+                (c for c in candidates if c.provider_message_id not in owned),
+                key=lambda c: c.date_created or timezone.now(),
+            )
             found = free[0] if free else None
     except Exception:  # the provider is down or erroring: stay `sending`, the lease brings us back
         log.warning("reconcile: provider look-up failed for message %s", msg.public_id, exc_info=True)
-        transitions.event_record(msg.pk, kind="reconcile_deferred", status=msg.status,
-                                 details={"reason": "provider look-up failed; will retry"})
+        transitions.event_record(
+            msg.pk,
+            kind="reconcile_deferred",
+            status=msg.status,
+            details={"reason": "provider look-up failed; will retry"},
+        )
         return "lookup_failed"
 
     now = timezone.now()
     with transaction.atomic():
         if found is not None:
             result = transitions.transition(
-                msg.pk, from_statuses=[Status.SENDING], to_status=Status.SENT, kind="reconciled_found",
+                msg.pk,
+                from_statuses=[Status.SENDING],
+                to_status=Status.SENT,
+                kind="reconciled_found",
                 expected_version=msg.version,
                 details={"provider_message_id": found.provider_message_id, "provider_status": found.status},
                 set_fields={
-                    "provider_message_id": found.provider_message_id, "provider_status": found.status,
-                    "sent_at": found.date_created or now, "run_after": None, "status_reason": "",
+                    "provider_message_id": found.provider_message_id,
+                    "provider_status": found.status,
+                    "sent_at": found.date_created or now,
+                    "run_after": None,
+                    "status_reason": "",
                 },
                 now=now,
             )
             if result.won and attempt:
                 Attempt.objects.filter(pk=attempt.pk).update(
-                    outcome=AttemptOutcome.RECONCILED_FOUND, provider_message_id=found.provider_message_id,
+                    outcome=AttemptOutcome.RECONCILED_FOUND,
+                    provider_message_id=found.provider_message_id,
                     finished_at=attempt.finished_at or now,
                 )
             return "found" if result.won else "not_sending"
         decision = retry_decide(
-            attempt_number=msg.attempt_count, now=now, first_due=msg.due_at, expires_at=msg.expires_at,
+            attempt_number=msg.attempt_count,
+            now=now,
+            first_due=msg.due_at,
+            expires_at=msg.expires_at,
         )
         if decision.retry:
             # The provider has no record: resending is safe. Retry immediately (the backoff already ran
             # as the lease) rather than adding a second delay.
             result = transitions.transition(
-                msg.pk, from_statuses=[Status.SENDING], to_status=Status.QUEUED, kind="reconciled_absent",
+                msg.pk,
+                from_statuses=[Status.SENDING],
+                to_status=Status.QUEUED,
+                kind="reconciled_absent",
                 expected_version=msg.version,
                 details={"decision": "provider has no such message; retry is safe"},
                 set_fields={"run_after": now, "status_reason": "reconciled: not at provider, retrying"},
@@ -97,7 +121,10 @@ def message_reconcile(message_id: int) -> str:
             )
         else:
             result = transitions.transition(
-                msg.pk, from_statuses=[Status.SENDING], to_status=Status.FAILED, kind="failed",
+                msg.pk,
+                from_statuses=[Status.SENDING],
+                to_status=Status.FAILED,
+                kind="failed",
                 expected_version=msg.version,
                 details={"dead_letter": True, "reason": decision.reason},
                 set_fields={"failed_at": now, "run_after": None, "status_reason": decision.reason},

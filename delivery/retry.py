@@ -18,8 +18,13 @@ class RetryDecision:
 
 
 def retry_decide(
-    *, attempt_number: int, now: datetime, first_due: datetime, expires_at: datetime,
-    retry_after: float | None = None, rng: random.Random | None = None,
+    *,
+    attempt_number: int,
+    now: datetime,
+    first_due: datetime,
+    expires_at: datetime,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
 ) -> RetryDecision:
     rng = rng or random
     if attempt_number >= settings.RETRY_MAX_ATTEMPTS:

@@ -30,8 +30,16 @@ log = logging.getLogger(__name__)
 UNCERTAIN_RECHECK_SECONDS = 10
 
 CLAIM_RETURNING = (
-    "id", "version", "tenant_id", "to", "body", "from_number", "messaging_service_sid",
-    "attempt_count", "due_at", "expires_at",
+    "id",
+    "version",
+    "tenant_id",
+    "to",
+    "body",
+    "from_number",
+    "messaging_service_sid",
+    "attempt_count",
+    "due_at",
+    "expires_at",
 )
 
 
@@ -53,22 +61,34 @@ def send_batch(message_ids: list[int]) -> BatchReport:
     now = timezone.now()
     with transaction.atomic():
         expired = transitions.transition_many(
-            message_ids, from_status=Status.QUEUED, to_status=Status.EXPIRED, kind="expired",
-            extra_where='"expires_at" <= %s', extra_params=[now],
-            set_fields={"expired_at": now, "run_after": None, "status_reason": "validity passed while queued"},
+            message_ids,
+            from_status=Status.QUEUED,
+            to_status=Status.EXPIRED,
+            kind="expired",
+            extra_where='"expires_at" <= %s',
+            extra_params=[now],
+            set_fields={
+                "expired_at": now,
+                "run_after": None,
+                "status_reason": "validity passed while queued",
+            },
             now=now,
         )
         report.expired = len(expired)
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
         # rows already past `queued` and claims nothing.
         rows = transitions.transition_many(
-            message_ids, from_status=Status.QUEUED, to_status=Status.SENDING, kind="attempt_started",
+            message_ids,
+            from_status=Status.QUEUED,
+            to_status=Status.SENDING,
+            kind="attempt_started",
             set_fields={
                 "sending_at": now,
                 "run_after": now + timedelta(seconds=settings.SENDING_LEASE_SECONDS),
                 "provider": adapter.name,
             },
-            bump_attempts=True, returning=CLAIM_RETURNING,
+            bump_attempts=True,
+            returning=CLAIM_RETURNING,
             details=lambda mid: {"provider": adapter.name},
             now=now,
         )
@@ -76,8 +96,11 @@ def send_batch(message_ids: list[int]) -> BatchReport:
         attempts = Attempt.objects.bulk_create(
             [
                 Attempt(
-                    message_id=r["id"], number=r["attempt_count"], provider=adapter.name,
-                    idempotency_token=secrets.token_hex(16), started_at=now,
+                    message_id=r["id"],
+                    number=r["attempt_count"],
+                    provider=adapter.name,
+                    idempotency_token=secrets.token_hex(16),
+                    started_at=now,
                 )
                 for r in rows
             ]
@@ -89,8 +112,12 @@ def send_batch(message_ids: list[int]) -> BatchReport:
     callback = status_callback_url()
     submissions = [
         Submission(
-            message_id=r["id"], to=r["to"], body=r["body"], from_number=r["from_number"],
-            messaging_service_sid=r["messaging_service_sid"], status_callback=callback,
+            message_id=r["id"],
+            to=r["to"],
+            body=r["body"],
+            from_number=r["from_number"],
+            messaging_service_sid=r["messaging_service_sid"],
+            status_callback=callback,
             idempotency_token=a.idempotency_token,
         )
         for r, a in zip(rows, attempts, strict=True)
@@ -115,31 +142,61 @@ def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[Sub
         version = row["version"]
         if res.outcome == Outcome.ACCEPTED:
             attempt.outcome = AttemptOutcome.ACCEPTED
-            sent.append((row["id"], version, {
-                "provider_message_id": res.provider_message_id, "provider_status": res.provider_status,
-            }))
+            sent.append(
+                (
+                    row["id"],
+                    version,
+                    {
+                        "provider_message_id": res.provider_message_id,
+                        "provider_status": res.provider_status,
+                    },
+                )
+            )
         elif res.outcome == Outcome.TRANSIENT:
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
             decision = retry_decide(
-                attempt_number=row["attempt_count"], now=now, first_due=row["due_at"],
-                expires_at=row["expires_at"], retry_after=res.retry_after,
+                attempt_number=row["attempt_count"],
+                now=now,
+                first_due=row["due_at"],
+                expires_at=row["expires_at"],
+                retry_after=res.retry_after,
             )
             reason = f"{res.http_status or 'network'} {res.error_code} {res.error_message}".strip()[:200]
             if decision.retry:
-                retry.append((row["id"], version, {
-                    "run_after": decision.run_after, "error_code": res.error_code,
-                    "status_reason": f"transient: {reason}; {decision.reason}"[:255],
-                }))
+                retry.append(
+                    (
+                        row["id"],
+                        version,
+                        {
+                            "run_after": decision.run_after,
+                            "error_code": res.error_code,
+                            "status_reason": f"transient: {reason}; {decision.reason}"[:255],
+                        },
+                    )
+                )
             else:
-                failed.append((row["id"], version, {
-                    "error_code": res.error_code, "status_reason": f"{decision.reason}; last: {reason}"[:255],
-                }))
+                failed.append(
+                    (
+                        row["id"],
+                        version,
+                        {
+                            "error_code": res.error_code,
+                            "status_reason": f"{decision.reason}; last: {reason}"[:255],
+                        },
+                    )
+                )
         elif res.outcome == Outcome.REJECTED:
             attempt.outcome = AttemptOutcome.REJECTED
-            failed.append((row["id"], version, {
-                "error_code": res.error_code,
-                "status_reason": f"rejected by provider: {res.error_code} {res.error_message}"[:255],
-            }))
+            failed.append(
+                (
+                    row["id"],
+                    version,
+                    {
+                        "error_code": res.error_code,
+                        "status_reason": f"rejected by provider: {res.error_code} {res.error_message}"[:255],
+                    },
+                )
+            )
         else:
             attempt.outcome = AttemptOutcome.UNCERTAIN
             uncertain.append((row["id"], version, {}))
@@ -148,31 +205,53 @@ def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[Sub
     with transaction.atomic():
         Attempt.objects.bulk_update(
             attempts,
-            ["finished_at", "outcome", "http_status", "provider_code", "provider_message_id",
-             "latency_ms", "response"],
+            [
+                "finished_at",
+                "outcome",
+                "http_status",
+                "provider_code",
+                "provider_message_id",
+                "latency_ms",
+                "response",
+            ],
         )
         transitions.transition_versioned(
-            sent, from_status=Status.SENDING, to_status=Status.SENT, kind="sent",
+            sent,
+            from_status=Status.SENDING,
+            to_status=Status.SENT,
+            kind="sent",
             per_row_columns=("provider_message_id", "provider_status"),
             set_fields={"sent_at": now, "run_after": None, "error_code": "", "status_reason": ""},
-            details=lambda mid: {"provider_message_id": per_row[mid]["provider_message_id"]}, now=now,
+            details=lambda mid: {"provider_message_id": per_row[mid]["provider_message_id"]},
+            now=now,
         )
         transitions.transition_versioned(
-            retry, from_status=Status.SENDING, to_status=Status.QUEUED, kind="retry_scheduled",
+            retry,
+            from_status=Status.SENDING,
+            to_status=Status.QUEUED,
+            kind="retry_scheduled",
             per_row_columns=("run_after", "error_code", "status_reason"),
             details=lambda mid: {
-                "retry_at": per_row[mid]["run_after"].isoformat(), "reason": per_row[mid]["status_reason"],
+                "retry_at": per_row[mid]["run_after"].isoformat(),
+                "reason": per_row[mid]["status_reason"],
             },
             now=now,
         )
         transitions.transition_versioned(
-            failed, from_status=Status.SENDING, to_status=Status.FAILED, kind="failed",
+            failed,
+            from_status=Status.SENDING,
+            to_status=Status.FAILED,
+            kind="failed",
             per_row_columns=("error_code", "status_reason"),
             set_fields={"failed_at": now, "run_after": None},
-            details=lambda mid: {"dead_letter": True, "reason": per_row[mid]["status_reason"]}, now=now,
+            details=lambda mid: {"dead_letter": True, "reason": per_row[mid]["status_reason"]},
+            now=now,
         )
         transitions.transition_versioned(
-            uncertain, from_status=Status.SENDING, to_status=Status.SENDING, kind="attempt_uncertain",
+            uncertain,
+            from_status=Status.SENDING,
+            to_status=Status.SENDING,
+            kind="attempt_uncertain",
             set_fields={
                 "run_after": now + timedelta(seconds=UNCERTAIN_RECHECK_SECONDS),
                 "status_reason": "provider did not answer; will look the message up before any resend",

@@ -19,8 +19,17 @@ class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    readonly_fields = ("number", "provider", "outcome", "started_at", "finished_at", "http_status",
-                       "provider_code", "provider_message_id", "latency_ms")
+    readonly_fields = (
+        "number",
+        "provider",
+        "outcome",
+        "started_at",
+        "finished_at",
+        "http_status",
+        "provider_code",
+        "provider_message_id",
+        "latency_ms",
+    )
     exclude = ("response", "idempotency_token", "route")
 
     def has_add_permission(self, request, obj=None):

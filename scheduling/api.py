@@ -37,16 +37,22 @@ class StrictSerializer(serializers.Serializer):
 _message_fields = {
     "to": serializers.CharField(max_length=32, help_text="Recipient in E.164, e.g. +14155550100."),
     "body": serializers.CharField(max_length=1600, trim_whitespace=False),
-    "from": serializers.CharField(max_length=32, required=False, help_text="E.164 number or alphanumeric id."),
+    "from": serializers.CharField(
+        max_length=32, required=False, help_text="E.164 number or alphanumeric id."
+    ),
     "messaging_service_sid": serializers.CharField(max_length=34, required=False),
     "send_at": serializers.CharField(
-        max_length=64, required=False, allow_null=True,
+        max_length=64,
+        required=False,
+        allow_null=True,
         help_text="ISO 8601. With an offset (or Z): that instant. Without: a local wall time in `timezone`.",
     ),
-    "timezone": serializers.CharField(max_length=64, required=False, allow_null=True,
-                                      help_text="IANA zone, e.g. America/New_York."),
+    "timezone": serializers.CharField(
+        max_length=64, required=False, allow_null=True, help_text="IANA zone, e.g. America/New_York."
+    ),
     "dst_policy": serializers.ChoiceField(
-        choices=["earlier", "later"], required=False,
+        choices=["earlier", "later"],
+        required=False,
         help_text="For a local time that occurs twice (DST fall-back): the first (earlier) or second.",
     ),
     "priority": serializers.ChoiceField(choices=Priority.choices, required=False),
@@ -55,7 +61,8 @@ _message_fields = {
 }
 MessageCreateInput = type("MessageCreateInput", (StrictSerializer,), dict(_message_fields))
 MessageUpdateInput = type(
-    "MessageUpdateInput", (StrictSerializer,),
+    "MessageUpdateInput",
+    (StrictSerializer,),
     {k: type(f)(**{**f._kwargs, "required": False}) for k, f in _message_fields.items()},
 )
 
@@ -92,15 +99,24 @@ class MessageOutput(serializers.Serializer):
         return {
             "send_at": m.requested_send_at or None,
             "local_time": m.requested_local_time.replace(tzinfo=None).isoformat()
-            if m.requested_local_time else None,
+            if m.requested_local_time
+            else None,
             "timezone": m.requested_timezone or None,
             "dst_policy": m.dst_policy,
             "dst_adjustment": m.dst_adjustment,
         }
 
     def get_timestamps(self, m: Message) -> dict:
-        names = ("created_at", "queued_at", "sending_at", "sent_at", "delivered_at", "failed_at",
-                 "cancelled_at", "expired_at")
+        names = (
+            "created_at",
+            "queued_at",
+            "sending_at",
+            "sent_at",
+            "delivered_at",
+            "failed_at",
+            "cancelled_at",
+            "expired_at",
+        )
         return {n: (getattr(m, n).isoformat() if getattr(m, n) else None) for n in names}
 
 
@@ -136,7 +152,8 @@ def _idempotency_key(request) -> str | None:
 
 class MessagesApi(APIView):
     @extend_schema(
-        request=MessageCreateInput, responses={201: MessageOutput, 200: MessageOutput},
+        request=MessageCreateInput,
+        responses={201: MessageOutput, 200: MessageOutput},
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
         summary="Send a message now or at a time",
     )
@@ -157,9 +174,12 @@ class MessagesApi(APIView):
         parameters=[
             OpenApiParameter("status", str, description="Comma-separated statuses."),
             OpenApiParameter("to", str, description="Recipient, E.164."),
-            OpenApiParameter("created_after", str), OpenApiParameter("created_before", str),
-            OpenApiParameter("due_after", str), OpenApiParameter("due_before", str),
-            OpenApiParameter("cursor", str), OpenApiParameter("page_size", int),
+            OpenApiParameter("created_after", str),
+            OpenApiParameter("created_before", str),
+            OpenApiParameter("due_after", str),
+            OpenApiParameter("due_before", str),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("page_size", int),
         ],
         summary="List messages (newest first, cursor pages)",
     )
@@ -173,10 +193,15 @@ class MessagesApi(APIView):
 class MessageDetailApi(APIView):
     @extend_schema(responses=MessageOutput, summary="Get one message")
     def get(self, request, public_id: str):
-        return Response(MessageOutput(services.message_get(tenant=request.user.tenant, public_id=public_id)).data)
+        return Response(
+            MessageOutput(services.message_get(tenant=request.user.tenant, public_id=public_id)).data
+        )
 
-    @extend_schema(request=MessageUpdateInput, responses=MessageOutput,
-                   summary="Reschedule or edit a scheduled message (409 once queued or later)")
+    @extend_schema(
+        request=MessageUpdateInput,
+        responses=MessageOutput,
+        summary="Reschedule or edit a scheduled message (409 once queued or later)",
+    )
     def patch(self, request, public_id: str):
         data = MessageUpdateInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
@@ -187,11 +212,18 @@ class MessageDetailApi(APIView):
 
 
 class MessageCancelApi(APIView):
-    @extend_schema(request=None, responses={200: MessageOutput, 409: inline_serializer(
-        "CancelConflict", {"error": serializers.DictField()})},
-        summary="Cancel (scheduled or queued only; 409 with the real stage otherwise)")
+    @extend_schema(
+        request=None,
+        responses={
+            200: MessageOutput,
+            409: inline_serializer("CancelConflict", {"error": serializers.DictField()}),
+        },
+        summary="Cancel (scheduled or queued only; 409 with the real stage otherwise)",
+    )
     def post(self, request, public_id: str):
-        message = services.message_cancel(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
+        message = services.message_cancel(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
+        )
         return Response(MessageOutput(message).data, status=status.HTTP_200_OK)
 
 
@@ -200,8 +232,13 @@ class MessageEventsApi(APIView):
     def get(self, request, public_id: str):
         message = services.message_get(tenant=request.user.tenant, public_id=public_id)
         events = selectors.message_events(message=message)
-        return Response({"message": message.public_id, "status": message.status,
-                         "events": EventOutput(events, many=True).data})
+        return Response(
+            {
+                "message": message.public_id,
+                "status": message.status,
+                "events": EventOutput(events, many=True).data,
+            }
+        )
 
 
 __all__ = ["MessageCancelApi", "MessageDetailApi", "MessageEventsApi", "MessagesApi", "Status"]

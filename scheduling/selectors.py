@@ -31,8 +31,12 @@ def message_list(*, tenant, params) -> QuerySet[Message]:
         qs = qs.filter(status__in=statuses)
     if params.get("to"):
         qs = qs.filter(to=params["to"])
-    for name, lookup in (("created_after", "created_at__gte"), ("created_before", "created_at__lt"),
-                         ("due_after", "due_at__gte"), ("due_before", "due_at__lt")):
+    for name, lookup in (
+        ("created_after", "created_at__gte"),
+        ("created_before", "created_at__lt"),
+        ("due_after", "due_at__gte"),
+        ("due_before", "due_at__lt"),
+    ):
         value = _instant(params, name)
         if value is not None:
             qs = qs.filter(**{lookup: value})

@@ -25,8 +25,18 @@ from smsgw.models import Tenant
 
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 EDITABLE_FIELDS = frozenset(
-    {"to", "body", "from", "messaging_service_sid", "send_at", "timezone", "dst_policy", "priority",
-     "validity_seconds", "metadata"}
+    {
+        "to",
+        "body",
+        "from",
+        "messaging_service_sid",
+        "send_at",
+        "timezone",
+        "dst_policy",
+        "priority",
+        "validity_seconds",
+        "metadata",
+    }
 )
 
 
@@ -65,7 +75,9 @@ def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) ->
             except PhoneNumberError as exc:
                 raise field_error("from", str(exc)) from exc
         if not ALPHANUMERIC_SENDER.match(from_number):
-            raise field_error("from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters")
+            raise field_error(
+                "from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
+            )
         return from_number, ""
     if service_sid:
         if not re.fullmatch(r"MG[0-9a-fA-F]{32}", service_sid):
@@ -93,7 +105,9 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str,
     try:
         resolved = resolve_send_at(send_at, tz_name, dst_policy, tenant.default_timezone or "UTC")
         check_window(
-            resolved.due_at, now=now, past_tolerance_seconds=settings.SEND_AT_PAST_TOLERANCE_SECONDS,
+            resolved.due_at,
+            now=now,
+            past_tolerance_seconds=settings.SEND_AT_PAST_TOLERANCE_SECONDS,
             max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
         )
     except TimeResolutionError as exc:
@@ -116,13 +130,16 @@ def _fingerprint(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _time_fields(resolved: ResolvedTime | None, raw_send_at: str, tz_name: str, policy: DstPolicy,
-                 now: datetime) -> dict[str, Any]:
+def _time_fields(
+    resolved: ResolvedTime | None, raw_send_at: str, tz_name: str, policy: DstPolicy, now: datetime
+) -> dict[str, Any]:
     due = max(resolved.due_at, now) if resolved else now
     return {
         "requested_send_at": raw_send_at or "",
         "requested_local_time": (
-            timezone.make_aware(resolved.local_time, timezone.UTC) if resolved and resolved.local_time else None
+            timezone.make_aware(resolved.local_time, timezone.UTC)
+            if resolved and resolved.local_time
+            else None
         ),
         "requested_timezone": (resolved.timezone if resolved else tz_name or ""),
         "dst_policy": policy.value,
@@ -131,8 +148,9 @@ def _time_fields(resolved: ResolvedTime | None, raw_send_at: str, tz_name: str, 
     }
 
 
-def message_create(*, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
-                   ) -> tuple[Message, bool]:
+def message_create(
+    *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
+) -> tuple[Message, bool]:
     """Validate and store a message. Returns (message, created); created is False for an idempotent
     repeat. Raises a DRF ValidationError naming the field, or IdempotencyMismatch."""
     fingerprint = _fingerprint(data)
@@ -149,18 +167,30 @@ def message_create(*, tenant: Tenant, actor: str, data: dict[str, Any], idempote
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
     message = Message(
-        tenant=tenant, to=to, body=data["body"], encoding=encoding, segments=segments,
-        from_number=from_number, messaging_service_sid=service_sid,
-        priority=data.get("priority") or Priority.TRANSACTIONAL, metadata=data.get("metadata") or {},
+        tenant=tenant,
+        to=to,
+        body=data["body"],
+        encoding=encoding,
+        segments=segments,
+        from_number=from_number,
+        messaging_service_sid=service_sid,
+        priority=data.get("priority") or Priority.TRANSACTIONAL,
+        metadata=data.get("metadata") or {},
         expires_at=time_fields["due_at"] + timedelta(seconds=validity),
-        run_after=time_fields["due_at"], status=Status.SCHEDULED,
-        idempotency_key=idempotency_key or None, request_fingerprint=fingerprint, **time_fields,
+        run_after=time_fields["due_at"],
+        status=Status.SCHEDULED,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+        **time_fields,
     )
     try:
         with transaction.atomic():
             message.save()
             transitions.event_record(
-                message.pk, kind="created", actor=actor, status=Status.SCHEDULED,
+                message.pk,
+                kind="created",
+                actor=actor,
+                status=Status.SCHEDULED,
                 details=_intent_details(message, resolved),
             )
     except IntegrityError:
@@ -209,8 +239,11 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     message = message_get(tenant=tenant, public_id=public_id)
     now = timezone.now()
     result = transitions.transition(
-        message.pk, from_statuses=[Status.SCHEDULED, Status.QUEUED], to_status=Status.CANCELLED,
-        kind="cancelled", actor=actor,
+        message.pk,
+        from_statuses=[Status.SCHEDULED, Status.QUEUED],
+        to_status=Status.CANCELLED,
+        kind="cancelled",
+        actor=actor,
         set_fields={"cancelled_at": now, "run_after": None, "status_reason": "cancelled by request"},
         now=now,
     )
@@ -219,7 +252,10 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
             transitions.event_record(message.pk, kind="cancel_repeated", actor=actor, status=result.status)
         else:
             transitions.event_record(
-                message.pk, kind="cancel_rejected", actor=actor, status=result.status,
+                message.pk,
+                kind="cancel_rejected",
+                actor=actor,
+                status=result.status,
                 details={"reason": f"already {result.status}; cancellation is only possible before sending"},
             )
             raise Conflict(
@@ -254,9 +290,9 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
     time_changed = any(k in data for k in ("send_at", "timezone", "dst_policy"))
     validity = data.get("validity_seconds") or int((message.expires_at - message.due_at).total_seconds())
     if time_changed:
-        send_at = data["send_at"] if "send_at" in data else message.requested_send_at
+        send_at = data.get("send_at", message.requested_send_at)
         tz_name = data["timezone"] if "timezone" in data else _iana_or_none(message.requested_timezone)
-        policy = data["dst_policy"] if "dst_policy" in data else message.dst_policy
+        policy = data.get("dst_policy", message.dst_policy)
         resolved, dst_policy = _time(tenant, send_at, tz_name, policy, now)
         changes.update(_time_fields(resolved, send_at or "", tz_name or "", dst_policy, now))
         changes["run_after"] = changes["due_at"]
@@ -266,12 +302,22 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         return message
     details = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
     if "due_at" in changes:
-        details.update(old_due_at=message.due_at.isoformat(), new_due_at=changes["due_at"].isoformat(),
-                       timezone=changes["requested_timezone"], dst_adjustment=changes["dst_adjustment"])
+        details.update(
+            old_due_at=message.due_at.isoformat(),
+            new_due_at=changes["due_at"].isoformat(),
+            timezone=changes["requested_timezone"],
+            dst_adjustment=changes["dst_adjustment"],
+        )
     result = transitions.transition(
-        message.pk, from_statuses=[Status.SCHEDULED], to_status=Status.SCHEDULED,
-        kind="rescheduled" if "due_at" in changes else "edited", actor=actor, details=details,
-        set_fields=changes, expected_version=message.version, now=now,
+        message.pk,
+        from_statuses=[Status.SCHEDULED],
+        to_status=Status.SCHEDULED,
+        kind="rescheduled" if "due_at" in changes else "edited",
+        actor=actor,
+        details=details,
+        set_fields=changes,
+        expected_version=message.version,
+        now=now,
     )
     if not result.won:
         raise Conflict(

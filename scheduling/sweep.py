@@ -57,7 +57,8 @@ def _publish_after_commit(task: str, queue: str, ids: list[int]) -> None:
         transaction.on_commit(lambda: _publish(task, queue, ids))
 
 
-def due_expire(*, now: datetime, limit: int) -> int:
+def due_expire(*, now: datetime | None = None, limit: int) -> int:
+    now = now or timezone.now()
     rows = transitions.claim(
         from_status=Status.SCHEDULED,
         to_status=Status.EXPIRED,
@@ -66,14 +67,19 @@ def due_expire(*, now: datetime, limit: int) -> int:
         where_params=[now, now],
         order_by='"run_after"',
         limit=limit,
-        set_fields={"expired_at": now, "run_after": None, "status_reason": "validity passed before submission"},
+        set_fields={
+            "expired_at": now,
+            "run_after": None,
+            "status_reason": "validity passed before submission",
+        },
         now=now,
     )
     return len(rows)
 
 
-def due_messages_claim(*, priority: str, now: datetime, limit: int) -> list[int]:
+def due_messages_claim(*, priority: str, now: datetime | None = None, limit: int) -> list[int]:
     """scheduled -> queued for up to ``limit`` due messages of one priority class; publishes after commit."""
+    now = now or timezone.now()
     with transaction.atomic():
         rows = transitions.claim(
             from_status=Status.SCHEDULED,
@@ -94,9 +100,10 @@ def due_messages_claim(*, priority: str, now: datetime, limit: int) -> list[int]
     return ids
 
 
-def stale_queued_republish(*, now: datetime, limit: int) -> int:
+def stale_queued_republish(*, now: datetime | None = None, limit: int) -> int:
     """queued rows whose run_after passed: either a retry whose backoff elapsed, or a broker message
     presumed lost. Re-publishing is harmless: the worker's queued->sending CAS lets one task win."""
+    now = now or timezone.now()
     total = 0
     for priority in PRIORITY_ORDER:
         with transaction.atomic():
@@ -117,9 +124,10 @@ def stale_queued_republish(*, now: datetime, limit: int) -> int:
     return total
 
 
-def sending_leases_expire(*, now: datetime, limit: int) -> int:
+def sending_leases_expire(*, now: datetime | None = None, limit: int) -> int:
     """sending rows whose lease ran out (worker died, or an uncertain attempt awaits a look-up): extend
     the lease and hand them to the reconciler, which asks the provider before anything is resent."""
+    now = now or timezone.now()
     with transaction.atomic():
         rows = transitions.claim(
             from_status=Status.SENDING,
@@ -139,8 +147,8 @@ def sending_leases_expire(*, now: datetime, limit: int) -> int:
 
 
 def sweep_once(*, now: datetime | None = None, limit: int | None = None) -> SweepReport:
+    # Each step reads the clock itself: a timeline stamp must never precede the event that caused it.
     started = time.perf_counter()
-    now = now or timezone.now()
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = SweepReport()
     report.expired = due_expire(now=now, limit=limit)
@@ -163,7 +171,10 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
             reports.append(report)
             log.info(
                 "sweep expired=%d queued=%s republished=%d leases_expired=%d in %.1f ms",
-                report.expired, report.queued, report.republished, report.leases_expired,
+                report.expired,
+                report.queued,
+                report.republished,
+                report.leases_expired,
                 report.seconds * 1000,
             )
         if time.monotonic() >= deadline:

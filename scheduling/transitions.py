@@ -170,12 +170,18 @@ def _events(
     )
 
 
-def event_record(message_id: int, *, kind: str, actor: str = "system", details: dict | None = None,
-                 status: str = "") -> None:
+def event_record(
+    message_id: int, *, kind: str, actor: str = "system", details: dict | None = None, status: str = ""
+) -> None:
     """Timeline entry without a status change (cancel_rejected, attempt notes, ...)."""
     MessageEvent.objects.create(
-        message_id=message_id, kind=kind, from_status=status, to_status=status, actor=actor,
-        details=details or {}, created_at=timezone.now(),
+        message_id=message_id,
+        kind=kind,
+        from_status=status,
+        to_status=status,
+        actor=actor,
+        details=details or {},
+        created_at=timezone.now(),
     )
 
 
@@ -215,8 +221,15 @@ def transition(
         if not won:
             fresh = Message.objects.filter(pk=message_id).values_list("status", "version").get()
             return CasResult(False, fresh[0], fresh[1])
-        _events([message_id], kind=kind, from_status=status, to_status=to_status, actor=actor,
-                details=details, now=now)
+        _events(
+            [message_id],
+            kind=kind,
+            from_status=status,
+            to_status=to_status,
+            actor=actor,
+            details=details,
+            now=now,
+        )
     return CasResult(True, to_status, version + 1)
 
 
@@ -255,8 +268,15 @@ def transition_many(
                 [to_status, now, *set_params, *ids, from_status, *extra_params],
             )
             rows = _rows(cur, cols)
-        _events([r["id"] for r in rows], kind=kind, from_status=from_status, to_status=to_status,
-                actor=actor, details=details, now=now)
+        _events(
+            [r["id"] for r in rows],
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            actor=actor,
+            details=details,
+            now=now,
+        )
     return rows
 
 
@@ -303,8 +323,15 @@ def transition_versioned(
         with connection.cursor() as cur:
             cur.execute(sql, [*params, to_status, now, *set_params, from_status])
             moved = [r[0] for r in cur.fetchall()]
-        _events(moved, kind=kind, from_status=from_status, to_status=to_status, actor=actor,
-                details=details, now=now)
+        _events(
+            moved,
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            actor=actor,
+            details=details,
+            now=now,
+        )
     return moved
 
 
@@ -337,14 +364,22 @@ def claim(
     sql = (
         f'WITH picked AS MATERIALIZED (SELECT "id" AS pid FROM "{TABLE}" WHERE "status" = %s AND {where_sql} '
         f"ORDER BY {order_by} LIMIT %s{lock}) "
-        f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, "updated_at" = %s{set_sql} '
-        f'FROM picked WHERE "{TABLE}"."id" = picked.pid AND "{TABLE}"."status" = %s '
+        f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, '
+        f'"updated_at" = %s{set_sql} FROM picked '
+        f'WHERE "{TABLE}"."id" = picked.pid AND "{TABLE}"."status" = %s '
         f"RETURNING {returning_sql}"
     )
     with transaction.atomic():
         with connection.cursor() as cur:
             cur.execute(sql, [from_status, *where_params, limit, to_status, now, *set_params, from_status])
             rows = _rows(cur, cols)
-        _events([r["id"] for r in rows], kind=kind, from_status=from_status, to_status=to_status,
-                actor="system", details=details, now=now)
+        _events(
+            [r["id"] for r in rows],
+            kind=kind,
+            from_status=from_status,
+            to_status=to_status,
+            actor="system",
+            details=details,
+            now=now,
+        )
     return rows

@@ -32,10 +32,16 @@ def api_exception_handler(exc, context):
         return None
     code = getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ParseError):
-        body = {"code": "malformed_request", "message": str(exc.detail), "fields": {"body": [str(exc.detail)]}}
+        body = {
+            "code": "malformed_request",
+            "message": str(exc.detail),
+            "fields": {"body": [str(exc.detail)]},
+        }
     elif isinstance(exc, exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        fields = {k: [str(m) for m in (v if isinstance(v, list) else [v])] for k, v in _flatten(detail).items()}
+        fields = {
+            k: [str(m) for m in (v if isinstance(v, list) else [v])] for k, v in _flatten(detail).items()
+        }
         first = next(iter(fields.items()), ("request", ["invalid"]))
         body = {"code": "invalid", "message": f"{first[0]}: {first[1][0]}", "fields": fields}
     else:

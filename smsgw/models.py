@@ -69,7 +69,9 @@ class ApiKey(models.Model):
         return secrets.compare_digest(self.secret_hash, _hash_secret(secret))
 
 
-def api_key_create(*, tenant: Tenant, name: str = "default", scopes: list[str] | None = None) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, tenant: Tenant, name: str = "default", scopes: list[str] | None = None
+) -> tuple[ApiKey, str]:
     """Create a key and return it with the raw key string, which is shown once and never stored."""
     prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
     secret = secrets.token_urlsafe(KEY_SECRET_BYTES).replace("_", "x")

@@ -28,26 +28,57 @@ def recipient(i: int) -> str:
     return f"+1415{2000000 + i:07d}"
 
 
-def message(tenant: Tenant, *, due_in: float = 0, status: str = Status.SCHEDULED, to: str = RECIPIENT,
-            body: str = "hello", priority: str = "transactional", validity: float = 3600) -> Message:
+def message(
+    tenant: Tenant,
+    *,
+    due_in: float = 0,
+    status: str = Status.SCHEDULED,
+    to: str = RECIPIENT,
+    body: str = "hello",
+    priority: str = "transactional",
+    validity: float = 3600,
+) -> Message:
     now = timezone.now()
     due = now + timedelta(seconds=due_in)
     msg = Message.objects.create(
-        tenant=tenant, to=to, body=body, encoding="GSM-7", segments=1, from_number=tenant.default_from,
-        priority=priority, due_at=due, expires_at=due + timedelta(seconds=validity), run_after=due,
+        tenant=tenant,
+        to=to,
+        body=body,
+        encoding="GSM-7",
+        segments=1,
+        from_number=tenant.default_from,
+        priority=priority,
+        due_at=due,
+        expires_at=due + timedelta(seconds=validity),
+        run_after=due,
         status=status,
     )
     transitions.event_record(msg.pk, kind="created", status=status)
     return msg
 
 
-def messages_bulk(tenant: Tenant, n: int, *, due_at, priority: str = "transactional", validity: float = 3600,
-                  body: str = "bulk hello") -> list[int]:
+def messages_bulk(
+    tenant: Tenant,
+    n: int,
+    *,
+    due_at,
+    priority: str = "transactional",
+    validity: float = 3600,
+    body: str = "bulk hello",
+) -> list[int]:
     rows = [
         Message(
-            tenant=tenant, to=recipient(i), body=body, encoding="GSM-7", segments=1,
-            from_number=tenant.default_from, priority=priority, due_at=due_at,
-            expires_at=due_at + timedelta(seconds=validity), run_after=due_at, status=Status.SCHEDULED,
+            tenant=tenant,
+            to=recipient(i),
+            body=body,
+            encoding="GSM-7",
+            segments=1,
+            from_number=tenant.default_from,
+            priority=priority,
+            due_at=due_at,
+            expires_at=due_at + timedelta(seconds=validity),
+            run_after=due_at,
+            status=Status.SCHEDULED,
         )
         for i in range(n)
     ]

@@ -1,37 +1,34 @@
-"""Real processes for integration tests: celery workers and beat, started as the README starts them,
-pointed at the test database and the test broker. Each writes its log to a file the test can show."""
+"""Integration-test glue over smsgw.devprocs: processes pointed at pytest-django's test database."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile"
+from smsgw.devprocs import ALL_QUEUES, ROOT, Proc, celery_beat, celery_worker, free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = [
+    "ALL_QUEUES",
+    "ROOT",
+    "Proc",
+    "broker_purge",
+    "celery_beat",
+    "celery_worker",
+    "free_port",
+    "process_env",
+]
 
 
 def database_url() -> str:
-    """The URL of the database this test run uses (pytest-django's test database)."""
     db = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
-    return f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return (
+        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
 
 
 def process_env(**overrides: str) -> dict[str, str]:
@@ -46,66 +43,6 @@ def process_env(**overrides: str) -> dict[str, str]:
     return env
 
 
-class Proc:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], ready_marker: str | None = None):
-        self.name = name
-        self.log_path = Path(tempfile.mkstemp(prefix=f"smsgw-{name}-", suffix=".log")[1])
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        # Own process group: SIGKILL reaches the celery parent and its pool children together.
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-        if ready_marker:
-            self.wait_for(ready_marker)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, marker: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if marker in self.log():
-                return
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited {self.popen.returncode}:\n{self.log()[-4000:]}")
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log()[-4000:]}")
-
-    def kill9(self) -> None:
-        os.killpg(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(10)
-
-    def stop(self, timeout: float = 20) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(10)
-            except ProcessLookupError:
-                pass
-        self._log.close()
-
-
-def celery_worker(name: str, env: dict[str, str], *, queues: str = ALL_QUEUES, concurrency: int = 2) -> Proc:
-    return Proc(
-        f"worker-{name}",
-        [str(BIN / "celery"), "-A", "smsgw", "worker", "-Q", queues, "-c", str(concurrency), "-n", f"{name}@%h",
-         "--without-gossip", "--without-mingle", "-l", "INFO"],
-        env, ready_marker="ready.",
-    )
-
-
-def celery_beat(name: str, env: dict[str, str]) -> Proc:
-    schedule_dir = tempfile.mkdtemp(prefix=f"smsgw-beat-{name}-")
-    return Proc(
-        f"beat-{name}",
-        [str(BIN / "celery"), "-A", "smsgw", "beat", "-l", "INFO", "-S",
-         "django_celery_beat.schedulers:DatabaseScheduler", "--pidfile", f"{schedule_dir}/beat.pid"],
-        env, ready_marker="beat: Starting",
-    )
-
-
 def broker_purge() -> None:
     """Empty the test broker so one test's leftovers never feed the next."""
     url = settings.CELERY_BROKER_URL
@@ -118,7 +55,6 @@ def broker_purge() -> None:
 
         with app.connection_for_write() as conn:
             for queue in ALL_QUEUES.split(","):
-                try:
+                # A queue that does not exist yet has nothing to purge.
+                with contextlib.suppress(Exception):
                     conn.default_channel.queue_purge(queue)
-                except Exception:  # noqa: S110 - a queue that does not exist yet has nothing to purge
-                    pass

@@ -265,7 +265,7 @@ class _Conf:
 
 
 class _AsyncRuntime:
-    """One per process (and per settings): the loop thread, the async client and its semaphore."""
+    """One per process and settings: the async client (its pool lives on the loop) and the semaphore."""
 
     def __init__(self, conf: _Conf, loop: asyncio.AbstractEventLoop) -> None:
         self.conf = conf
@@ -282,7 +282,6 @@ class TwilioAdapter(ProviderAdapter):
 
     def __init__(self) -> None:
         self._reset_process_state()
-        self._closed = False
         ref = weakref.ref(self)
 
         def after_fork_in_child() -> None:

@@ -24,11 +24,11 @@ def test_message_resource_is_twilio_shaped(sandbox):
         to="+15550200001", from_=FROM, body="héllo", status_callback="http://127.0.0.1:1/cb"
     )
     credentials = base64.b64encode(f"{sandbox.account_sid}:{sandbox.auth_token}".encode()).decode()
-    request = urllib.request.Request(  # noqa: S310 - the local sandbox
+    request = urllib.request.Request(
         f"{sandbox.base_url}/2010-04-01/Accounts/{sandbox.account_sid}/Messages/{created.sid}.json",
         headers={"Authorization": f"Basic {credentials}"},
     )
-    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=5) as response:
         raw = json.loads(response.read())
     assert raw["sid"] == created.sid and len(raw["sid"]) == 34
     assert raw["account_sid"] == sandbox.account_sid

@@ -28,8 +28,10 @@ class Pipeline:
         self.sandbox = sandbox
         self.procs: list[processes.Proc] = []
         self.env = processes.process_env(
-            TWILIO_API_BASE_URL=sandbox.base_url, TWILIO_ACCOUNT_SID=sandbox.account_sid,
-            TWILIO_AUTH_TOKEN=sandbox.auth_token, **FAST,
+            TWILIO_API_BASE_URL=sandbox.base_url,
+            TWILIO_ACCOUNT_SID=sandbox.account_sid,
+            TWILIO_AUTH_TOKEN=sandbox.auth_token,
+            **FAST,
         )
 
     def worker(self, name: str = "w1", **kw) -> processes.Proc:
@@ -55,11 +57,13 @@ class Pipeline:
         counts = dict(Counter(Message.objects.values_list("status", flat=True)))
         raise AssertionError(f"timed out waiting for {what}; statuses {counts}\n{logs}")
 
-    def wait_all_final(self, ids, timeout: float = 60, final=(Status.SENT, Status.CANCELLED, Status.FAILED,
-                                                                Status.EXPIRED)) -> None:
+    def wait_all_final(
+        self, ids, timeout: float = 60, final=(Status.SENT, Status.CANCELLED, Status.FAILED, Status.EXPIRED)
+    ) -> None:
         self.wait_until(
             lambda: Message.objects.filter(pk__in=ids).exclude(status__in=final).count() == 0,
-            timeout, f"{len(ids)} messages to finish",
+            timeout,
+            f"{len(ids)} messages to finish",
         )
 
     def stop(self) -> None:

@@ -29,13 +29,16 @@ def client_for(raw_key: str) -> APIClient:
 
 
 def test_messages_due_in_a_few_seconds_are_sent_once_each_and_never_early(pipeline):
-    tenant, key = tenant_with_key("acme")
+    _, key = tenant_with_key("acme")
     api = client_for(key)
     due = (timezone.now() + timedelta(seconds=3)).replace(microsecond=0)
     ids = []
     for i in range(20):
-        resp = api.post("/v1/messages", {"to": recipient(i), "body": f"hello {i}", "send_at": due.isoformat()},
-                        format="json")
+        resp = api.post(
+            "/v1/messages",
+            {"to": recipient(i), "body": f"hello {i}", "send_at": due.isoformat()},
+            format="json",
+        )
         assert resp.status_code == 201, resp.content
         ids.append(resp.json()["id"])
     now_resp = api.post("/v1/messages", {"to": recipient(99), "body": "now"}, format="json")
@@ -99,7 +102,9 @@ def test_cancel_racing_the_sweep_ends_cancelled_and_unseen_or_sent_once(pipeline
             assert outcomes[public_id] == 200
             assert submitted[to] == 0, f"{public_id} cancelled yet seen by the sandbox"
         else:
-            assert outcomes[public_id] == 409, f"{public_id} sent but its cancel answered {outcomes[public_id]}"
+            assert outcomes[public_id] == 409, (
+                f"{public_id} sent but its cancel answered {outcomes[public_id]}"
+            )
             assert submitted[to] == 1
             assert MessageEvent.objects.filter(message_id=pk, kind="cancel_rejected").count() == 1
     assert sum(submitted.values()) == sum(1 for s in final.values() if s == Status.SENT)

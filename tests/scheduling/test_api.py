@@ -41,19 +41,33 @@ def test_local_time_in_new_york_resolves_to_utc_and_keeps_the_intent(api):
     local = datetime(timezone.now().year + 1, 7, 15, 9, 30)
     if local - datetime.now() > timedelta(days=399):
         local = local.replace(year=local.year - 1)
-    resp = post(api, {"to": RECIPIENT, "body": "hi", "send_at": local.isoformat(), "timezone": "America/New_York"})
+    resp = post(
+        api, {"to": RECIPIENT, "body": "hi", "send_at": local.isoformat(), "timezone": "America/New_York"}
+    )
     assert resp.status_code == 201, resp.content
     data = resp.json()
-    assert data["requested"] == {"send_at": local.isoformat(), "local_time": local.isoformat(),
-                                 "timezone": "America/New_York", "dst_policy": "earlier", "dst_adjustment": "none"}
+    assert data["requested"] == {
+        "send_at": local.isoformat(),
+        "local_time": local.isoformat(),
+        "timezone": "America/New_York",
+        "dst_policy": "earlier",
+        "dst_adjustment": "none",
+    }
     # July: EDT, UTC-4
     assert data["due_at"].startswith(local.replace(hour=13).isoformat())
 
 
 def test_dst_gap_is_moved_forward_and_recorded(api):
     year = timezone.now().year + 1
-    resp = post(api, {"to": RECIPIENT, "body": "hi", "send_at": f"{year}-03-{_second_sunday_march(year):02d}T02:30:00",
-                      "timezone": "America/New_York"})
+    resp = post(
+        api,
+        {
+            "to": RECIPIENT,
+            "body": "hi",
+            "send_at": f"{year}-03-{_second_sunday_march(year):02d}T02:30:00",
+            "timezone": "America/New_York",
+        },
+    )
     assert resp.status_code == 201, resp.content
     data = resp.json()
     assert data["requested"]["dst_adjustment"] == "gap_shifted_forward"
@@ -70,7 +84,10 @@ def _second_sunday_march(year):
 
 def test_absolute_time_with_offset(api):
     at = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
-    resp = post(api, {"to": RECIPIENT, "body": "hi", "send_at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")})
+    resp = post(
+        api,
+        {"to": RECIPIENT, "body": "hi", "send_at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")},
+    )
     assert resp.status_code == 201, resp.content
     assert Message.objects.get(public_id=resp.json()["id"]).due_at == at
 
@@ -88,12 +105,16 @@ def test_get_list_and_events(api):
 
 
 def test_cancel_scheduled_then_repeat_is_harmless(api):
-    mid = post(api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}).json()["id"]
+    mid = post(
+        api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}
+    ).json()["id"]
     resp = api.post(f"/v1/messages/{mid}/cancel")
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
     again = api.post(f"/v1/messages/{mid}/cancel")
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
-    kinds = list(MessageEvent.objects.filter(message__public_id=mid).order_by("id").values_list("kind", flat=True))
+    kinds = list(
+        MessageEvent.objects.filter(message__public_id=mid).order_by("id").values_list("kind", flat=True)
+    )
     assert kinds == ["created", "cancelled", "cancel_repeated"]
 
 
@@ -111,7 +132,9 @@ def test_cancel_after_sending_began_is_409_with_the_real_stage(api, stage):
 
 
 def test_patch_reschedules_while_scheduled_and_records_a_version(api):
-    mid = post(api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}).json()["id"]
+    mid = post(
+        api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}
+    ).json()["id"]
     new_at = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
     resp = api.patch(f"/v1/messages/{mid}", {"send_at": new_at.isoformat(), "body": "changed"}, format="json")
     assert resp.status_code == 200, resp.content
@@ -125,7 +148,9 @@ def test_patch_after_sending_is_409_and_changes_nothing(api):
     mid = post(api, {"to": RECIPIENT, "body": "x"}).json()["id"]
     msg = Message.objects.get(public_id=mid)
     transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
-    transitions.transition(msg.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started")
+    transitions.transition(
+        msg.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started"
+    )
     resp = api.patch(f"/v1/messages/{mid}", {"body": "too late"}, format="json")
     assert resp.status_code == 409 and resp.json()["error"]["status"] == "sending"
     msg.refresh_from_db()
@@ -152,7 +177,10 @@ def test_idempotency_key_replays_and_rejects_a_different_body(api):
         ({"to": "+1abc", "body": "x"}, "to"),
         ({"to": RECIPIENT, "body": ""}, "body"),
         ({"to": RECIPIENT, "body": "x", "timezone": "Mars/Olympus"}, "timezone"),
-        ({"to": RECIPIENT, "body": "x", "send_at": "2030-01-01T09:00:00", "timezone": "Nowhere/Land"}, "timezone"),
+        (
+            {"to": RECIPIENT, "body": "x", "send_at": "2030-01-01T09:00:00", "timezone": "Nowhere/Land"},
+            "timezone",
+        ),
         ({"to": RECIPIENT, "body": "x", "send_at": "tomorrow at nine"}, "send_at"),
         ({"to": RECIPIENT, "body": "x", "send_at": "2020-01-01T09:00:00Z"}, "send_at"),
         ({"to": RECIPIENT, "body": "x" * 1531}, "body"),
@@ -180,7 +208,9 @@ def test_malformed_json_is_400(api):
 
 
 def test_rejected_patch_changes_nothing(api):
-    mid = post(api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}).json()["id"]
+    mid = post(
+        api, {"to": RECIPIENT, "body": "x", "send_at": (timezone.now() + timedelta(hours=1)).isoformat()}
+    ).json()["id"]
     before = Message.objects.get(public_id=mid)
     resp = api.patch(f"/v1/messages/{mid}", {"body": "ok", "timezone": "Bad/Zone"}, format="json")
     assert resp.status_code == 400 and "timezone" in field_of(resp)

@@ -18,8 +18,12 @@ class Command(BaseCommand):
         parser.add_argument("--from", dest="default_from", default="", help="Default sender (E.164).")
         parser.add_argument("--messaging-service-sid", default="")
         parser.add_argument("--timezone", default="UTC")
-        parser.add_argument("--if-exists", choices=["error", "new-key"], default="error",
-                            help="When the slug exists: fail (default) or issue another key for it.")
+        parser.add_argument(
+            "--if-exists",
+            choices=["error", "new-key"],
+            default="error",
+            help="When the slug exists: fail (default) or issue another key for it.",
+        )
 
     def handle(self, *args, **opts):
         slug = opts["slug"] or slugify(opts["name"])
@@ -41,9 +45,14 @@ class Command(BaseCommand):
                 raise CommandError(f"tenant {slug!r} exists; use --if-exists new-key to issue another key")
             if tenant is None:
                 tenant = Tenant.objects.create(
-                    name=opts["name"], slug=slug, default_from=default_from,
-                    messaging_service_sid=opts["messaging_service_sid"], default_timezone=opts["timezone"],
+                    name=opts["name"],
+                    slug=slug,
+                    default_from=default_from,
+                    messaging_service_sid=opts["messaging_service_sid"],
+                    default_timezone=opts["timezone"],
                 )
             key, raw = api_key_create(tenant=tenant)
-        self.stderr.write(f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… (store it now, it is not kept)")
+        self.stderr.write(
+            f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… (store it now, it is not kept)"
+        )
         self.stdout.write(raw)

@@ -1,0 +1,163 @@
+"""Run the sandbox provider as a real separate process (tests and the benchmark).
+
+    with SandboxProcess() as sandbox:
+        sandbox.config(latency_ms=50, rules=[{"to": "+15550001111", "action": "429"}])
+        ...
+        sandbox.stats(); sandbox.list_messages(to="+15550001111"); sandbox.reset()
+
+The process is started with ``--port 0`` and reports the port it bound in its first stdout line, so
+there is no free-port race. ``list_messages`` goes through the twilio SDK's synchronous client with its
+API domain pointed at the sandbox (independently of the adapter's own base-URL plumbing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
+DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
+_LISTENING = re.compile(r"sandbox listening on (http://\S+)")
+
+
+def unused_port() -> int:
+    """A port nothing listens on (bound then released; nothing else is expected to take it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SandboxProcess:
+    def __init__(
+        self,
+        *,
+        account_sid: str = DEFAULT_ACCOUNT_SID,
+        auth_token: str = DEFAULT_AUTH_TOKEN,
+        extra_args: list[str] | None = None,
+        start_timeout: float = 15.0,
+    ) -> None:
+        self.account_sid = account_sid
+        self.auth_token = auth_token
+        self.extra_args = list(extra_args or [])
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen | None = None
+        self.base_url = ""
+        self._stderr = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> SandboxProcess:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("SANDBOX_PORT", None)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "delivery.sandbox",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--account-sid",
+                self.account_sid,
+                "--auth-token",
+                self.auth_token,
+                *self.extra_args,
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        line = self._read_first_line()  # the server prints exactly one line, when ready
+        match = _LISTENING.search(line)
+        if not match:
+            self._fail(f"sandbox did not start: {line!r}")
+        self.base_url = match.group(1)
+        self._wait_healthy()
+        return self
+
+    def _read_first_line(self) -> str:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout=self.start_timeout):
+                return ""
+        return self.process.stdout.readline()
+
+    def _fail(self, message: str) -> None:
+        self.stop()
+        raise RuntimeError(f"{message}\n{self.stderr_text()}")
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                self._request("GET", "/_sandbox/health")
+                return
+            except (OSError, urllib.error.URLError):
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self._fail("sandbox not healthy")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")
+
+    def __enter__(self) -> SandboxProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    # -- control API --------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, payload: Any = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        url = self.base_url + path  # always http://127.0.0.1:port, read from the process
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return json.loads(response.read())
+
+    def config(self, **changes: Any) -> dict:
+        """POST the given keys (merged into the current config); returns the whole config. With no
+        keys, just GET it."""
+        if not changes:
+            return self._request("GET", "/_sandbox/config")
+        return self._request("POST", "/_sandbox/config", changes)
+
+    def reset(self) -> None:
+        self._request("POST", "/_sandbox/reset", {})
+
+    def stats(self) -> dict:
+        return self._request("GET", "/_sandbox/stats")

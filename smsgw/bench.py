@@ -1,0 +1,370 @@
+"""Benchmark scenarios (SPEC §10, lifecycle issue). Run through ``manage.py bench``; they print figures
+and never assert. They need PostgreSQL (DATABASE_URL) and a real broker (CELERY_BROKER_URL), and they
+start their own sandbox, beat and workers as real processes, exactly as production runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import psutil
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from scheduling.models import Message
+from smsgw import devprocs
+from smsgw.models import Tenant, api_key_create
+
+BENCH_TENANT = "bench"
+SWEEP_LOG = re.compile(
+    r"sweep expired=\d+ queued=\{([^}]*)\} republished=\d+ leases_expired=\d+ in ([\d.]+) ms"
+)
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def bench_reset() -> Tenant:
+    """Empty the message tables (the bench database only) and return the bench tenant."""
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE scheduling_messageevent, delivery_attempt, scheduling_message CASCADE")
+    tenant, _ = Tenant.objects.get_or_create(
+        slug=BENCH_TENANT, defaults={"name": "Benchmark", "default_from": "+14155550100"}
+    )
+    return tenant
+
+
+def messages_load(
+    tenant: Tenant,
+    n: int,
+    *,
+    first_due,
+    spread_seconds: float = 0.0,
+    offset: int = 0,
+    priority: str = "transactional",
+) -> None:
+    """Insert n accepted messages in one statement (as the API would store them, minus the per-request
+    work). ``spread_seconds`` > 0 spreads due times evenly over that window."""
+    step = spread_seconds / n if spread_seconds else 0.0
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, messaging_service_sid,
+                body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
+                dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
+                attempt_count, provider, provider_status, error_code, created_at, updated_at,
+                request_fingerprint)
+            SELECT 'msg_' || substr(md5(random()::text || g::text), 1, 24), %s,
+                   '+1415' || lpad((2000000 + g)::text, 7, '0'), '+14155550100', '',
+                   'Benchmark message ' || g, 'GSM-7', 1, %s, '{}', '', '', 'earlier', 'none',
+                   %s + make_interval(secs => (g - %s) * %s), %s + interval '2 days', 'scheduled', '', 1,
+                   %s + make_interval(secs => (g - %s) * %s), 0, '', '', '', now(), now(), ''
+            FROM generate_series(%s, %s) AS g
+            """,
+            [
+                tenant.pk,
+                priority,
+                first_due,
+                offset,
+                step,
+                first_due,
+                first_due,
+                offset,
+                step,
+                offset,
+                offset + n - 1,
+            ],
+        )
+
+
+@dataclass
+class MemorySampler:
+    """Peak RSS per process over the worker process trees, sampled in a background thread."""
+
+    pids: list[int]
+    interval: float = 0.25
+    peak_process_mb: float = 0.0
+    peak_total_mb: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            total = 0.0
+            for pid in self.pids:
+                try:
+                    root = psutil.Process(pid)
+                    for proc in [root, *root.children(recursive=True)]:
+                        rss = proc.memory_info().rss / 2**20
+                        total += rss
+                        self.peak_process_mb = max(self.peak_process_mb, rss)
+                except psutil.Error:
+                    continue
+            self.peak_total_mb = max(self.peak_total_mb, total)
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+class Topology:
+    """sandbox + beat + one sweep worker + send workers, as separate processes."""
+
+    def __init__(
+        self, *, latency_ms: int, send_concurrency: int, send_workers: int = 1, pool: str = "prefork"
+    ):
+        from delivery.sandbox.process import SandboxProcess
+
+        self.sandbox = SandboxProcess(extra_args=["--latency-ms", str(latency_ms)]).start()
+        self.env = dict(os.environ)
+        self.env.update(
+            TWILIO_API_BASE_URL=self.sandbox.base_url,
+            TWILIO_ACCOUNT_SID=self.sandbox.account_sid,
+            TWILIO_AUTH_TOKEN=self.sandbox.auth_token,
+            PYTHONUNBUFFERED="1",
+            SMSGW_LOG_LEVEL="INFO",
+        )
+        self.procs: list[devprocs.Proc] = []
+        self.sweeper = devprocs.celery_worker("sweeper", self.env, queues="sweep", concurrency=1)
+        self.procs.append(self.sweeper)
+        self.senders = [
+            devprocs.celery_worker(
+                f"sender{i}", self.env, queues=devprocs.SEND_QUEUES, concurrency=send_concurrency, pool=pool
+            )
+            for i in range(send_workers)
+        ]
+        self.procs += self.senders
+        self.beat = devprocs.celery_beat("beat", self.env)
+        self.procs.append(self.beat)
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in [self.sweeper, *self.senders]]
+
+    def sweep_passes(self) -> list[tuple[int, float]]:
+        out = []
+        for line in SWEEP_LOG.findall(self.sweeper.log()):
+            claimed = sum(int(v) for v in re.findall(r": (\d+)", line[0]))
+            out.append((claimed, float(line[1])))
+        return out
+
+    def stop(self):
+        for p in self.procs:
+            p.stop()
+        self.sandbox.stop()
+
+
+def _percentiles(where: str, params: list) -> dict:
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""SELECT count(*),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
+                   max(extract(epoch FROM sent_at - due_at)),
+                   count(*) FILTER (WHERE sent_at < due_at),
+                   min(sent_at), max(sent_at), min(due_at)
+               FROM scheduling_message WHERE status = 'sent' AND {where}""",
+            params,
+        )
+        n, p50, p95, p99, mx, early, first_sent, last_sent, first_due = cur.fetchone()
+    return {
+        "sent": n,
+        "lag_p50_s": p50,
+        "lag_p95_s": p95,
+        "lag_p99_s": p99,
+        "lag_max_s": mx,
+        "sent_early": early,
+        "first_sent": first_sent,
+        "last_sent": last_sent,
+        "first_due": first_due,
+    }
+
+
+def _wait_sent(n: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    sent = 0
+    while time.monotonic() < deadline:
+        sent = Message.objects.filter(status="sent").count()
+        if sent >= n:
+            break
+        time.sleep(0.5)
+    return sent
+
+
+def _sweep_summary(passes: list[tuple[int, float]]) -> dict:
+    busy = [(n, ms) for n, ms in passes if n]
+    if not busy:
+        return {"passes": 0}
+    return {
+        "passes_with_work": len(busy),
+        "claimed_per_pass_max": max(n for n, _ in busy),
+        "pass_ms_p50": statistics.median(ms for _, ms in busy),
+        "pass_ms_max": max(ms for _, ms in busy),
+        "ms_per_1000_claimed": 1000 * sum(ms for _, ms in busy) / max(1, sum(n for n, _ in busy)),
+    }
+
+
+def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, timeout: float) -> dict:
+    tenant = bench_reset()
+    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    try:
+        due = timezone.now() + timedelta(seconds=lead_seconds)
+        messages_load(tenant, n, first_due=due)
+        with connection.cursor() as cur:
+            cur.execute("ANALYZE scheduling_message")
+        _say(f"burst: {n} messages due at {due.isoformat()} (sandbox latency {latency_ms} ms)")
+        with MemorySampler(topo.worker_pids()) as mem:
+            sent = _wait_sent(n, timeout)
+        stats = _percentiles("tenant_id = %s", [tenant.pk])
+        span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
+        return {
+            "scenario": "burst",
+            "messages": n,
+            "sandbox_latency_ms": latency_ms,
+            "broker": _broker(),
+            "all_sent": sent >= n,
+            "due_to_last_sent_s": span,
+            "throughput_msg_s": n / span if span else None,
+            **{k: v for k, v in stats.items() if k.startswith(("lag", "sent"))},
+            "sandbox_submissions": topo.sandbox.stats()["submissions"],
+            "sweep": _sweep_summary(topo.sweep_passes()),
+            "worker_peak_rss_mb_per_process": mem.peak_process_mb,
+            "worker_peak_rss_mb_total": mem.peak_total_mb,
+        }
+    finally:
+        topo.stop()
+
+
+def steady(*, rate: int, seconds: int, latency_ms: int, concurrency: int, timeout: float) -> dict:
+    tenant = bench_reset()
+    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    try:
+        n = rate * seconds
+        due = timezone.now() + timedelta(seconds=5)
+        messages_load(tenant, n, first_due=due, spread_seconds=seconds)
+        _say(f"steady: {rate}/s for {seconds}s ({n} messages) from {due.isoformat()}")
+        with MemorySampler(topo.worker_pids()) as mem:
+            sent = _wait_sent(n, seconds + timeout)
+        stats = _percentiles("tenant_id = %s", [tenant.pk])
+        return {
+            "scenario": "steady",
+            "rate_per_s": rate,
+            "seconds": seconds,
+            "broker": _broker(),
+            "all_sent": sent >= n,
+            **{k: v for k, v in stats.items() if k.startswith(("lag", "sent"))},
+            "sweep": _sweep_summary(topo.sweep_passes()),
+            "worker_peak_rss_mb_per_process": mem.peak_process_mb,
+        }
+    finally:
+        topo.stop()
+
+
+def pending(*, n: int, repeats: int, idle_seconds: int) -> dict:
+    from scheduling.sweep import sweep_once
+
+    tenant = bench_reset()
+    chunk = 250_000
+    tomorrow = timezone.now() + timedelta(days=1)
+    for start in range(0, n, chunk):
+        messages_load(tenant, min(chunk, n - start), first_due=tomorrow, offset=start)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE scheduling_message")
+    _say(f"pending: {n} messages scheduled for {tomorrow.isoformat()}")
+    sweep_once()  # warm caches and connection
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        report = sweep_once()
+        times.append((time.perf_counter() - started) * 1000)
+        assert report.total == 0
+    topo = Topology(latency_ms=0, send_concurrency=2)
+    try:
+        with MemorySampler(topo.worker_pids()) as mem:
+            time.sleep(idle_seconds)
+    finally:
+        topo.stop()
+    times.sort()
+    return {
+        "scenario": "pending",
+        "pending": n,
+        "empty_sweep_ms_p50": statistics.median(times),
+        "empty_sweep_ms_p99": times[int(len(times) * 0.99) - 1],
+        "empty_sweep_ms_max": times[-1],
+        "worker_peak_rss_mb_per_process": mem.peak_process_mb,
+        "worker_peak_rss_mb_total": mem.peak_total_mb,
+        "idle_seconds": idle_seconds,
+    }
+
+
+def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int) -> dict:
+    import aiohttp
+
+    tenant = bench_reset()
+    _, key = api_key_create(tenant=tenant, name="bench")
+    port = devprocs.free_port()
+    env = dict(os.environ)
+    web = devprocs.gunicorn(env, port=port, workers=web_workers, threads=threads)
+    url = f"http://127.0.0.1:{port}/v1/messages"
+    latencies: list[float] = []
+    codes: dict[int, int] = {}
+
+    async def run():
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        stop_at = time.monotonic() + seconds
+        counter = iter(range(10**9))
+        async with aiohttp.ClientSession(
+            headers=headers, connector=aiohttp.TCPConnector(limit=concurrency)
+        ) as session:
+
+            async def client():
+                while time.monotonic() < stop_at:
+                    i = next(counter)
+                    body = json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
+                    started = time.perf_counter()
+                    async with session.post(url, data=body) as resp:
+                        await resp.read()
+                        codes[resp.status] = codes.get(resp.status, 0) + 1
+                    latencies.append(time.perf_counter() - started)
+
+            await asyncio.gather(*(client() for _ in range(concurrency)))
+
+    try:
+        started = time.perf_counter()
+        asyncio.run(run())
+        elapsed = time.perf_counter() - started
+    finally:
+        web.stop()
+    latencies.sort()
+    stored = Message.objects.filter(tenant=tenant).count()
+    return {
+        "scenario": "ingest",
+        "seconds": round(elapsed, 2),
+        "requests": len(latencies),
+        "requests_per_s": len(latencies) / elapsed,
+        "status_codes": codes,
+        "stored": stored,
+        "latency_ms_p50": 1000 * latencies[len(latencies) // 2],
+        "latency_ms_p99": 1000 * latencies[int(len(latencies) * 0.99) - 1],
+        "web_workers": web_workers,
+        "threads": threads,
+        "client_concurrency": concurrency,
+    }
+
+
+def _broker() -> str:
+    return settings.CELERY_BROKER_URL.split("://", 1)[0]

@@ -1,0 +1,139 @@
+"""Start the gateway's own processes (celery worker, beat) as real subprocesses, for the integration
+tests and the benchmark. Each writes to a log file; SIGKILL reaches the whole process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile"
+SEND_QUEUES = "send.transactional,send.bulk,reconcile"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], ready_marker: str | None = None):
+        self.name = name
+        self.log_path = Path(tempfile.mkstemp(prefix=f"smsgw-{name}-", suffix=".log")[1])
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        # Own process group: SIGKILL reaches the celery parent and its pool children together.
+        self.popen = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        if ready_marker:
+            self.wait_for(ready_marker)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, marker: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if marker in self.log():
+                return
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.popen.returncode}:\n{self.log()[-4000:]}")
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log()[-4000:]}")
+
+    def kill9(self) -> None:
+        os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(10)
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(10)
+            except ProcessLookupError:
+                pass
+        self._log.close()
+
+
+def celery_worker(
+    name: str, env: dict[str, str], *, queues: str = ALL_QUEUES, concurrency: int = 2, pool: str = "prefork"
+) -> Proc:
+    return Proc(
+        f"worker-{name}",
+        [
+            str(BIN / "celery"),
+            "-A",
+            "smsgw",
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-P",
+            pool,
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "INFO",
+        ],
+        env,
+        ready_marker="ready.",
+    )
+
+
+def celery_beat(name: str, env: dict[str, str]) -> Proc:
+    schedule_dir = tempfile.mkdtemp(prefix=f"smsgw-beat-{name}-")
+    return Proc(
+        f"beat-{name}",
+        [
+            str(BIN / "celery"),
+            "-A",
+            "smsgw",
+            "beat",
+            "-l",
+            "INFO",
+            "-S",
+            "django_celery_beat.schedulers:DatabaseScheduler",
+            "--pidfile",
+            f"{schedule_dir}/beat.pid",
+        ],
+        env,
+        ready_marker="beat: Starting",
+    )
+
+
+def gunicorn(env: dict[str, str], *, port: int, workers: int = 4, threads: int = 1) -> Proc:
+    proc = Proc(
+        "web",
+        [
+            str(BIN / "gunicorn"),
+            "smsgw.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+        ],
+        env,
+        ready_marker="Booting worker",
+    )
+    time.sleep(1.0)
+    return proc

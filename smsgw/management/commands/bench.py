@@ -1,0 +1,85 @@
+"""manage.py bench {burst,steady,pending,ingest} ... — prints figures, asserts nothing."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from smsgw import bench
+
+
+class Command(BaseCommand):
+    help = "Benchmark the pipeline on PostgreSQL + a real broker (empties the message tables first!)."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="scenario", required=True)
+        p = sub.add_parser("burst", help="N messages due at one moment")
+        p.add_argument("--messages", type=int, default=50_000)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument("--concurrency", type=int, default=2, help="send worker processes")
+        p.add_argument("--lead", type=float, default=10.0, help="seconds between load and due moment")
+        p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("steady", help="a constant rate of messages becoming due")
+        p.add_argument("--rate", type=int, default=500)
+        p.add_argument("--seconds", type=int, default=60)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument("--concurrency", type=int, default=2)
+        p.add_argument("--timeout", type=float, default=120.0)
+        p = sub.add_parser("pending", help="empty sweep cost and worker memory with many pending")
+        p.add_argument("--messages", type=int, default=1_000_000)
+        p.add_argument("--repeats", type=int, default=200)
+        p.add_argument("--idle-seconds", type=int, default=20)
+        p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
+        p.add_argument("--seconds", type=int, default=15)
+        p.add_argument("--concurrency", type=int, default=32, help="client connections")
+        p.add_argument("--web-workers", type=int, default=3)
+        p.add_argument("--threads", type=int, default=1)
+        parser.add_argument("--yes", action="store_true", help="allow a database whose name lacks 'bench'")
+
+    def handle(self, *args, scenario, yes, **opts):
+        if connection.vendor != "postgresql":
+            raise CommandError("the benchmark runs on PostgreSQL: set DATABASE_URL")
+        if "bench" not in connection.settings_dict["NAME"] and not yes:
+            raise CommandError("this empties the message tables; use a database named *bench* or pass --yes")
+        opts = {
+            k: v
+            for k, v in opts.items()
+            if k
+            not in (
+                "verbosity",
+                "settings",
+                "pythonpath",
+                "traceback",
+                "no_color",
+                "force_color",
+                "skip_checks",
+            )
+        }
+        if scenario == "burst":
+            result = bench.burst(
+                n=opts["messages"],
+                latency_ms=opts["latency_ms"],
+                concurrency=opts["concurrency"],
+                lead_seconds=opts["lead"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "steady":
+            result = bench.steady(
+                rate=opts["rate"],
+                seconds=opts["seconds"],
+                latency_ms=opts["latency_ms"],
+                concurrency=opts["concurrency"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "pending":
+            result = bench.pending(
+                n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"]
+            )
+        else:
+            result = bench.ingest(
+                seconds=opts["seconds"],
+                concurrency=opts["concurrency"],
+                web_workers=opts["web_workers"],
+                threads=opts["threads"],
+            )
+        self.stdout.write(json.dumps(result, indent=2, default=str))
