@@ -18,7 +18,8 @@ class AttemptOutcome(models.TextChoices):
 
 
 class Attempt(models.Model):
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attempts")
+    # Indexed through the (message, number) unique constraint.
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveSmallIntegerField()
     provider = models.CharField(max_length=32)
     route = models.CharField(max_length=64, blank=True)

@@ -7,7 +7,6 @@ timeline. Two short transactions per batch (claim + attempts; outcomes) instead 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome
 from delivery.providers import get_adapter
 from delivery.providers.base import Outcome, Submission, SubmitResult
@@ -93,18 +93,7 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             now=now,
         )
         # Committed with the claim, before any provider call: a crash from here on leaves evidence.
-        attempts = Attempt.objects.bulk_create(
-            [
-                Attempt(
-                    message_id=r["id"],
-                    number=r["attempt_count"],
-                    provider=adapter.name,
-                    idempotency_token=secrets.token_hex(16),
-                    started_at=now,
-                )
-                for r in rows
-            ]
-        )
+        attempts = attempts_start(rows, provider=adapter.name, started_at=now)
     report.claimed = len(rows)
     if not rows:
         return report
@@ -203,18 +192,7 @@ def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[Sub
 
     per_row = {mid: values for mid, _, values in (*sent, *retry, *failed)}
     with transaction.atomic():
-        Attempt.objects.bulk_update(
-            attempts,
-            [
-                "finished_at",
-                "outcome",
-                "http_status",
-                "provider_code",
-                "provider_message_id",
-                "latency_ms",
-                "response",
-            ],
-        )
+        attempts_finish(attempts, finished_at=now)
         transitions.transition_versioned(
             sent,
             from_status=Status.SENDING,

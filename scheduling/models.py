@@ -46,7 +46,9 @@ def new_public_id() -> str:
 
 class Message(models.Model):
     public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="messages")
+    # No separate index on tenant_id: msg_tenant_recent (tenant, -id) serves every tenant lookup, and each
+    # index costs an entry per status change (status updates cannot be HOT; status is in index predicates).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="messages", db_index=False)
 
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
@@ -122,7 +124,8 @@ class Message(models.Model):
 class MessageEvent(models.Model):
     """Append-only timeline entry. Written only by ``scheduling.transitions`` and the services."""
 
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events")
+    # Indexed through msgevent_timeline (message, id); a second FK index would only cost writes.
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=32)
     from_status = models.CharField(max_length=16, blank=True)
     to_status = models.CharField(max_length=16, blank=True)

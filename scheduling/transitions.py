@@ -12,6 +12,7 @@ CAS condition, version bump and event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.models import Message, MessageEvent, Status
+from smsgw.db import in_clause, is_postgres, pg_array_type
 
 S = Status
 ALLOWED: frozenset[tuple[str, str]] = frozenset(
@@ -83,6 +85,7 @@ SETTABLE = frozenset(
 RETURNABLE = SETTABLE | {"id", "version", "status", "expires_at", "tenant_id", "created_at"}
 
 TABLE = Message._meta.db_table
+EVENT_TABLE = MessageEvent._meta.db_table
 
 
 class TransitionNotAllowed(Exception):
@@ -154,20 +157,37 @@ def _sqlite_value(field, value):
 def _events(
     ids: Iterable[int], *, kind: str, from_status: str, to_status: str, actor: str, details, now: datetime
 ) -> None:
-    MessageEvent.objects.bulk_create(
-        [
-            MessageEvent(
-                message_id=mid,
-                kind=kind,
-                from_status=from_status,
-                to_status=to_status,
-                actor=actor,
-                details=details(mid) if callable(details) else (details or {}),
-                created_at=now,
-            )
-            for mid in ids
-        ]
-    )
+    ids = list(ids)
+    if not ids:
+        return
+    if not is_postgres():
+        MessageEvent.objects.bulk_create(
+            [
+                MessageEvent(
+                    message_id=mid,
+                    kind=kind,
+                    from_status=from_status,
+                    to_status=to_status,
+                    actor=actor,
+                    details=details(mid) if callable(details) else (details or {}),
+                    created_at=now,
+                )
+                for mid in ids
+            ]
+        )
+        return
+    # One INSERT ... SELECT FROM unnest(arrays): same statement text for any batch size.
+    if callable(details):
+        per_row = [json.dumps(details(mid), default=str) for mid in ids]
+    else:
+        per_row = [json.dumps(details or {}, default=str)] * len(ids)
+    with connection.cursor() as cur:
+        cur.execute(
+            f'INSERT INTO "{EVENT_TABLE}" ("message_id", "kind", "from_status", "to_status", "actor", '
+            f'"details", "created_at") SELECT m, %s, %s, %s, %s, d::jsonb, %s '
+            f"FROM unnest(%s::bigint[], %s::text[]) AS t(m, d)",
+            [kind, from_status, to_status, actor, now, ids, per_row],
+        )
 
 
 def event_record(
@@ -202,7 +222,7 @@ def transition(
     _check(froms, to_status)
     now = now or timezone.now()
     set_sql, set_params = _set_clause(set_fields or {})
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
         # event's from_status is exact even when several source statuses are allowed.
         current = Message.objects.filter(pk=message_id).values_list("status", "version").first()
@@ -259,13 +279,13 @@ def transition_many(
         set_sql += ', "attempt_count" = "attempt_count" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
     cols = list(dict.fromkeys(["id", *returning]))
-    placeholders = ", ".join(["%s"] * len(ids))
-    with transaction.atomic():
+    id_sql, id_params = in_clause('"id"', list(ids))
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
             cur.execute(
                 f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
-                f'WHERE "id" IN ({placeholders}) AND "status" = %s{extra} RETURNING {_returning(cols)}',
-                [to_status, now, *set_params, *ids, from_status, *extra_params],
+                f'WHERE {id_sql} AND "status" = %s{extra} RETURNING {_returning(cols)}',
+                [to_status, now, *set_params, *id_params, from_status, *extra_params],
             )
             rows = _rows(cur, cols)
         _events(
@@ -303,25 +323,29 @@ def transition_versioned(
     if set(per_row) - SETTABLE:
         raise ValueError(f"not settable: {per_row}")
     fields = [Message._meta.get_field(c) for c in per_row]
-    # One VALUES list joined on id: a single statement for the whole batch, CAS per row on version.
-    value_sql = ", ".join(
-        ["(CAST(%s AS BIGINT), CAST(%s AS BIGINT)" + "".join(", %s" for _ in per_row) + ")"] * len(items)
-    )
-    params: list[Any] = []
-    for mid, version, values in items:
-        params += [mid, version, *[f.get_db_prep_save(values[f.name], connection) for f in fields]]
     vcols = ", ".join(["vid", "vversion", *[f"v_{c}" for c in per_row]])
     per_row_set = "".join(f', "{f.column}" = v.v_{f.name}' for f in fields)
+    columns = [[mid for mid, _, _ in items], [version for _, version, _ in items]] + [
+        [f.get_db_prep_save(values[f.name], connection) for _, _, values in items] for f in fields
+    ]
+    if is_postgres():
+        # Arrays: one statement text for every batch size (see smsgw.db).
+        types = ["bigint[]", "bigint[]", *[pg_array_type(f) for f in fields]]
+        source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({vcols})"
+        params: list[Any] = columns
+    else:
+        row_sql = "(CAST(%s AS BIGINT), CAST(%s AS BIGINT)" + "".join(", %s" for _ in per_row) + ")"
+        source = f"WITH v({vcols}) AS (VALUES {', '.join([row_sql] * len(items))}) SELECT * FROM v"
+        params = [value for row in zip(*columns, strict=True) for value in row]
     sql = (
-        f"WITH v({vcols}) AS (VALUES {value_sql}) "
         f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, "updated_at" = %s'
-        f"{set_sql}{per_row_set} FROM v "
+        f"{set_sql}{per_row_set} FROM ({source}) AS v "
         f'WHERE "{TABLE}"."id" = v.vid AND "{TABLE}"."version" = v.vversion AND "{TABLE}"."status" = %s '
         f'RETURNING "{TABLE}"."id"'
     )
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
-            cur.execute(sql, [*params, to_status, now, *set_params, from_status])
+            cur.execute(sql, [to_status, now, *set_params, *params, from_status])
             moved = [r[0] for r in cur.fetchall()]
         _events(
             moved,
@@ -369,7 +393,7 @@ def claim(
         f'WHERE "{TABLE}"."id" = picked.pid AND "{TABLE}"."status" = %s '
         f"RETURNING {returning_sql}"
     )
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
             cur.execute(sql, [from_status, *where_params, limit, to_status, now, *set_params, from_status])
             rows = _rows(cur, cols)

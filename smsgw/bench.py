@@ -97,9 +97,14 @@ class MemorySampler:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self):
+        self._cpu_start = _cpu_by_kind(self.pids)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time each kind of process used while the sampler ran (workers, postgres, redis, ...)."""
+        return {k: round(v - self._cpu_start.get(k, 0.0), 2) for k, v in _cpu_by_kind(self.pids).items()}
 
     def _run(self):
         while not self._stop.is_set():
@@ -119,6 +124,47 @@ class MemorySampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def _cpu_by_kind(worker_pids: list[int]) -> dict[str, float]:
+    """Cumulative CPU seconds by process kind, children included. Kinds: each worker tree by its
+    celery node name, plus postgres, redis, rabbitmq and the sandbox found by name."""
+    out: dict[str, float] = {}
+    seen = set()
+    for pid in worker_pids:
+        try:
+            root = psutil.Process(pid)
+            name = next((a.split("@")[0] for a in root.cmdline() if "@" in a), str(pid))
+            total = 0.0
+            for proc in [root, *root.children(recursive=True)]:
+                t = proc.cpu_times()
+                total += t.user + t.system
+                seen.add(proc.pid)
+            out[name] = total
+        except psutil.Error:
+            continue
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        if proc.pid in seen or proc.info["cpu_times"] is None:
+            continue
+        cmd = " ".join(proc.info["cmdline"] or [])
+        kind = (
+            "postgres"
+            if proc.info["name"].startswith("postgres")
+            else "redis"
+            if "redis-server" in cmd
+            else "rabbitmq"
+            if "beam" in proc.info["name"]
+            else "sandbox"
+            if "delivery.sandbox" in cmd
+            else "beat"
+            if " beat " in cmd
+            else "web"
+            if "gunicorn" in cmd
+            else None
+        )
+        if kind:
+            out[kind] = out.get(kind, 0.0) + proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return out
 
 
 class Topology:
@@ -229,6 +275,7 @@ def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, tim
         _say(f"burst: {n} messages due at {due.isoformat()} (sandbox latency {latency_ms} ms)")
         with MemorySampler(topo.worker_pids()) as mem:
             sent = _wait_sent(n, timeout)
+            cpu = mem.cpu_seconds()
         stats = _percentiles("tenant_id = %s", [tenant.pk])
         span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
         return {
@@ -244,6 +291,7 @@ def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, tim
             "sweep": _sweep_summary(topo.sweep_passes()),
             "worker_peak_rss_mb_per_process": mem.peak_process_mb,
             "worker_peak_rss_mb_total": mem.peak_total_mb,
+            "cpu_seconds": cpu,
         }
     finally:
         topo.stop()

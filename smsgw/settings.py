@@ -151,8 +151,8 @@ CELERY_TIMEZONE = "UTC"
 # --- pipeline tuning ------------------------------------------------------------------------------
 SWEEP_INTERVAL_SECONDS = env_float("SMSGW_SWEEP_INTERVAL", 1.0, minimum=0.1)
 SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
-SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 100, minimum=1)
-SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 100, minimum=1)
+SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
+SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 250, minimum=1)
 QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
 SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
