@@ -7,10 +7,15 @@ cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
 ./deploy/services.sh postgres redis
 
+.venv/bin/ruff check --quiet .
+.venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
+
+# 1. Embedded mode's database: everything that does not span processes, on SQLite (WAL).
+env -u DATABASE_URL -u CELERY_BROKER_URL SMSGW_VAR_DIR="$(mktemp -d)" \
+  .venv/bin/python -m pytest -q -m "not integration" -p no:cacheprovider
+
+# 2. The whole suite on PostgreSQL + Redis, real worker/beat/sandbox processes included.
 export DATABASE_URL="${SMSGW_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/smsgw}"
 export CELERY_BROKER_URL="${SMSGW_TEST_BROKER_URL:-redis://127.0.0.1:6379/9}"
 export DJANGO_SECRET_KEY="test-only-secret"
-
-.venv/bin/ruff check --quiet .
-.venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 exec .venv/bin/python -m pytest "$@"

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import DateTimeField, JSONField
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.db import in_clause, is_postgres, pg_array_type
@@ -137,19 +139,15 @@ def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _sqlite_value(field, value):
-    # Raw cursors on SQLite return text for datetimes and JSON; normalise to what the ORM would give.
-    from django.db.models import DateTimeField, JSONField
-
-    if isinstance(field, DateTimeField) and isinstance(value, str):
-        from django.utils.dateparse import parse_datetime
-
-        parsed = parse_datetime(value)
-        if parsed is not None and timezone.is_naive(parsed):
-            parsed = timezone.make_aware(parsed, timezone.UTC)
-        return parsed
+    # Raw cursors on SQLite return naive datetimes (or text) and JSON as text; normalise to what the ORM
+    # would give, since USE_TZ stores UTC there.
+    if isinstance(field, DateTimeField):
+        if isinstance(value, str):
+            value = parse_datetime(value)
+        if value is not None and timezone.is_naive(value):
+            value = timezone.make_aware(value, UTC)
+        return value
     if isinstance(field, JSONField) and isinstance(value, str):
-        import json
-
         return json.loads(value)
     return value
 

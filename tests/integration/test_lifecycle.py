@@ -162,3 +162,26 @@ def test_worker_killed_with_sigkill_mid_batch_loses_nothing_and_duplicates_nothi
     by_to = {m.to: m.sid for m in pipeline.sandbox.list_messages()}
     for to, sid in Message.objects.filter(pk__in=pks).values_list("to", "provider_message_id"):
         assert by_to[to] == sid
+
+
+def test_broker_loses_every_queued_task_and_nothing_is_lost(pipeline):
+    """Redis restarted without persistence after the sweep published: the database still says
+    `queued`, the recovery window passes, the sweep re-publishes, and each message is sent once."""
+    from tests.processes import broker_purge
+
+    tenant, _ = tenant_with_key("acme")
+    pks = messages_bulk(tenant, 300, due_at=timezone.now())
+    connection.close()
+    pipeline.worker("sweeper", queues="sweep", concurrency=1)  # claims and publishes; nobody sends yet
+    pipeline.beat()
+    pipeline.wait_until(
+        lambda: Message.objects.filter(pk__in=pks, status=Status.QUEUED).count() == 300, 30, "all queued"
+    )
+    broker_purge()  # every published send task is gone
+    pipeline.worker("sender", queues="send.transactional,send.bulk,reconcile")
+    pipeline.wait_all_final(pks, timeout=60)
+
+    assert Counter(Message.objects.filter(pk__in=pks).values_list("status", flat=True)) == {Status.SENT: 300}
+    submitted = pipeline.submissions_by_recipient()
+    assert len(submitted) == 300 and set(submitted.values()) == {1}
+    assert MessageEvent.objects.filter(message_id__in=pks, kind="republished").count() >= 300

@@ -1,0 +1,198 @@
+"""The send worker's service and the reconciler, in-process, against the real sandbox through the real
+Twilio adapter: every provider outcome ends each message in the state SPEC §4/§5 require."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from delivery import reconcile, sending
+from delivery.models import Attempt, AttemptOutcome
+from scheduling import sweep, transitions
+from scheduling.models import Message, Status
+from tests.factories import message, recipient, tenant_with_key
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tenant(db):
+    return tenant_with_key("acme")[0]
+
+
+def queued(tenant, to, **kw) -> Message:
+    msg = message(tenant, to=to, **kw)
+    transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
+    return msg
+
+
+def kinds(msg):
+    return list(msg.events.order_by("id").values_list("kind", flat=True))
+
+
+def test_accepted_batch_is_sent_with_attempt_and_timeline(adapter, sandbox, tenant):
+    msgs = [queued(tenant, recipient(i)) for i in range(5)]
+    report = sending.send_batch([m.pk for m in msgs])
+    assert report.claimed == 5 and report.outcomes == {"accepted": 5}
+    for m in msgs:
+        m.refresh_from_db()
+        assert m.status == Status.SENT and m.provider_message_id.startswith("SM") and m.sent_at
+        assert kinds(m) == ["created", "queued", "attempt_started", "sent"]
+        attempt = m.attempts.get()
+        assert (attempt.number, attempt.outcome, attempt.provider_message_id) == (
+            1,
+            AttemptOutcome.ACCEPTED,
+            m.provider_message_id,
+        )
+    assert sandbox.stats()["submissions"] == 5
+
+
+def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
+    msgs = [queued(tenant, recipient(i)) for i in range(3)]
+    sending.send_batch([m.pk for m in msgs])
+    again = sending.send_batch([m.pk for m in msgs])
+    assert again.claimed == 0
+    assert sandbox.stats()["submissions"] == 3
+    assert Attempt.objects.count() == 3
+
+
+def test_transient_429_is_retried_later_honouring_retry_after(adapter, sandbox, tenant, settings):
+    settings.RETRY_BASE_SECONDS = 0.01
+    to = recipient(1)
+    sandbox.config(rules=[{"to": to, "action": "429", "times": 1, "retry_after_seconds": 30}])
+    msg = queued(tenant, to)
+    before = timezone.now()
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED
+    assert msg.attempts.get().http_status == 429
+    assert msg.run_after >= before + timedelta(seconds=29), "Retry-After was not honoured"
+    assert kinds(msg)[-1] == "retry_scheduled"
+    # When the retry time comes, the sweep re-publishes it and the next attempt succeeds.
+    Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
+    assert sweep.stale_queued_republish(limit=10) == 1
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.SENT and msg.attempt_count == 2
+    assert list(msg.attempts.order_by("number").values_list("outcome", flat=True)) == [
+        AttemptOutcome.TRANSIENT_ERROR,
+        AttemptOutcome.ACCEPTED,
+    ]
+    assert sandbox.stats()["submissions"] == 1
+
+
+def test_permanent_400_fails_with_code_and_keeps_attempt_history(adapter, sandbox, tenant):
+    to = recipient(2)
+    sandbox.config(rules=[{"to": to, "action": "400", "error_code": 21211}])
+    msg = queued(tenant, to)
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.FAILED and msg.error_code == "21211" and msg.failed_at
+    assert "21211" in msg.status_reason
+    assert list(msg.attempts.values_list("outcome", "provider_code")) == [(AttemptOutcome.REJECTED, "21211")]
+    failed = msg.events.get(kind="failed")
+    assert failed.details["dead_letter"] is True
+
+
+def test_retries_exhausted_end_failed(adapter, sandbox, tenant, settings):
+    settings.RETRY_MAX_ATTEMPTS = 2
+    settings.RETRY_BASE_SECONDS = 0.0
+    to = recipient(3)
+    sandbox.config(rules=[{"to": to, "action": "500"}])
+    msg = queued(tenant, to)
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.FAILED and "gave up after 2 attempts" in msg.status_reason
+    assert msg.attempts.count() == 2
+    assert sandbox.stats()["submissions"] == 0
+
+
+def test_expired_while_queued_is_not_sent(adapter, sandbox, tenant):
+    msg = queued(tenant, recipient(4), due_in=-120, validity=60)
+    report = sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert report.expired == 1 and msg.status == Status.EXPIRED and msg.expired_at
+    assert sandbox.stats()["submissions"] == 0
+
+
+def test_uncertain_accepted_submission_is_reconciled_to_sent_without_resending(
+    adapter, sandbox, tenant, settings
+):
+    settings.TWILIO_TIMEOUT_SECONDS = 0.5
+    from delivery.providers import get_adapter
+
+    get_adapter.cache_clear()
+    to = recipient(5)
+    sandbox.config(rules=[{"to": to, "action": "accept_then_hang", "times": 1}], timeout_hang_seconds=2)
+    msg = queued(tenant, to)
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.SENDING and msg.attempts.get().outcome == AttemptOutcome.UNCERTAIN
+    assert reconcile.message_reconcile(msg.pk) == "found"
+    msg.refresh_from_db()
+    stored = sandbox.list_messages(to=to)
+    assert len(stored) == 1 and msg.status == Status.SENT and msg.provider_message_id == stored[0].sid
+    assert msg.attempts.get().outcome == AttemptOutcome.RECONCILED_FOUND
+    assert "reconciled_found" in kinds(msg)
+
+
+def test_uncertain_lost_submission_is_reconciled_absent_then_sent_once(adapter, sandbox, tenant, settings):
+    settings.TWILIO_TIMEOUT_SECONDS = 0.5
+    from delivery.providers import get_adapter
+
+    get_adapter.cache_clear()
+    to = recipient(6)
+    sandbox.config(rules=[{"to": to, "action": "timeout", "times": 1}], timeout_hang_seconds=2)
+    msg = queued(tenant, to)
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.SENDING
+    assert reconcile.message_reconcile(msg.pk) == "absent"
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.SENT and len(sandbox.list_messages(to=to)) == 1
+    assert list(msg.attempts.order_by("number").values_list("outcome", flat=True)) == [
+        AttemptOutcome.RECONCILED_ABSENT,
+        AttemptOutcome.ACCEPTED,
+    ]
+
+
+def test_reconcile_does_not_take_another_messages_submission(adapter, sandbox, tenant):
+    """Same text to the same number twice: the first message's sid must not satisfy the second."""
+    to = recipient(7)
+    first = queued(tenant, to, body="same text")
+    sending.send_batch([first.pk])
+    second = queued(tenant, to, body="same text")
+    transitions.transition(
+        second.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started"
+    )
+    Attempt.objects.create(
+        message=second,
+        number=1,
+        provider="twilio",
+        idempotency_token="t",
+        started_at=timezone.now(),
+        outcome=AttemptOutcome.UNCERTAIN,
+    )
+    assert reconcile.message_reconcile(second.pk) == "absent"
+
+
+def test_reconcile_defers_while_the_provider_is_unreachable(adapter, sandbox, tenant, settings):
+    msg = queued(tenant, recipient(8))
+    transitions.transition(
+        msg.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started"
+    )
+    settings.TWILIO_API_BASE_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    from delivery.providers import get_adapter
+
+    get_adapter.cache_clear()
+    assert reconcile.message_reconcile(msg.pk) == "lookup_failed"
+    msg.refresh_from_db()
+    assert msg.status == Status.SENDING and "reconcile_deferred" in kinds(msg)
