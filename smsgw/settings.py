@@ -124,10 +124,13 @@ if BROKER_IS_FILESYSTEM:
     _broker_dir = VAR_DIR / "broker"
     (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
     (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
+        # Exchange bindings; kombu would otherwise write them to ./control in the working directory.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         "polling_interval": 0.05,
     }
