@@ -13,7 +13,7 @@ CAS condition, version bump and event.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,6 +90,18 @@ TABLE = Message._meta.db_table
 EVENT_TABLE = MessageEvent._meta.db_table
 
 
+# Called inside the transaction of every status change (ids, from_status, to_status, kind, now). The
+# receipts app registers the tenant-webhook outbox here, so the notification row commits or rolls back
+# with the change it reports, without scheduling importing receipts.
+StatusListener = Callable[[list[int], str, str, str, datetime], None]
+STATUS_LISTENERS: list[StatusListener] = []
+
+
+def status_listener_register(listener: StatusListener) -> None:
+    if listener not in STATUS_LISTENERS:
+        STATUS_LISTENERS.append(listener)
+
+
 class TransitionNotAllowed(Exception):
     pass
 
@@ -158,6 +170,17 @@ def _events(
     ids = list(ids)
     if not ids:
         return
+    _events_insert(
+        ids, kind=kind, from_status=from_status, to_status=to_status, actor=actor, details=details, now=now
+    )
+    if from_status != to_status:
+        for listener in STATUS_LISTENERS:
+            listener(ids, from_status, to_status, kind, now)
+
+
+def _events_insert(
+    ids: list[int], *, kind: str, from_status: str, to_status: str, actor: str, details, now: datetime
+) -> None:
     if not is_postgres():
         MessageEvent.objects.bulk_create(
             [
@@ -405,3 +428,26 @@ def claim(
             now=now,
         )
     return rows
+
+
+def events_record_many(
+    entries: Sequence[tuple[int, str, str, dict]], *, actor: str = "system", now: datetime | None = None
+) -> None:
+    """Timeline entries without a status change, in one insert: (message_id, kind, status, details)."""
+    if not entries:
+        return
+    now = now or timezone.now()
+    MessageEvent.objects.bulk_create(
+        [
+            MessageEvent(
+                message_id=mid,
+                kind=kind,
+                from_status=status,
+                to_status=status,
+                actor=actor,
+                details=details,
+                created_at=now,
+            )
+            for mid, kind, status, details in entries
+        ]
+    )

@@ -191,6 +191,8 @@ LOGGING = {
 CELERY_TASK_ROUTES = {
     "scheduling.sweep": {"queue": "sweep"},
     "delivery.reconcile_batch": {"queue": "reconcile"},
+    "receipts.process": {"queue": "receipts"},
+    "receipts.deliver_webhooks": {"queue": "webhooks"},
 }
 CELERY_BEAT_SCHEDULE = {
     # django-celery-beat's DatabaseScheduler installs this entry in its tables at start-up; operators
@@ -201,4 +203,28 @@ CELERY_BEAT_SCHEDULE = {
         # A sweep that waited longer than two intervals is redundant: a newer one covers the same rows.
         "options": {"queue": "sweep", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
     },
+    # Receipts and webhooks have their own queues and workers: a burst of callbacks never delays sends.
+    "smsgw-receipts": {
+        "task": "receipts.process",
+        "schedule": SWEEP_INTERVAL_SECONDS,
+        "options": {"queue": "receipts", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+    },
+    "smsgw-webhooks": {
+        "task": "receipts.deliver_webhooks",
+        "schedule": SWEEP_INTERVAL_SECONDS,
+        "options": {"queue": "webhooks", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+    },
 }
+
+# --- receipts and tenant webhooks -----------------------------------------------------------------
+RECEIPT_BATCH_SIZE = env_int("SMSGW_RECEIPT_BATCH_SIZE", 500, minimum=1)
+RECEIPT_MAX_BODY_BYTES = env_int("SMSGW_RECEIPT_MAX_BODY_BYTES", 16384, minimum=1024)
+# How long a receipt whose provider id matches no message is kept trying before it is marked orphaned.
+RECEIPT_PENDING_MAX_AGE_SECONDS = env_int("SMSGW_RECEIPT_PENDING_MAX_AGE", 86400, minimum=60)
+WEBHOOK_ALLOW_HTTP = env_bool("SMSGW_WEBHOOK_ALLOW_HTTP", EMBEDDED or DEBUG)
+# Loopback/private/link-local targets are refused (SSRF) unless this is set (tests, local development).
+WEBHOOK_ALLOW_PRIVATE = env_bool("SMSGW_WEBHOOK_ALLOW_PRIVATE", False)
+WEBHOOK_TIMEOUT_SECONDS = env_float("SMSGW_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
+WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
+WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
+from receipts import api as receipts_api
 from scheduling import api
 from smsgw import health
 
@@ -16,6 +17,13 @@ urlpatterns = [
         {"format": "json"},
         name="openapi",
     ),
+    path("v1/webhook", receipts_api.WebhookConfigApi.as_view(), name="webhook-config"),
+    path(
+        "v1/webhook-deliveries/<str:webhook_id>/replay",
+        receipts_api.WebhookReplayApi.as_view(),
+        name="webhook-replay",
+    ),
+    path("receipts/twilio/", receipts_api.twilio_status_callback, name="receipts-twilio"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),

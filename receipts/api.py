@@ -1,0 +1,106 @@
+"""Provider callback endpoint and the tenant's webhook configuration."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from delivery.providers import get_adapter
+from receipts import webhooks
+from receipts.ingest import ReceiptInvalid, receipt_ingest
+from receipts.models import WebhookDelivery
+from smsgw.errors import field_error
+
+
+def callback_url(request: HttpRequest) -> str:
+    """The URL the provider signed. Behind a proxy or load balancer Django sees an internal host and
+    scheme, so SMSGW_PUBLIC_BASE_URL (the public origin, e.g. https://sms.example.com) is used when set."""
+    base = settings.SMSGW_PUBLIC_BASE_URL.rstrip("/")
+    if base:
+        return base + request.get_full_path()
+    return request.build_absolute_uri()
+
+
+def _error(status: int, field: str, message: str) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": "invalid", "message": f"{field}: {message}", "fields": {field: [message]}}},
+        status=status,
+    )
+
+
+@csrf_exempt
+@require_POST
+def twilio_status_callback(request: HttpRequest) -> HttpResponse:
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.RECEIPT_MAX_BODY_BYTES:
+        return _error(413, "body", f"callbacks are at most {settings.RECEIPT_MAX_BODY_BYTES} bytes")
+    params = {key: request.POST.get(key, "") for key in request.POST}
+    signature = request.headers.get("X-Twilio-Signature", "")
+    if not signature or not get_adapter().validate_callback(callback_url(request), params, signature):
+        # Nothing is written for an unsigned or tampered callback.
+        return _error(403, "X-Twilio-Signature", "missing or invalid signature")
+    try:
+        result = receipt_ingest(provider="twilio", params=params)
+    except ReceiptInvalid as exc:
+        return _error(400, exc.field, str(exc))
+    return HttpResponse(status=200 if result.duplicate else 201)
+
+
+class WebhookConfigApi(APIView):
+    """GET/PUT the tenant's status webhook. The signing secret is shown only when created or rotated."""
+
+    @extend_schema(responses=inline_serializer("WebhookConfig", {"url": serializers.CharField()}))
+    def get(self, request):
+        tenant = request.user.tenant
+        return Response({"url": tenant.webhook_url, "has_secret": bool(tenant.webhook_secret)})
+
+    @extend_schema(
+        request=inline_serializer(
+            "WebhookConfigInput",
+            {
+                "url": serializers.CharField(allow_blank=True),
+                "rotate_secret": serializers.BooleanField(required=False),
+            },
+        ),
+        responses=inline_serializer(
+            "WebhookConfigOutput", {"url": serializers.CharField(), "secret": serializers.CharField()}
+        ),
+    )
+    def put(self, request):
+        data = request.data if isinstance(request.data, dict) else {}
+        url = data.get("url")
+        if not isinstance(url, str) or len(url) > 500:
+            raise field_error("url", "required: an https URL (or an empty string to disable)")
+        try:
+            secret = webhooks.tenant_webhook_configure(
+                tenant=request.user.tenant, url=url.strip(), rotate_secret=bool(data.get("rotate_secret"))
+            )
+        except webhooks.WebhookUrlError as exc:
+            raise field_error("url", str(exc)) from exc
+        body = {"url": request.user.tenant.webhook_url}
+        if secret:
+            body["secret"] = secret
+        return Response(body)
+
+
+class WebhookReplayApi(APIView):
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "WebhookReplay", {"id": serializers.CharField(), "status": serializers.CharField()}
+        ),
+    )
+    def post(self, request, webhook_id: str):
+        try:
+            delivery = webhooks.webhook_replay(tenant=request.user.tenant, webhook_id=webhook_id)
+        except WebhookDelivery.DoesNotExist:
+            from rest_framework.exceptions import NotFound
+
+            raise NotFound("No webhook delivery with this id.") from None
+        return Response({"id": delivery.webhook_id, "status": delivery.status})

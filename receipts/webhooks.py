@@ -1,0 +1,264 @@
+"""Tenant webhooks: an outbox row per customer-visible status change, written in the transaction of the
+change (via scheduling.transitions' status listeners), delivered by a beat-driven worker loop with
+retries, signed in the Standard Webhooks form (webhook-id, webhook-timestamp, webhook-signature)."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+import requests
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from receipts.models import WebhookDelivery, WebhookStatus
+from scheduling.models import Message
+from smsgw.db import is_postgres
+from smsgw.models import Tenant
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = "message.status_changed"
+# Deliveries claimed per pass; each is one HTTP POST with a bounded timeout, run on a small thread pool.
+WEBHOOK_BATCH_SIZE = 200
+# A claimed delivery is leased for this long; a worker that dies mid-POST leaves it to be retried.
+WEBHOOK_LEASE = timedelta(seconds=60)
+
+
+class WebhookUrlError(ValueError):
+    pass
+
+
+# --- configuration ------------------------------------------------------------------------------------
+def webhook_secret_new() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def webhook_url_check(url: str) -> None:
+    """Refuse URLs a tenant must not point us at: non-https (outside development) and hosts that resolve
+    to loopback, private, link-local or otherwise non-public addresses (SSRF)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise WebhookUrlError("must be an absolute https:// URL")
+    if parts.scheme != "https" and not settings.WEBHOOK_ALLOW_HTTP:
+        raise WebhookUrlError("must use https")
+    if parts.username or parts.password:
+        raise WebhookUrlError("must not contain credentials")
+    if settings.WEBHOOK_ALLOW_PRIVATE:
+        return
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    except (socket.gaierror, UnicodeError) as exc:
+        raise WebhookUrlError(f"host {parts.hostname!r} does not resolve") from exc
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not address.is_global or address.is_multicast:
+            raise WebhookUrlError(f"host {parts.hostname!r} resolves to a non-public address ({address})")
+
+
+def tenant_webhook_configure(*, tenant: Tenant, url: str, rotate_secret: bool = False) -> str | None:
+    """Set (or clear, with an empty url) the tenant's webhook URL. Returns the signing secret when a new
+    one was created (first configuration or rotation), else None."""
+    if url:
+        webhook_url_check(url)
+    new_secret = None
+    if url and (rotate_secret or not tenant.webhook_secret):
+        new_secret = webhook_secret_new()
+        tenant.webhook_secret = new_secret
+    tenant.webhook_url = url
+    tenant.save(update_fields=["webhook_url", "webhook_secret"])
+    return new_secret
+
+
+# --- outbox -------------------------------------------------------------------------------------------
+def webhook_outbox_enqueue(
+    ids: list[int], from_status: str, to_status: str, kind: str, now: datetime
+) -> None:
+    """Status listener: runs inside the transaction of the change. One cheap query finds the messages
+    whose tenant has a webhook; nothing else is done for tenants without one."""
+    rows = list(
+        Message.objects.filter(pk__in=ids)
+        .exclude(tenant__webhook_url="")
+        .values_list(
+            "pk",
+            "public_id",
+            "tenant_id",
+            "version",
+            "provider_status",
+            "error_code",
+            "to",
+            "metadata",
+            "status_reason",
+        )
+    )
+    if not rows:
+        return
+    WebhookDelivery.objects.bulk_create(
+        [
+            WebhookDelivery(
+                webhook_id=f"whmsg_{secrets.token_hex(12)}",
+                tenant_id=tenant_id,
+                message_id=pk,
+                event_type=EVENT_TYPE,
+                payload={
+                    "type": EVENT_TYPE,
+                    "timestamp": now.isoformat(),
+                    "data": {
+                        "id": public_id,
+                        "status": to_status,
+                        "previous_status": from_status,
+                        "event": kind,
+                        # version orders a message's notifications: deliveries may arrive out of order.
+                        "version": version,
+                        "to": to,
+                        "provider_status": provider_status,
+                        "error_code": error_code,
+                        "reason": reason,
+                        "metadata": metadata,
+                    },
+                },
+                next_attempt_at=now,
+                created_at=now,
+            )
+            for pk, public_id, tenant_id, version, provider_status, error_code, to, metadata, reason in rows
+        ]
+    )
+
+
+# --- delivery -----------------------------------------------------------------------------------------
+def webhook_sign(secret: str, webhook_id: str, timestamp: datetime, body: str) -> str:
+    return Webhook(secret).sign(webhook_id, timestamp, body)
+
+
+def _backoff(attempt: int) -> float:
+    cap = min(
+        settings.WEBHOOK_RETRY_MAX_DELAY_SECONDS, settings.WEBHOOK_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    )
+    return random.uniform(cap / 2, cap)
+
+
+def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
+    lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    table = WebhookDelivery._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f'SELECT "id" FROM "{table}" WHERE "status" = %s AND "next_attempt_at" <= %s '  # noqa: S608
+            f'ORDER BY "next_attempt_at" LIMIT %s{lock}',
+            [WebhookStatus.PENDING, now, limit],
+        )
+        ids = [r[0] for r in cur.fetchall()]
+    if ids:
+        # Lease: if this worker dies mid-POST the row comes due again after the lease.
+        WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + WEBHOOK_LEASE)
+    return list(WebhookDelivery.objects.filter(pk__in=ids).select_related("tenant"))
+
+
+def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
+    tenant = delivery.tenant
+    url = tenant.webhook_url
+    started = time.perf_counter()
+    if not url or not tenant.webhook_secret:
+        return None, "tenant has no webhook configured", 0.0
+    try:
+        webhook_url_check(url)  # again at send time: DNS may have changed since configuration
+    except WebhookUrlError as exc:
+        return None, f"refused: {exc}", 0.0
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
+    sent_at = timezone.now()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "smsgw-webhooks/1",
+        "webhook-id": delivery.webhook_id,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": webhook_sign(tenant.webhook_secret, delivery.webhook_id, sent_at, body),
+    }
+    try:
+        resp = requests.post(
+            url,
+            data=body.encode(),
+            headers=headers,
+            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
+            allow_redirects=False,
+        )
+    except requests.RequestException as exc:
+        return None, type(exc).__name__, (time.perf_counter() - started) * 1000
+    return (
+        resp.status_code,
+        "" if resp.ok else f"HTTP {resp.status_code}",
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
+    now = timezone.now()
+    with transaction.atomic():
+        deliveries = _claim(now, limit)
+    if not deliveries:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(16, len(deliveries))) as pool:
+        results = list(pool.map(_post, deliveries))
+    finished = timezone.now()
+    for delivery, (code, error, ms) in zip(deliveries, results, strict=True):
+        delivery.attempts += 1
+        delivery.last_status_code = code
+        delivery.last_error = error[:255]
+        delivery.history = [
+            *delivery.history,
+            {"at": finished.isoformat(), "code": code, "error": error, "ms": round(ms, 1)},
+        ][-20:]
+        if code is not None and 200 <= code < 300:
+            delivery.status = WebhookStatus.DELIVERED
+            delivery.delivered_at = finished
+        elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
+            delivery.status = WebhookStatus.DEAD
+            log.warning("webhook %s dead-lettered after %d attempts", delivery.webhook_id, delivery.attempts)
+        else:
+            delivery.next_attempt_at = finished + timedelta(seconds=_backoff(delivery.attempts))
+    WebhookDelivery.objects.bulk_update(
+        deliveries,
+        [
+            "attempts",
+            "last_status_code",
+            "last_error",
+            "history",
+            "status",
+            "delivered_at",
+            "next_attempt_at",
+        ],
+    )
+    return len(deliveries)
+
+
+def webhook_replay(*, tenant: Tenant | None, webhook_id: str) -> WebhookDelivery:
+    """Put a delivered or dead-lettered notification back in the queue with the same webhook-id."""
+    qs = WebhookDelivery.objects.filter(webhook_id=webhook_id)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    delivery = qs.get()
+    delivery.status = WebhookStatus.PENDING
+    delivery.next_attempt_at = timezone.now()
+    delivery.history = [*delivery.history, {"at": timezone.now().isoformat(), "replayed": True}][-20:]
+    delivery.save(update_fields=["status", "next_attempt_at", "history"])
+    return delivery
+
+
+def webhooks_deliver_for(seconds: float, *, idle_sleep: float = 0.1) -> int:
+    deadline = time.monotonic() + seconds
+    total = 0
+    while time.monotonic() < deadline:
+        done = webhooks_deliver_due()
+        total += done
+        if not done:
+            time.sleep(idle_sleep)
+    return total
