@@ -12,7 +12,10 @@ Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``):
 Control surface (JSON, unauthenticated: bind it to localhost):
 
 * ``GET/POST /_sandbox/config`` -- fault injection (see ``SandboxConfig``); POST merges the given keys.
-* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "by_outcome": {...}}``.
+* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "by_outcome": {...}, "callbacks": {"sent",
+  "failed", "dropped", "pending", ...}}``.
+* ``POST /_sandbox/callbacks/replay`` -- ``{"sid": "SM..."}`` or ``{"all": true}``: send a message's
+  status callbacks (``sent``, then its final status) again (see ``callbacks.py``).
 * ``POST /_sandbox/reset`` -- clear store and stats, restore the start config.
 * ``GET /_sandbox/health`` -- 200.
 
@@ -56,6 +59,10 @@ MAX_BODY_CHARS = 1600
 MORE_INFO = "https://www.twilio.com/docs/errors/"
 
 RATE_KEYS = ("error_rate_5xx", "error_rate_429", "error_rate_400", "timeout_rate", "accept_then_hang_rate")
+CALLBACK_SHARE_KEYS = ("callback_delivered_share", "callback_undelivered_share", "callback_failed_share")
+_UNIT_KEYS = frozenset((*RATE_KEYS, *CALLBACK_SHARE_KEYS, "callback_drop_rate", "callback_early_rate"))
+_INT_RANGES = {"error_code_400": (0, None), "callback_repeat": (1, 100), "callback_retries": (0, 10)}
+_BOOL_KEYS = frozenset(("callbacks_enabled", "callback_shuffle"))
 RULE_ACTIONS = ("500", "503", "429", "400", "timeout", "accept_then_hang")
 OUTCOMES = (
     "accepted",
@@ -97,6 +104,21 @@ class SandboxConfig:
     # [{"to": "+1...", "action": one of RULE_ACTIONS, "times": N | None (unlimited),
     #   "error_code": int (400 only), "retry_after_seconds": float (429 only)}], matched by exact To
     rules: list[dict] = field(default_factory=list)
+    # status callbacks, for messages stored with a StatusCallback (callbacks.py)
+    callbacks_enabled: bool = True
+    callback_delivered_share: float = 0.0  # final status shares (sum <= 1); the rest is delivered too
+    callback_undelivered_share: float = 0.0  # ErrorCode 30003
+    callback_failed_share: float = 0.0  # ErrorCode 30008
+    # accepted -> first callback; the default leaves a fetch right after the create "queued", as Twilio
+    callback_delay_ms: float = 500.0
+    callback_gap_ms: float = 100.0  # between a message's callbacks (sent -> final)
+    callback_repeat: int = 1  # copies of each callback
+    callback_shuffle: bool = False  # a message's callbacks in random order
+    callback_drop_rate: float = 0.0  # share of callbacks (copies) never sent
+    callback_early_rate: float = 0.0  # share of messages whose first callback precedes the create answer
+    callback_timeout_ms: float = 5000.0  # per POST
+    callback_retries: int = 3  # after a refused/timed-out/5xx/429 POST
+    callback_retry_backoff_ms: float = 100.0  # doubled on each retry
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -115,12 +137,15 @@ class SandboxConfig:
         for key, value in values.items():
             if key == "rules":
                 values[key] = _validate_rules(value)
-            elif key == "error_code_400":
-                values[key] = _as_int(key, value)
+            elif key in _INT_RANGES:
+                values[key] = _as_int(key, value, *_INT_RANGES[key])
+            elif key in _BOOL_KEYS:
+                values[key] = as_bool(key, value)
             else:
-                values[key] = _as_float(key, value, 0.0, 1.0 if key in RATE_KEYS else math.inf)
-        if sum(values[k] for k in RATE_KEYS) > 1.0 + 1e-9:
-            raise ValueError(f"the rates ({', '.join(RATE_KEYS)}) must sum to at most 1")
+                values[key] = _as_float(key, value, 0.0, 1.0 if key in _UNIT_KEYS else math.inf)
+        for group, what in ((RATE_KEYS, "rates"), (CALLBACK_SHARE_KEYS, "callback shares")):
+            if sum(values[k] for k in group) > 1.0 + 1e-9:
+                raise ValueError(f"the {what} ({', '.join(group)}) must sum to at most 1")
         return SandboxConfig(**values)
 
     @property
@@ -140,7 +165,7 @@ def _as_float(key: str, value: Any, lo: float, hi: float) -> float:
     return number
 
 
-def _as_int(key: str, value: Any) -> int:
+def _as_int(key: str, value: Any, lo: int = 0, hi: int | None = None) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{key} must be an integer")
     try:
@@ -149,7 +174,21 @@ def _as_int(key: str, value: Any) -> int:
         raise ValueError(f"{key} must be an integer") from None
     if number < 0 or number != float(value):
         raise ValueError(f"{key} must be a non-negative integer")
+    if number < lo or (hi is not None and number > hi):
+        raise ValueError(f"{key} must be between {lo} and {hi}")
     return number
+
+
+def as_bool(key: str, value: Any) -> bool:
+    """A JSON bool, or (flags, env) true/false, 1/0, yes/no, on/off."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{key} must be true or false")
 
 
 def _validate_rules(rules: Any) -> list[dict]:
@@ -191,6 +230,7 @@ class SandboxMessage:
         "created_ts",
         "error_code",
         "error_message",
+        "final_status",
         "from_",
         "messaging_service_sid",
         "num_segments",
@@ -227,6 +267,7 @@ class SandboxMessage:
         self.num_segments = count_segments(body)
         self.error_code: int | None = None
         self.error_message: str | None = None
+        self.final_status: str | None = None  # decided by the callbacks, when it has a StatusCallback
 
 
 def _seq(m: SandboxMessage) -> int:
@@ -334,6 +375,7 @@ class SandboxState:
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "connections": len(self.peers),
+            "callbacks": self.callbacks.stats(),
         }
 
     # -- auth ---------------------------------------------------------------------------------------
@@ -621,7 +663,10 @@ class SandboxApp:
         if fault is None:
             message = st.store(to, from_, body, service, form.get("StatusCallback", ""))
             st.outcomes["accepted"] += 1
-            return _json(st.render(message), 201)
+            response = _json(st.render(message), 201)
+            if message.status_callback:  # an "early" callback goes out before this answer
+                await st.callbacks.before_response(message)
+            return response
 
         action, rule = fault
         if action == "500":
@@ -647,8 +692,11 @@ class SandboxApp:
         # accept_then_hang: the provider has it; the client will not hear about it in time
         message = st.store(to, from_, body, service, form.get("StatusCallback", ""))
         st.outcomes["accept_then_hang"] += 1
+        response = _json(st.render(message), 201)
+        if message.status_callback:
+            await st.callbacks.before_response(message)
         await asyncio.sleep(cfg.timeout_hang_seconds)
-        return _json(st.render(message), 201)
+        return response
 
     async def fetch_message(self, request: web.Request) -> web.Response:
         st = self.state
@@ -744,6 +792,21 @@ class SandboxApp:
     async def get_stats(self, request: web.Request) -> web.Response:
         return _json(self.state.stats())
 
+    async def post_callbacks_replay(self, request: web.Request) -> web.Response:
+        try:
+            payload = await request.json()
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not (payload.get("all") is True or payload.get("sid")):
+            return _json({"error": 'expected {"sid": "SM..."} or {"all": true}'}, 400)
+        if payload.get("all") is True:
+            result = self.state.callbacks.replay(everything=True)
+        else:
+            result = self.state.callbacks.replay(sid=str(payload["sid"]))
+        if result is None:
+            return _json({"error": "no such message with status callbacks"}, 404)
+        return _json(result)
+
     async def post_reset(self, request: web.Request) -> web.Response:
         self.state.reset()
         return _json({"reset": True, "config": self.state.config.to_json()})
@@ -756,6 +819,7 @@ def build_app(state: SandboxState) -> web.Application:
     handlers = SandboxApp(state)
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
+    app.on_cleanup.append(state.callbacks.close)
     base = f"/{API_VERSION}/Accounts/{{account_sid}}"
     app.router.add_post(f"{base}/Messages.json", handlers.create_message)
     app.router.add_get(f"{base}/Messages.json", handlers.list_messages, allow_head=False)
@@ -764,6 +828,7 @@ def build_app(state: SandboxState) -> web.Application:
     app.router.add_post("/_sandbox/config", handlers.post_config)
     app.router.add_get("/_sandbox/stats", handlers.get_stats, allow_head=False)
     app.router.add_post("/_sandbox/reset", handlers.post_reset)
+    app.router.add_post("/_sandbox/callbacks/replay", handlers.post_callbacks_replay)
     app.router.add_get("/_sandbox/health", handlers.health)
     return app
 
@@ -772,6 +837,13 @@ def build_app(state: SandboxState) -> web.Application:
 def _env(name: str, default: Any) -> Any:
     value = os.environ.get(name)
     return default if value in (None, "") else value
+
+
+def _flag_bool(value: Any) -> bool:
+    try:
+        return as_bool("flag", value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -787,7 +859,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if f.name == "rules":
             continue
         env = "SANDBOX_" + f.name.upper()
-        kind = int if f.name == "error_code_400" else float
+        kind = int if f.name in _INT_RANGES else _flag_bool if f.name in _BOOL_KEYS else float
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             type=kind,
