@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile"
+ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile,receipts,webhooks"
 SEND_QUEUES = "send.transactional,send.bulk,reconcile"
 
 
@@ -119,7 +119,12 @@ def celery_beat(name: str, env: dict[str, str]) -> Proc:
     )
 
 
-def gunicorn(env: dict[str, str], *, port: int, workers: int = 4, threads: int = 1) -> Proc:
+def gunicorn(
+    env: dict[str, str], *, port: int, workers: int = 4, threads: int = 1, worker_class: str | None = None
+) -> Proc:
+    """The web server as production runs it. ``worker_class`` defaults to SMSGW_WEB_WORKER_CLASS, else
+    gthread when threads > 1 (gunicorn's own choice), else sync. The Proc records the class used."""
+    worker_class = worker_class or env.get("SMSGW_WEB_WORKER_CLASS") or ("gthread" if threads > 1 else "sync")
     proc = Proc(
         "web",
         [
@@ -131,9 +136,12 @@ def gunicorn(env: dict[str, str], *, port: int, workers: int = 4, threads: int =
             str(workers),
             "--threads",
             str(threads),
+            "--worker-class",
+            worker_class,
         ],
         env,
         ready_marker="Booting worker",
     )
+    proc.worker_class = worker_class
     time.sleep(1.0)
     return proc

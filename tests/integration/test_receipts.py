@@ -1,0 +1,132 @@
+"""The return path across real processes: sandbox callbacks (Twilio-signed) -> gunicorn receipt endpoint
+-> `receipts` queue worker -> status processor, plus reconciliation after a worker is killed mid-call."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from delivery.models import Attempt, AttemptOutcome
+from receipts.models import ReceiptEvent, ReceiptOutcome
+from scheduling.models import Message, MessageEvent, Status
+from smsgw.devprocs import BIN, Proc, free_port
+from tests.factories import messages_bulk, recipient, tenant_with_key
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)
+
+
+@pytest.fixture
+def with_web(pipeline):
+    port = free_port()
+    pipeline.env["SMSGW_PUBLIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+    web = Proc(
+        "web",
+        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        pipeline.env,
+        ready_marker="Booting worker",
+    )
+    pipeline.procs.append(web)
+    return pipeline
+
+
+def callbacks_settled(sandbox) -> bool:
+    return sandbox.stats()["callbacks"]["pending"] == 0
+
+
+def test_callbacks_three_times_shuffled_end_in_the_furthest_state_one_entry_per_status(with_web):
+    pipeline = with_web
+    pipeline.sandbox.config(
+        callback_delay_ms=0,
+        callback_gap_ms=0,
+        callback_repeat=3,
+        callback_shuffle=True,
+        callback_undelivered_share=0.2,
+        callback_failed_share=0.1,
+    )
+    tenant, _ = tenant_with_key("acme")
+    pks = messages_bulk(tenant, 60, due_at=timezone.now())
+    connection.close()
+    pipeline.worker()
+    pipeline.beat()
+    pipeline.wait_all_final(pks, timeout=90, final=FINAL)
+    pipeline.wait_until(lambda: callbacks_settled(pipeline.sandbox), 30, "callbacks out")
+    time.sleep(2)  # let the processor see the last duplicates
+
+    provider_final = {m.sid: m.status for m in pipeline.sandbox.list_messages()}
+    for msg in Message.objects.filter(pk__in=pks):
+        assert msg.status == provider_final[msg.provider_message_id], msg.public_id
+        entries = MessageEvent.objects.filter(message=msg, details__has_key="receipt_id")
+        statuses = sorted(e.details["provider_status"] for e in entries)
+        assert statuses == sorted(["sent", provider_final[msg.provider_message_id]]), (
+            msg.public_id,
+            statuses,
+        )
+        if msg.status == Status.DELIVERED:
+            assert msg.delivered_at and msg.delivered_at >= msg.sent_at
+        else:
+            assert msg.error_code in ("30003", "30008")
+    assert not ReceiptEvent.objects.filter(processed_at__isnull=True).exists()
+    assert ReceiptEvent.objects.count() == 120  # 360 callbacks posted, duplicates stored once
+    assert pipeline.sandbox.stats()["callbacks"]["failed"] == 0
+
+
+def test_callback_that_arrives_before_the_submit_response_is_applied(with_web):
+    pipeline = with_web
+    pipeline.sandbox.config(callback_delay_ms=0, callback_gap_ms=300, callback_early_rate=1.0)
+    tenant, _ = tenant_with_key("acme")
+    pks = messages_bulk(tenant, 20, due_at=timezone.now())
+    connection.close()
+    pipeline.worker()
+    pipeline.beat()
+    pipeline.wait_all_final(pks, timeout=90, final=FINAL)
+    pipeline.wait_until(
+        lambda: not ReceiptEvent.objects.filter(processed_at__isnull=True).exists(), 30, "receipts processed"
+    )
+    assert Counter(Message.objects.filter(pk__in=pks).values_list("status", flat=True)) == {
+        Status.DELIVERED: 20
+    }
+    early = ReceiptEvent.objects.filter(raw_status="sent")
+    assert early.count() == 20
+    assert set(early.values_list("outcome", flat=True)) <= {ReceiptOutcome.RECORDED, ReceiptOutcome.APPLIED}
+    for receipt in early:
+        assert receipt.message_id is not None
+        # it was received before the worker stored the provider id
+        sent_at = Message.objects.get(pk=receipt.message_id).sent_at
+        assert receipt.received_at <= sent_at
+
+
+def test_worker_killed_after_provider_accepted_before_sid_stored_submits_once(pipeline):
+    tenant, _ = tenant_with_key("acme")
+    to = recipient(42)
+    # The sandbox stores the message, then hangs instead of answering: the worker holds an accepted
+    # submission whose sid it has not seen when it is killed.
+    pipeline.sandbox.config(
+        rules=[{"to": to, "action": "accept_then_hang", "times": 1}], timeout_hang_seconds=60
+    )
+    pipeline.env["TWILIO_TIMEOUT_SECONDS"] = "30"
+    pks = messages_bulk(tenant, 1, due_at=timezone.now())
+    Message.objects.filter(pk=pks[0]).update(to=to)
+    connection.close()
+    victim = pipeline.worker("victim")
+    pipeline.beat()
+    pipeline.wait_until(lambda: len(pipeline.sandbox.list_messages(to=to)) == 1, 30, "the sandbox to accept")
+    time.sleep(0.5)
+    msg = Message.objects.get(pk=pks[0])
+    assert msg.status == Status.SENDING and msg.provider_message_id is None
+    victim.kill9()
+    pipeline.env["TWILIO_TIMEOUT_SECONDS"] = "2"
+    pipeline.worker("rescuer")
+    pipeline.wait_all_final(pks, timeout=60)
+
+    msg.refresh_from_db()
+    stored = pipeline.sandbox.list_messages(to=to)
+    assert len(stored) == 1 and msg.status == Status.SENT and msg.provider_message_id == stored[0].sid
+    assert list(Attempt.objects.filter(message=msg).values_list("outcome", flat=True)) == [
+        AttemptOutcome.RECONCILED_FOUND
+    ]
+    assert MessageEvent.objects.filter(message=msg, kind="reconciled_found").count() == 1
