@@ -29,6 +29,12 @@ class Command(BaseCommand):
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--repeats", type=int, default=200)
         p.add_argument("--idle-seconds", type=int, default=20)
+        p = sub.add_parser("receipts", help="signed status callbacks through gunicorn + the receipts worker")
+        p.add_argument("--callbacks", type=int, default=50_000)
+        p.add_argument("--rate", type=float, default=None, help="callbacks/s (default: as fast as possible)")
+        p.add_argument("--concurrency", type=int, default=64, help="client connections")
+        p.add_argument("--web-workers", type=int, default=3)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -69,6 +75,16 @@ class Command(BaseCommand):
                 seconds=opts["seconds"],
                 latency_ms=opts["latency_ms"],
                 concurrency=opts["concurrency"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "receipts":
+            from receipts import bench as receipts_bench
+
+            result = receipts_bench.receipts(
+                n=opts["callbacks"],
+                concurrency=opts["concurrency"],
+                rate=opts["rate"],
+                web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
             )
         elif scenario == "pending":
