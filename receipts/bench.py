@@ -166,3 +166,105 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
 
 def summary(values: list[float]) -> dict:
     return {"p50": statistics.median(values), "max": max(values)} if values else {}
+
+
+def burst_under_receipts(
+    *, n: int, receipt_burst: int, latency_ms: int, concurrency: int, web_workers: int, timeout: float
+) -> dict:
+    """The send burst (smsgw.bench.burst's topology) while `receipt_burst` signed callbacks hit the
+    receipt endpoint and the receipts worker at the same time. Compare with a plain `bench burst`."""
+    import threading
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from smsgw.models import Tenant
+
+    tenant = bench.bench_reset()
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
+    other, _ = Tenant.objects.get_or_create(
+        slug="bench-receipts", defaults={"name": "Bench receipts", "default_from": "+14155550100"}
+    )
+    sids = sent_messages_load(other, receipt_burst, offset=n + 1)
+    receipts_topo = ReceiptTopology(web_workers=web_workers)
+    topo = bench.Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    try:
+        bodies = signed_bodies(receipts_topo.url, sids)
+        due = timezone.now() + timedelta(seconds=15)
+        bench.messages_load(tenant, n, first_due=due)
+        post_result: dict = {}
+
+        def fire():
+            wait = (due - timezone.now()).total_seconds()
+            if wait > 0:
+                time.sleep(wait)
+            post_result["codes"], post_result["seconds"] = asyncio.run(
+                post_all(receipts_topo.url, bodies, concurrency=64, rate=None)
+            )
+
+        poster = threading.Thread(target=fire)
+        poster.start()
+        sent = bench._wait_sent(n, timeout)
+        poster.join()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and ReceiptEvent.objects.filter(processed_at__isnull=True).exists():
+            time.sleep(0.5)
+        stats = bench._percentiles("tenant_id = %s", [tenant.pk])
+        span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
+        accepted = sum(v for k, v in post_result.get("codes", {}).items() if 200 <= k < 300)
+        return {
+            "scenario": "burst_under_receipts",
+            "messages": n,
+            "receipt_burst": receipt_burst,
+            "broker": bench._broker(),
+            "all_sent": sent >= n,
+            "send_throughput_msg_s": n / span,
+            "send_lag_p99_s": stats["lag_p99_s"],
+            "sent_early": stats["sent_early"],
+            "receipts_accepted_per_s": accepted / post_result["seconds"] if post_result else None,
+            "receipt_status_codes": post_result.get("codes"),
+            **_lag(),
+        }
+    finally:
+        topo.stop()
+        receipts_topo.stop()
+
+
+def uncertain(*, n: int, share: float, concurrency: int, timeout: float) -> dict:
+    """A burst where `share` of submissions are accepted by the sandbox but never answered (the client
+    times out): every one must end `sent` through reconciliation, with no duplicate submission."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import Message
+
+    tenant = bench.bench_reset()
+    os.environ.update(
+        TWILIO_TIMEOUT_SECONDS="1", SMSGW_SENDING_LEASE_SECONDS="5", SMSGW_QUEUED_RECOVERY_SECONDS="10"
+    )
+    topo = bench.Topology(latency_ms=0, send_concurrency=concurrency)
+    try:
+        topo.sandbox.config(accept_then_hang_rate=share, timeout_hang_seconds=3)
+        due = timezone.now() + timedelta(seconds=10)
+        bench.messages_load(tenant, n, first_due=due)
+        sent = bench._wait_sent(n, timeout)
+        stats = topo.sandbox.stats()
+        with connection.cursor() as cur:
+            cur.execute("SELECT outcome, count(*) FROM delivery_attempt GROUP BY outcome")
+            attempts = dict(cur.fetchall())
+        distinct = Message.objects.filter(tenant=tenant, status="sent").values("to").distinct().count()
+        return {
+            "scenario": "uncertain",
+            "messages": n,
+            "uncertain_share": share,
+            "all_sent": sent >= n,
+            "sandbox_submissions": stats["submissions"],
+            "duplicates": stats["submissions"] - n,
+            "accept_then_hang_injected": stats["by_outcome"].get("accept_then_hang"),
+            "attempt_outcomes": attempts,
+            "distinct_recipients_sent": distinct,
+        }
+    finally:
+        topo.stop()

@@ -35,6 +35,18 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=64, help="client connections")
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("burst-receipts", help="send burst while a burst of callbacks is processed")
+        p.add_argument("--messages", type=int, default=50_000)
+        p.add_argument("--receipts", type=int, default=50_000)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--web-workers", type=int, default=2)
+        p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("uncertain", help="burst with a share of submissions whose answer never comes")
+        p.add_argument("--messages", type=int, default=20_000)
+        p.add_argument("--share", type=float, default=0.01)
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -85,6 +97,26 @@ class Command(BaseCommand):
                 concurrency=opts["concurrency"],
                 rate=opts["rate"],
                 web_workers=opts["web_workers"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "burst-receipts":
+            from receipts import bench as receipts_bench
+
+            result = receipts_bench.burst_under_receipts(
+                n=opts["messages"],
+                receipt_burst=opts["receipts"],
+                latency_ms=opts["latency_ms"],
+                concurrency=opts["concurrency"],
+                web_workers=opts["web_workers"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "uncertain":
+            from receipts import bench as receipts_bench
+
+            result = receipts_bench.uncertain(
+                n=opts["messages"],
+                share=opts["share"],
+                concurrency=opts["concurrency"],
                 timeout=opts["timeout"],
             )
         elif scenario == "pending":
