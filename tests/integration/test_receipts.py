@@ -108,7 +108,8 @@ def test_worker_killed_after_provider_accepted_before_sid_stored_submits_once(pi
     pipeline.sandbox.config(
         rules=[{"to": to, "action": "accept_then_hang", "times": 1}], timeout_hang_seconds=60
     )
-    pipeline.env["TWILIO_TIMEOUT_SECONDS"] = "30"
+    # Long enough to kill the worker while it waits (the lease must stay longer than the timeout).
+    pipeline.env["TWILIO_TIMEOUT_SECONDS"] = "3.5"
     pks = messages_bulk(tenant, 1, due_at=timezone.now())
     Message.objects.filter(pk=pks[0]).update(to=to)
     connection.close()
