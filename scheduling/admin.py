@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from delivery.models import Attempt
-from scheduling.models import Message, MessageEvent
+from scheduling.models import Message, MessageEvent, Schedule, ScheduleVersion
 
 
 class EventInline(admin.TabularInline):
@@ -43,6 +43,30 @@ class MessageAdmin(admin.ModelAdmin):
     list_filter = ("status", "priority", "tenant")
     search_fields = ("=public_id", "=to", "=provider_message_id")
     inlines = (AttemptInline, EventInline)
+    show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+
+class ScheduleVersionInline(admin.TabularInline):
+    model = ScheduleVersion
+    extra = 0
+    can_delete = False
+    readonly_fields = ("number", "change", "status", "changed_fields", "actor", "created_at", "definition")
+    ordering = ("number",)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    # Read-only: changes go through scheduling.schedules (versions, occurrence cancellation).
+    list_display = ("public_id", "tenant", "status", "version", "rrule", "timezone", "next_occurrence_at")
+    list_filter = ("status", "tenant")
+    search_fields = ("=public_id", "=to")
+    inlines = (ScheduleVersionInline,)
     show_full_result_count = False
 
     def get_readonly_fields(self, request, obj=None):

@@ -92,6 +92,27 @@ class Message(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
 
+    # Recurring occurrences (scheduling.materialize): the schedule, the version the occurrence was made
+    # under, and its deterministic key "<schedule id>:<local occurrence time>:v<version>", unique per
+    # schedule so a re-run or crashed materializer can never create a second row for one occurrence.
+    schedule = models.ForeignKey(
+        "Schedule",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="occurrences",
+        db_index=False,  # msg_occurrence_key_unique (schedule, occurrence_key) serves schedule lookups
+    )
+    occurrence_key = models.CharField(max_length=80, null=True, blank=True)
+    schedule_version = models.PositiveIntegerField(null=True, blank=True)
+    # Quiet hours (scheduling.quiet): the window that applies, copied from the tenant or request policy
+    # when the message was scheduled (quiet_timezone is empty when none applies), and the due time
+    # before the first move into the window's end.
+    quiet_start = models.TimeField(null=True, blank=True)
+    quiet_end = models.TimeField(null=True, blank=True)
+    quiet_timezone = models.CharField(max_length=64, blank=True, default="", db_default="")
+    quiet_deferred_from = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -104,6 +125,11 @@ class Message(models.Model):
                 condition=Q(provider_message_id__isnull=False),
                 name="msg_provider_message_id_unique",
             ),
+            models.UniqueConstraint(
+                fields=["schedule", "occurrence_key"],
+                condition=Q(schedule__isnull=False),
+                name="msg_occurrence_key_unique",
+            ),
         ]
         indexes = [
             # Sweep: due scheduled work, per priority class, oldest first.
@@ -115,6 +141,13 @@ class Message(models.Model):
             models.Index(fields=["run_after"], name="msg_sending_lease", condition=Q(status="sending")),
             models.Index(fields=["tenant", "-id"], name="msg_tenant_recent"),
             models.Index(fields=["tenant", "to", "-id"], name="msg_tenant_recipient"),
+            # Sweep, execution-time quiet-hours check: due rows that carry a quiet window. Rows without
+            # one never enter this index, so it costs nothing for them.
+            models.Index(
+                fields=["run_after"],
+                name="msg_quiet_due",
+                condition=Q(status="scheduled") & ~Q(quiet_timezone=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -138,3 +171,94 @@ class MessageEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.from_status}->{self.to_status}"
+
+
+class ScheduleStatus(models.TextChoices):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ENDED = "ended"  # the rule has no further occurrence (COUNT/UNTIL reached); nothing more to make
+    CANCELLED = "cancelled"
+
+
+def new_schedule_id() -> str:
+    return "sch_" + secrets.token_hex(12)
+
+
+class Schedule(models.Model):
+    """A recurring definition (SPEC §3), separate from its executions: each occurrence becomes an
+    ordinary Message, made ahead of time within a rolling horizon by ``scheduling.materialize``.
+
+    The definition columns hold the current version; every change is also kept as an immutable
+    ScheduleVersion. The cursor (``cursor_local`` / ``next_occurrence_at``) is the first occurrence not
+    yet materialized; the materializer looks only at active schedules whose cursor is inside the
+    horizon (sch_materialize_due), so a run costs what is due, not what exists.
+    """
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_schedule_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="schedules", db_index=False)
+    status = models.CharField(max_length=16, choices=ScheduleStatus.choices, default=ScheduleStatus.ACTIVE)
+    version = models.PositiveIntegerField(default=1)
+
+    to = models.CharField(max_length=20)
+    from_number = models.CharField(max_length=32, blank=True)
+    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    body = models.TextField()
+    encoding = models.CharField(max_length=8)
+    segments = models.PositiveSmallIntegerField()
+    priority = models.CharField(max_length=16, choices=Priority.choices, default=Priority.TRANSACTIONAL)
+    metadata = models.JSONField(default=dict, blank=True)
+    validity_seconds = models.PositiveIntegerField()
+
+    rrule = models.CharField(max_length=1000)  # canonical RRULE value (scheduling.rrules)
+    exdate = models.JSONField(default=list, blank=True)  # local dates / date-times, ISO strings
+    start_local = models.DateTimeField()  # naive local wall time (stored as UTC-less, like Message)
+    timezone = models.CharField(max_length=64)
+    dst_policy = models.CharField(max_length=8, default="earlier")
+    # COUNT rules: the local time of the COUNT-th instance, computed once at validation.
+    count_last_local = models.DateTimeField(null=True, blank=True)
+    quiet_hours = models.JSONField(default=dict, blank=True)  # {} = tenant policy (scheduling.quiet)
+    recipient_timezone = models.CharField(max_length=64, blank=True)
+
+    cursor_local = models.DateTimeField(null=True, blank=True)
+    next_occurrence_at = models.DateTimeField(null=True, blank=True)
+    materialized_until = models.DateTimeField(null=True, blank=True)
+    materialized_count = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_occurrence_at"], name="sch_materialize_due", condition=Q(status="active")
+            ),
+            models.Index(fields=["tenant", "-id"], name="sch_tenant_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class ScheduleVersion(models.Model):
+    """Immutable snapshot of a schedule after each change (created, updated, paused, resumed,
+    cancelled), with who made it and when. Occurrences name the version they were made under."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="versions", db_index=False)
+    number = models.PositiveIntegerField()
+    change = models.CharField(max_length=16)
+    status = models.CharField(max_length=16)
+    changed_fields = models.JSONField(default=list, blank=True)
+    definition = models.JSONField()
+    actor = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["schedule", "number"], name="schver_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} v{self.number} {self.change}"

@@ -6,17 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
-from scheduling import transitions
-from scheduling.models import Message, Priority, Status
+from scheduling import quiet, transitions
+from scheduling.models import Message, MessageEvent, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
@@ -148,6 +150,27 @@ def _time_fields(
     }
 
 
+def _quiet(
+    tenant: Tenant, data: dict[str, Any], due_at: datetime, priority: str, *, current: Message | None = None
+) -> dict[str, Any]:
+    """Quiet hours at scheduling time (scheduling.quiet): the window that applies is copied onto the
+    message, and a due time inside it moves to the window's end. A reschedule keeps the window the
+    message already carries unless the request names a new policy."""
+    names_policy = {"quiet_hours", "recipient_timezone"} & data.keys()
+    if current is not None and current.quiet_timezone and not names_policy:
+        return quiet.quiet_fields(quiet.stored_window(current), due_at)
+    try:
+        window = quiet.tenant_quiet_window(
+            tenant,
+            override=quiet.parse_override(data.get("quiet_hours")),
+            recipient_timezone=quiet.recipient_zone(data.get("recipient_timezone")),
+            priority=priority,
+        )
+    except quiet.QuietHoursError as exc:
+        raise field_error(exc.field, str(exc)) from exc
+    return quiet.quiet_fields(window, due_at)
+
+
 def message_create(
     *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Message, bool]:
@@ -165,6 +188,8 @@ def message_create(
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
+    priority = data.get("priority") or Priority.TRANSACTIONAL
+    time_fields.update(_quiet(tenant, data, time_fields["due_at"], priority))
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
     message = Message(
         tenant=tenant,
@@ -184,15 +209,7 @@ def message_create(
         **time_fields,
     )
     try:
-        with transaction.atomic():
-            message.save()
-            transitions.event_record(
-                message.pk,
-                kind="created",
-                actor=actor,
-                status=Status.SCHEDULED,
-                details=_intent_details(message, resolved),
-            )
+        _message_insert(message, actor=actor, details=_intent_details(message, resolved))
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -200,6 +217,66 @@ def message_create(
         existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         return _idempotent_replay(existing, fingerprint), False
     return message, True
+
+
+def _insert_fields(model) -> list:
+    """The columns save() inserts (the primary key is generated and read back)."""
+    meta = model._meta
+    return [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
+
+
+@cache
+def _insert_sql(alias: str) -> tuple[str, list, list]:
+    """PostgreSQL: the message row and its "created" event in one statement (a data-modifying CTE), so
+    both commit together, in one round trip. Built once: (sql, message fields, event fields)."""
+    qn = connections[alias].ops.quote_name
+    message_fields = _insert_fields(Message)
+    message_fk = MessageEvent._meta.get_field("message")
+    event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
+    pk = qn(Message._meta.pk.column)
+    sql = (
+        f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} "  # noqa: S608
+        f"({', '.join(qn(f.column) for f in message_fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(message_fields))}) RETURNING {pk}) "
+        f"INSERT INTO {qn(MessageEvent._meta.db_table)} "
+        f"({qn(message_fk.column)}, {', '.join(qn(f.column) for f in event_fields)}) "
+        f"SELECT m.{pk}, {', '.join(['%s'] * len(event_fields))} FROM m RETURNING {qn(message_fk.column)}"
+    )
+    return sql, message_fields, event_fields
+
+
+def _message_insert(message: Message, *, actor: str, details: dict[str, Any]) -> None:
+    """Store a new message and its "created" event (what ``transitions.event_record`` writes) in one
+    transaction. On PostgreSQL that is one INSERT statement carrying the values the ORM's save() would
+    send (each field's pre_save and get_db_prep_save); elsewhere (SQLite), or when a value is an
+    expression such as a database default, the ORM saves both inside transaction.atomic()."""
+    event = MessageEvent(
+        kind="created",
+        from_status=Status.SCHEDULED,
+        to_status=Status.SCHEDULED,
+        actor=actor,
+        details=details or {},
+        created_at=timezone.now(),
+    )
+    if connection.vendor == "postgresql":
+        sql, message_fields, event_fields = _insert_sql(connection.alias)
+        pairs = [(f, f.pre_save(message, True)) for f in message_fields]
+        pairs += [(f, f.pre_save(event, True)) for f in event_fields]
+        if not any(hasattr(v, "resolve_expression") for _, v in pairs):
+            params = [f.get_db_prep_save(v, connection) for f, v in pairs]
+            # One statement is one transaction by itself; inside a caller's transaction a savepoint
+            # keeps a unique violation (an Idempotency-Key race) from breaking the caller's one.
+            atomic = transaction.atomic() if connection.in_atomic_block else nullcontext()
+            with atomic, connection.cursor() as cur:
+                cur.execute(sql, params)
+                message.pk = cur.fetchone()[0]
+            message._state.adding = False
+            message._state.db = connection.alias
+            return
+    with transaction.atomic():
+        message.save()
+        event.message_id = message.pk
+        event.save()
 
 
 def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
@@ -224,6 +301,7 @@ def _intent_details(message: Message, resolved: ResolvedTime | None) -> dict[str
         details["dst_adjustment"] = resolved.adjustment.value
         if resolved.adjustment.value != "none":
             details["dst_note"] = resolved.describe()
+    details.update(quiet.quiet_details(message))
     return details
 
 
@@ -295,6 +373,8 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         policy = data.get("dst_policy", message.dst_policy)
         resolved, dst_policy = _time(tenant, send_at, tz_name, policy, now)
         changes.update(_time_fields(resolved, send_at or "", tz_name or "", dst_policy, now))
+        priority = changes.get("priority", message.priority)
+        changes.update(_quiet(tenant, data, changes["due_at"], priority, current=message))
         changes["run_after"] = changes["due_at"]
     if time_changed or "validity_seconds" in data:
         changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
@@ -308,6 +388,8 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
             timezone=changes["requested_timezone"],
             dst_adjustment=changes["dst_adjustment"],
         )
+        if changes.get("quiet_deferred_from"):
+            details["quiet_hours_note"] = quiet.move_note(changes)
     result = transitions.transition(
         message.pk,
         from_statuses=[Status.SCHEDULED],

@@ -17,7 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling import transitions
-from scheduling.models import Priority, Status
+from scheduling.models import Message, Priority, Status
+from scheduling.quiet import QuietWindow
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,18 @@ class SweepReport:
     queued: dict[str, int] = field(default_factory=dict)
     republished: int = 0
     leases_expired: int = 0
+    quiet_deferred: int = 0
     seconds: float = 0.0
 
     @property
     def total(self) -> int:
-        return self.expired + sum(self.queued.values()) + self.republished + self.leases_expired
+        return (
+            self.expired
+            + sum(self.queued.values())
+            + self.republished
+            + self.leases_expired
+            + self.quiet_deferred
+        )
 
 
 def _publish(task: str, queue: str, ids: list[int]) -> None:
@@ -85,7 +93,8 @@ def due_messages_claim(*, priority: str, now: datetime | None = None, limit: int
             from_status=Status.SCHEDULED,
             to_status=Status.QUEUED,
             kind="queued",
-            where_sql='"priority" = %s AND "run_after" <= %s',
+            # Rows with a quiet window are released by due_quiet_check, which looks at the clock first.
+            where_sql='"priority" = %s AND "run_after" <= %s AND "quiet_timezone" = \'\'',
             where_params=[priority, now],
             order_by='"run_after"',
             limit=limit,
@@ -98,6 +107,85 @@ def due_messages_claim(*, priority: str, now: datetime | None = None, limit: int
         ids = [r["id"] for r in rows]
         _publish_after_commit(SEND_TASK, send_queue(priority), ids)
     return ids
+
+
+_QUIET_COLUMNS = ("id", "version", "priority", "due_at", "quiet_start", "quiet_end", "quiet_timezone")
+
+
+def due_quiet_check(*, now: datetime | None = None, limit: int) -> tuple[dict[str, int], int]:
+    """Quiet hours at execution time: due messages that carry a quiet window (msg_quiet_due, which
+    holds no other row) are checked against the clock now, not against their due time. Outside the
+    window they go to ``queued`` like any due message; inside it (made due late by an outage, a retry
+    or a long backlog) they are moved to the window's end, and the move is recorded on the message
+    (quiet_deferred_from keeps the first due time) and in its timeline. Returns (queued per priority,
+    deferred)."""
+    now = now or timezone.now()
+    queued: dict[str, int] = {}
+    qs = (
+        Message.objects.filter(status=Status.SCHEDULED, run_after__lte=now)
+        .exclude(quiet_timezone="")
+        .order_by("run_after")
+    )
+    # Usually nothing carries a window: one probe of the (then empty) partial index, and no write
+    # transaction (on SQLite that would take the database's write lock every pass).
+    if not qs.exists():
+        return queued, 0
+    with transaction.atomic():
+        # SKIP LOCKED: concurrent sweeps check disjoint rows (ignored on SQLite, where the IMMEDIATE
+        # transaction serialises writers and the CAS below decides).
+        rows = list(
+            qs.select_for_update(skip_locked=True).values(*_QUIET_COLUMNS, "quiet_deferred_from")[:limit]
+        )
+        if not rows:
+            return queued, 0
+        deferred, details, release = [], {}, {}
+        for row in rows:
+            window = QuietWindow(row["quiet_start"], row["quiet_end"], row["quiet_timezone"])
+            end = window.defer(now)
+            if end is None:
+                release.setdefault(row["priority"], []).append(row["id"])
+                continue
+            first_due = row["quiet_deferred_from"] or row["due_at"]
+            deferred.append(
+                (
+                    row["id"],
+                    row["version"],
+                    {"due_at": end, "run_after": end, "quiet_deferred_from": first_due},
+                )
+            )
+            details[row["id"]] = {
+                "stage": "execution",
+                "reason": "due while inside quiet hours",
+                "quiet_hours": window.as_dict(),
+                "due_at": row["due_at"].isoformat(),
+                "new_due_at": end.isoformat(),
+                "note": window.describe_move(now, end),
+            }
+        moved = transitions.transition_versioned(
+            deferred,
+            from_status=Status.SCHEDULED,
+            to_status=Status.SCHEDULED,
+            kind="quiet_hours_deferred",
+            details=details.get,
+            per_row_columns=["due_at", "run_after", "quiet_deferred_from"],
+            now=now,
+        )
+        for priority, ids in release.items():
+            won = transitions.transition_many(
+                ids,
+                from_status=Status.SCHEDULED,
+                to_status=Status.QUEUED,
+                kind="queued",
+                set_fields={
+                    "queued_at": now,
+                    "run_after": now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS),
+                },
+                now=now,
+            )
+            won_ids = [r["id"] for r in won]
+            _publish_after_commit(SEND_TASK, send_queue(priority), won_ids)
+            queued[priority] = len(won_ids)
+    return queued, len(moved)
 
 
 def stale_queued_republish(*, now: datetime | None = None, limit: int) -> int:
@@ -152,8 +240,10 @@ def sweep_once(*, now: datetime | None = None, limit: int | None = None) -> Swee
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = SweepReport()
     report.expired = due_expire(now=now, limit=limit)
+    quiet_queued, report.quiet_deferred = due_quiet_check(now=now, limit=limit)
     for priority in PRIORITY_ORDER:
-        report.queued[priority] = len(due_messages_claim(priority=priority, now=now, limit=limit))
+        claimed = len(due_messages_claim(priority=priority, now=now, limit=limit))
+        report.queued[priority] = claimed + quiet_queued.get(priority, 0)
     report.republished = stale_queued_republish(now=now, limit=limit)
     report.leases_expired = sending_leases_expire(now=now, limit=limit)
     report.seconds = time.perf_counter() - started
@@ -177,6 +267,8 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
                 report.leases_expired,
                 report.seconds * 1000,
             )
+            if report.quiet_deferred:
+                log.info("sweep quiet_hours_deferred=%d", report.quiet_deferred)
         if time.monotonic() >= deadline:
             return reports
         if not report.total:

@@ -82,6 +82,10 @@ SETTABLE = frozenset(
         "dst_adjustment",
         "from_number",
         "messaging_service_sid",
+        "quiet_deferred_from",  # quiet hours: the due time before a move into the window's end
+        "quiet_start",  # quiet hours: the window copied onto the message (reschedule re-applies it)
+        "quiet_end",
+        "quiet_timezone",
     }
 )
 RETURNABLE = SETTABLE | {"id", "version", "status", "expires_at", "tenant_id", "created_at"}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cache
 
+from django.db import connections
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from smsgw.models import ApiKey
+from smsgw.models import ApiKey, Tenant
 
 # Writing last_used_at on every request would add a write per API call; once a minute is enough to
 # answer "is this key still in use".
@@ -27,6 +29,51 @@ class ApiPrincipal:
         return f"apikey:{self.api_key.prefix}"
 
 
+@cache
+def _key_query(alias: str, vendor: str):
+    """One SELECT for the key and its tenant, built once per database: the same row
+    ``ApiKey.objects.select_related("tenant").filter(prefix=...)`` reads, without building the query
+    on every request. Returns (sql, converters per column, number of key columns)."""
+    connection = connections[alias]
+    qn = connection.ops.quote_name
+    key_fields = ApiKey._meta.concrete_fields
+    tenant_fields = Tenant._meta.concrete_fields
+    columns = [f"k.{qn(f.column)}" for f in key_fields] + [f"t.{qn(f.column)}" for f in tenant_fields]
+    # Only column and table names from the models go into the text; the prefix is a parameter.
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {qn(ApiKey._meta.db_table)} k "  # noqa: S608
+        f"JOIN {qn(Tenant._meta.db_table)} t ON t.{qn(Tenant._meta.pk.column)} = "
+        f"k.{qn(ApiKey._meta.get_field('tenant').column)} "
+        f"WHERE k.{qn(ApiKey._meta.get_field('prefix').column)} = %s"
+    )
+    # The converters the ORM's compiler would apply (e.g. JSON text -> dict, SQLite's datetime strings).
+    converters = []
+    for alias_, field in [("k", f) for f in key_fields] + [("t", f) for f in tenant_fields]:
+        col = field.get_col(alias_)
+        funcs = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        converters.append((col, funcs))
+    return sql, converters, len(key_fields)
+
+
+def key_lookup(prefix: str, using: str = "default") -> ApiKey | None:
+    """The key with this prefix, its tenant loaded, straight from the database (never cached: a revoked
+    key or a disabled tenant stops working on the next request)."""
+    connection = connections[using]
+    sql, converters, n_key = _key_query(using, connection.vendor)
+    with connection.cursor() as cur:
+        cur.execute(sql, [prefix])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    values = list(row)
+    for i, (col, funcs) in enumerate(converters):
+        for func in funcs:
+            values[i] = func(values[i], col, connection)
+    key = ApiKey.from_db(using, None, values[:n_key])
+    ApiKey.tenant.field.set_cached_value(key, Tenant.from_db(using, None, values[n_key:]))
+    return key
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -41,7 +88,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if parts is None:
             raise exceptions.AuthenticationFailed("Malformed API key.")
         prefix, secret = parts
-        key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+        key = key_lookup(prefix)
         if key is None or not key.matches(secret):
             raise exceptions.AuthenticationFailed("Unknown API key.")
         if key.is_revoked:

@@ -6,6 +6,7 @@ import hashlib
 import secrets
 
 from django.db import models
+from django.db.models import F, Q
 
 KEY_PREFIX_LEN = 12
 KEY_SECRET_BYTES = 24
@@ -26,6 +27,25 @@ class Tenant(models.Model):
     webhook_url = models.URLField(blank=True)
     webhook_secret = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Quiet hours (scheduling.quiet): a local window [start, end) in the recipient's timezone (the
+    # request's, else default_timezone); start > end wraps midnight. Both empty = no quiet hours.
+    quiet_hours_start = models.TimeField(null=True, blank=True)
+    quiet_hours_end = models.TimeField(null=True, blank=True)
+    quiet_hours_exempt_transactional = models.BooleanField(default=False, db_default=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(quiet_hours_start__isnull=True) & Q(quiet_hours_end__isnull=True))
+                | (
+                    Q(quiet_hours_start__isnull=False)
+                    & Q(quiet_hours_end__isnull=False)
+                    & ~Q(quiet_hours_start=F("quiet_hours_end"))
+                ),
+                name="tenant_quiet_hours_window",
+                violation_error_message="Quiet hours need both a start and an end, and they must differ.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug

@@ -152,7 +152,9 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 
 # --- pipeline tuning ------------------------------------------------------------------------------
-SWEEP_INTERVAL_SECONDS = env_float("SMSGW_SWEEP_INTERVAL", 1.0, minimum=0.1)
+# Whole seconds: django-celery-beat stores intervals as integers (0.5 would become 0 and fire
+# continuously). Inside each interval the sweep itself polls every 50 ms, so due work waits far less.
+SWEEP_INTERVAL_SECONDS = env_int("SMSGW_SWEEP_INTERVAL", 1, minimum=1)
 SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
 SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
 SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 250, minimum=1)
@@ -166,6 +168,14 @@ SEND_AT_PAST_TOLERANCE_SECONDS = env_int("SMSGW_SEND_AT_PAST_TOLERANCE", 300, mi
 MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=1)
 DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
 MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
+# Recurring schedules (scheduling.materialize): occurrences are made as messages this far ahead.
+SCHEDULE_HORIZON_SECONDS = env_int("SMSGW_SCHEDULE_HORIZON_SECONDS", 24 * 3600, minimum=60)
+# Whole seconds: django-celery-beat stores an interval as an integer, and 0 would fire continuously.
+MATERIALIZE_INTERVAL_SECONDS = env_int("SMSGW_MATERIALIZE_INTERVAL", 10, minimum=1)
+# Schedules claimed per statement; one batch is one transaction.
+MATERIALIZE_BATCH_SIZE = env_int("SMSGW_MATERIALIZE_BATCH_SIZE", 500, minimum=1)
+# Abuse guard: a rule that fires more often than this on one local day is rejected (field `rrule`).
+SCHEDULE_MAX_PER_DAY = env_int("SMSGW_SCHEDULE_MAX_PER_DAY", 24, minimum=1)
 
 # --- provider -------------------------------------------------------------------------------------
 SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", "twilio")
@@ -176,6 +186,9 @@ TWILIO_API_BASE_URL = env_str(
     "TWILIO_API_BASE_URL", "http://127.0.0.1:8081" if EMBEDDED else "https://api.twilio.com"
 )
 TWILIO_TIMEOUT_SECONDS = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+if SENDING_LEASE_SECONDS <= TWILIO_TIMEOUT_SECONDS:
+    # The reconciler must never look a message up while its worker may still be waiting on the provider.
+    raise ImproperlyConfigured("SMSGW_SENDING_LEASE_SECONDS must be longer than TWILIO_TIMEOUT_SECONDS")
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
 SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
 
@@ -190,6 +203,8 @@ LOGGING = {
 
 CELERY_TASK_ROUTES = {
     "scheduling.sweep": {"queue": "sweep"},
+    # The materializer shares the sweep's queue and workers: both are short, database-bound passes.
+    "scheduling.materialize": {"queue": "sweep"},
     "delivery.reconcile_batch": {"queue": "reconcile"},
     "receipts.process": {"queue": "receipts"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
@@ -202,6 +217,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": SWEEP_INTERVAL_SECONDS,
         # A sweep that waited longer than two intervals is redundant: a newer one covers the same rows.
         "options": {"queue": "sweep", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+    },
+    # Rolls every active schedule's horizon forward. Runs are idempotent (unique occurrence keys) and
+    # safe to overlap (SKIP LOCKED), so a late duplicate only finds nothing to do.
+    "smsgw-materialize": {
+        "task": "scheduling.materialize",
+        "schedule": MATERIALIZE_INTERVAL_SECONDS,
+        "options": {"queue": "sweep", "expires": max(2.0, MATERIALIZE_INTERVAL_SECONDS * 2)},
     },
     # Receipts and webhooks have their own queues and workers: a burst of callbacks never delays sends.
     "smsgw-receipts": {

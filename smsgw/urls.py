@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from receipts import api as receipts_api
 from scheduling import api
+from scheduling import schedules_api as sched
 from smsgw import health
 
 urlpatterns = [
@@ -11,6 +12,23 @@ urlpatterns = [
     path("v1/messages/<str:public_id>", api.MessageDetailApi.as_view(), name="message-detail"),
     path("v1/messages/<str:public_id>/cancel", api.MessageCancelApi.as_view(), name="message-cancel"),
     path("v1/messages/<str:public_id>/events", api.MessageEventsApi.as_view(), name="message-events"),
+    path("v1/schedules", sched.SchedulesApi.as_view(), name="schedules"),
+    path("v1/schedules/<str:public_id>", sched.ScheduleDetailApi.as_view(), name="schedule-detail"),
+    path("v1/schedules/<str:public_id>/pause", sched.SchedulePauseApi.as_view(), name="schedule-pause"),
+    path("v1/schedules/<str:public_id>/resume", sched.ScheduleResumeApi.as_view(), name="schedule-resume"),
+    path("v1/schedules/<str:public_id>/cancel", sched.ScheduleCancelApi.as_view(), name="schedule-cancel"),
+    path(
+        "v1/schedules/<str:public_id>/occurrences",
+        sched.ScheduleOccurrencesApi.as_view(),
+        name="schedule-occurrences",
+    ),
+    path(
+        "v1/schedules/<str:public_id>/versions", sched.ScheduleVersionsApi.as_view(), name="schedule-versions"
+    ),
+    path(
+        "v1/schedules/<str:public_id>/messages", sched.ScheduleMessagesApi.as_view(), name="schedule-messages"
+    ),
+    path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
     path(
         "v1/openapi.json",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

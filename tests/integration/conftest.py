@@ -15,7 +15,7 @@ from tests.sandbox_process import SandboxProcess
 
 # Short windows so recovery paths run within a test's time, not production's minutes.
 FAST = {
-    "SMSGW_SWEEP_INTERVAL": "0.5",
+    "SMSGW_SWEEP_INTERVAL": "1",
     "SMSGW_QUEUED_RECOVERY_SECONDS": "4",
     "SMSGW_SENDING_LEASE_SECONDS": "4",
     "SMSGW_RETRY_BASE_SECONDS": "0.2",

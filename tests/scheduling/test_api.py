@@ -254,3 +254,34 @@ def test_openapi_schema_is_served():
     resp = APIClient().get("/v1/openapi.json")
     assert resp.status_code == 200
     assert "/v1/messages" in resp.json()["paths"]
+
+
+def test_quiet_hours_override_moves_a_send_to_the_window_end_and_shows_it(api):
+    now = timezone.now()
+    # A window covering the whole day except the next minute's edge: "now" is inside it.
+    start = (now - timedelta(hours=1)).strftime("%H:%M")
+    end = (now + timedelta(hours=2)).strftime("%H:%M")
+    resp = post(
+        api,
+        {
+            "to": RECIPIENT,
+            "body": "x",
+            "priority": "bulk",
+            "quiet_hours": {"start": start, "end": end},
+            "recipient_timezone": "UTC",
+        },
+    )
+    assert resp.status_code == 201, resp.content
+    data = resp.json()
+    assert data["quiet_hours"]["timezone"] == "UTC" and data["quiet_hours"]["deferred_from"]
+    due = datetime.fromisoformat(data["due_at"].replace("Z", "+00:00"))
+    assert due.strftime("%H:%M") == end and due > now
+    assert data["schedule"] is None
+
+
+def test_bad_quiet_hours_override_is_a_400_naming_the_field(api):
+    resp = post(api, {"to": RECIPIENT, "body": "x", "quiet_hours": {"start": "21:00", "end": "21:00"}})
+    assert resp.status_code == 400 and "quiet_hours" in field_of(resp)
+    resp = post(api, {"to": RECIPIENT, "body": "x", "recipient_timezone": "Nowhere/Land"})
+    assert resp.status_code == 400 and "recipient_timezone" in field_of(resp)
+    assert Message.objects.count() == 0

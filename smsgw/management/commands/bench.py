@@ -47,6 +47,16 @@ class Command(BaseCommand):
         p.add_argument("--share", type=float, default=0.01)
         p.add_argument("--concurrency", type=int, default=3)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("materialize", help="schedule materializer throughput (occurrences/s)")
+        p.add_argument("--schedules", type=int, default=100_000)
+        p.add_argument("--processes", type=int, default=1, help="materializer processes at once")
+        p.add_argument("--batch-size", type=int, default=None)
+        p = sub.add_parser("materialize-idle", help="a materializer run with nothing due")
+        p.add_argument("--schedules", type=int, default=100_000)
+        p.add_argument("--repeats", type=int, default=200)
+        p = sub.add_parser("preview", help="GET /v1/schedules/{id}/occurrences for several rules")
+        p.add_argument("--count", type=int, default=100)
+        p.add_argument("--repeats", type=int, default=50)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -119,6 +129,17 @@ class Command(BaseCommand):
                 concurrency=opts["concurrency"],
                 timeout=opts["timeout"],
             )
+        elif scenario in ("materialize", "materialize-idle", "preview"):
+            from smsgw import bench_schedules
+
+            if scenario == "materialize":
+                result = bench_schedules.materialize(
+                    n=opts["schedules"], processes=opts["processes"], batch_size=opts["batch_size"]
+                )
+            elif scenario == "materialize-idle":
+                result = bench_schedules.materialize_idle(n=opts["schedules"], repeats=opts["repeats"])
+            else:
+                result = bench_schedules.preview(count=opts["count"], repeats=opts["repeats"])
         elif scenario == "pending":
             result = bench.pending(
                 n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"]
