@@ -3,8 +3,6 @@ endpoint; the rules live in ``scheduling.schedules`` (writes) and ``scheduling.s
 
 from __future__ import annotations
 
-import json
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
@@ -13,27 +11,12 @@ from rest_framework.views import APIView
 
 from scheduling import schedule_selectors as selectors
 from scheduling import schedules as services
+from scheduling.api import StrictSerializer, _metadata
 from scheduling.materialize import naive
 from scheduling.models import Priority, Schedule
 
-MAX_METADATA_BYTES = 4096
-
-
-def _metadata(value):
-    if len(json.dumps(value)) > MAX_METADATA_BYTES:
-        raise serializers.ValidationError(f"must serialise to at most {MAX_METADATA_BYTES} bytes of JSON")
-    return value
-
-
-class _Strict(serializers.Serializer):
-    """Unknown keys are an error: a typo such as `rule` must not silently keep the old definition."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
-        return super().to_internal_value(data)
+# One definition of the strictness and metadata rules for both message and schedule input.
+_Strict = StrictSerializer
 
 
 def _schedule_fields(required: bool) -> dict:
