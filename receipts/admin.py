@@ -6,8 +6,15 @@ from receipts.webhooks import webhook_replay
 
 @admin.register(ReceiptEvent)
 class ReceiptEventAdmin(admin.ModelAdmin):
-    list_display = ("provider_message_id", "raw_status", "normalized_status", "error_code", "outcome",
-                    "received_at", "processed_at")
+    list_display = (
+        "provider_message_id",
+        "raw_status",
+        "normalized_status",
+        "error_code",
+        "outcome",
+        "received_at",
+        "processed_at",
+    )
     list_filter = ("outcome", "normalized_status", "provider")
     search_fields = ("=provider_message_id",)
     show_full_result_count = False
@@ -18,8 +25,16 @@ class ReceiptEventAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
-    list_display = ("webhook_id", "tenant", "event_type", "status", "attempts", "last_status_code",
-                    "next_attempt_at", "delivered_at")
+    list_display = (
+        "webhook_id",
+        "tenant",
+        "event_type",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "delivered_at",
+    )
     list_filter = ("status", "tenant")
     search_fields = ("=webhook_id",)
     actions = ("replay",)

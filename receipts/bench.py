@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 from urllib.parse import urlencode
 
@@ -162,10 +161,6 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
         }
     finally:
         topo.stop()
-
-
-def summary(values: list[float]) -> dict:
-    return {"p50": statistics.median(values), "max": max(values)} if values else {}
 
 
 def burst_under_receipts(

@@ -384,22 +384,16 @@ def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCha
                 f"Only an active schedule can be paused; this one is {schedule.status}.",
                 current_status=schedule.status,
             )
-        new_version = schedule.version + 1
-        cancelled, kept = _cancel_occurrences(
+        change = _schedule_stop(
             schedule,
-            now=now,
+            status=ScheduleStatus.PAUSED,
+            stamp="paused_at",
+            change="paused",
+            reason=f"paused (version {schedule.version + 1})",
             actor=actor,
-            reason=f"schedule {schedule.public_id} paused (version {new_version})",
-            new_version=new_version,
-            include_queued=True,
-            only_future=False,
+            now=now,
         )
-        schedule.version = new_version
-        schedule.status, schedule.paused_at = ScheduleStatus.PAUSED, now
-        schedule.cursor_local = schedule.next_occurrence_at = None
-        schedule.save()
-        _version_record(schedule, change="paused", actor=actor, changed=["status"], now=now)
-    return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept))
+    return change
 
 
 def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
@@ -432,21 +426,39 @@ def schedule_cancel(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
         schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
         if schedule.status == ScheduleStatus.CANCELLED:
             return ScheduleChange(schedule, changed=False)
-        new_version = schedule.version + 1
-        cancelled, kept = _cancel_occurrences(
+        change = _schedule_stop(
             schedule,
-            now=now,
+            status=ScheduleStatus.CANCELLED,
+            stamp="cancelled_at",
+            change="cancelled",
+            reason="cancelled",
             actor=actor,
-            reason=f"schedule {schedule.public_id} cancelled",
-            new_version=new_version,
-            include_queued=True,
-            only_future=False,
+            now=now,
         )
-        schedule.version = new_version
-        schedule.status, schedule.cancelled_at = ScheduleStatus.CANCELLED, now
-        schedule.cursor_local = schedule.next_occurrence_at = None
-        schedule.save()
-        _version_record(schedule, change="cancelled", actor=actor, changed=["status"], now=now)
+    return change
+
+
+def _schedule_stop(
+    schedule: Schedule, *, status: str, stamp: str, change: str, reason: str, actor: str, now
+) -> ScheduleChange:
+    """Pause and cancel: a new version that cancels every pending occurrence (queued ones too) and
+    stops the materializer cursor. Runs inside the caller's transaction, with the schedule locked."""
+    new_version = schedule.version + 1
+    cancelled, kept = _cancel_occurrences(
+        schedule,
+        now=now,
+        actor=actor,
+        reason=f"schedule {schedule.public_id} {reason}",
+        new_version=new_version,
+        include_queued=True,
+        only_future=False,
+    )
+    schedule.version = new_version
+    schedule.status = status
+    setattr(schedule, stamp, now)
+    schedule.cursor_local = schedule.next_occurrence_at = None
+    schedule.save()
+    _version_record(schedule, change=change, actor=actor, changed=["status"], now=now)
     return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept))
 
 

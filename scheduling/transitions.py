@@ -219,15 +219,7 @@ def event_record(
     message_id: int, *, kind: str, actor: str = "system", details: dict | None = None, status: str = ""
 ) -> None:
     """Timeline entry without a status change (cancel_rejected, attempt notes, ...)."""
-    MessageEvent.objects.create(
-        message_id=message_id,
-        kind=kind,
-        from_status=status,
-        to_status=status,
-        actor=actor,
-        details=details or {},
-        created_at=timezone.now(),
-    )
+    events_record_many([(message_id, kind, status, details or {})], actor=actor)
 
 
 def transition(
