@@ -18,17 +18,21 @@ from smsgw.db import is_postgres
 TABLE = Attempt._meta.db_table
 
 
-def attempts_start(rows: list[dict], *, provider: str, started_at: datetime) -> list[Attempt]:
-    """One pending Attempt per claimed message row (``id``, ``attempt_count``), committed by the caller's
-    transaction before any provider call."""
+def attempts_start(
+    rows: list[dict], *, provider: str, started_at: datetime, validity: dict[int, int] | None = None
+) -> list[Attempt]:
+    """One pending Attempt per claimed message row (``id``, ``provider_calls``), committed by the caller's
+    transaction before any provider call. ``validity``: the ValidityPeriod each will be sent with."""
+    validity = validity or {}
     attempts = [
         Attempt(
             message_id=r["id"],
-            number=r["attempt_count"],
+            number=r["provider_calls"],
             provider=provider,
             idempotency_token=secrets.token_hex(16),
             started_at=started_at,
             outcome=AttemptOutcome.PENDING,
+            validity_seconds=validity.get(r["id"]),
         )
         for r in rows
     ]
@@ -39,9 +43,11 @@ def attempts_start(rows: list[dict], *, provider: str, started_at: datetime) -> 
     with connection.cursor() as cur:
         cur.execute(
             f'INSERT INTO "{TABLE}" ("message_id", "number", "provider", "route", "idempotency_token", '
-            f'"started_at", "outcome", "provider_code", "provider_message_id", "response") '
-            f"SELECT m, n, %s, '', t, %s, %s, '', '', '{{}}'::jsonb "
-            f"FROM unnest(%s::bigint[], %s::integer[], %s::text[]) WITH ORDINALITY AS u(m, n, t, ord) "
+            f'"started_at", "outcome", "provider_code", "error_class", "provider_message_id", "response", '
+            f'"validity_seconds") '
+            f"SELECT m, n, %s, '', t, %s, %s, '', '', '', '{{}}'::jsonb, v "
+            f"FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::integer[]) "
+            f"WITH ORDINALITY AS u(m, n, t, v, ord) "
             f'ORDER BY ord RETURNING "id"',
             [
                 provider,
@@ -50,6 +56,7 @@ def attempts_start(rows: list[dict], *, provider: str, started_at: datetime) -> 
                 [a.message_id for a in attempts],
                 [a.number for a in attempts],
                 [a.idempotency_token for a in attempts],
+                [a.validity_seconds for a in attempts],
             ],
         )
         ids = [r[0] for r in cur.fetchall()]
@@ -67,24 +74,35 @@ def attempts_finish(attempts: list[Attempt], *, finished_at: datetime) -> None:
         [str(a.outcome) for a in attempts],
         [a.http_status for a in attempts],
         [a.provider_code or "" for a in attempts],
+        [a.error_class or "" for a in attempts],
         [a.provider_message_id or "" for a in attempts],
         [a.latency_ms for a in attempts],
         [json.dumps(a.response or {}, default=str) for a in attempts],
     ]
-    names = "vid, voutcome, vhttp, vcode, vsid, vlatency, vresponse"
+    names = "vid, voutcome, vhttp, vcode, vclass, vsid, vlatency, vresponse"
     if is_postgres():
-        types = ["bigint[]", "text[]", "integer[]", "text[]", "text[]", "double precision[]", "text[]"]
+        types = [
+            "bigint[]",
+            "text[]",
+            "integer[]",
+            "text[]",
+            "text[]",
+            "text[]",
+            "double precision[]",
+            "text[]",
+        ]
         source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({names})"
         params: list = columns
         response = "v.vresponse::jsonb"
     else:
-        row_sql = "(CAST(%s AS BIGINT), %s, CAST(%s AS INTEGER), %s, %s, CAST(%s AS REAL), %s)"
+        row_sql = "(CAST(%s AS BIGINT), %s, CAST(%s AS INTEGER), %s, %s, %s, CAST(%s AS REAL), %s)"
         source = f"WITH v({names}) AS (VALUES {', '.join([row_sql] * len(attempts))}) SELECT * FROM v"
         params = [value for row in zip(*columns, strict=True) for value in row]
         response = "v.vresponse"
     sql = (
         f'UPDATE "{TABLE}" SET "finished_at" = %s, "outcome" = v.voutcome, "http_status" = v.vhttp, '
-        f'"provider_code" = v.vcode, "provider_message_id" = v.vsid, "latency_ms" = v.vlatency, '
+        f'"provider_code" = v.vcode, "error_class" = v.vclass, "provider_message_id" = v.vsid, '
+        f'"latency_ms" = v.vlatency, '
         f'"response" = {response} FROM ({source}) AS v WHERE "{TABLE}"."id" = v.vid'
     )
     with connection.cursor() as cur:

@@ -1,36 +1,51 @@
-"""Send worker service: queued -> sending -> (sent | queued for retry | failed | uncertain), per batch.
+"""Send worker service: queued -> sending -> (sent | queued again | failed | uncertain), per batch.
 
 One task carries a batch of ids, but every message keeps its own CAS, attempt row, retry schedule and
 timeline. Two short transactions per batch (claim + attempts; outcomes) instead of several per SMS.
+
+What happens after the provider answers is decided by the error class (``ErrorClass``), never by a
+provider's codes:
+
+* accepted -> ``sent``;
+* throttled (429, a full sender queue) -> ``queued`` again after a backoff (Retry-After when given); the
+  attempt is not charged, since the message did nothing wrong;
+* transient -> ``queued`` with exponential backoff, charged (bounded by SMSGW_RETRY_MAX_ATTEMPTS);
+* account fault -> the scope is held (delivery.holds) and the message waits in ``queued``, not charged;
+* opted out -> ``failed`` with reason ``opted_out`` (and an OptOutSignal for the suppression list);
+* permanent -> ``failed`` (dead letter);
+* uncertain -> stays ``sending`` until the reconciler has asked the provider (delivery.reconcile).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
-from delivery.models import Attempt, AttemptOutcome
+from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
-from delivery.providers.base import Outcome, Submission, SubmitResult
+from delivery.providers.base import ErrorClass, Outcome, ProviderAdapter, Submission, SubmitResult
 from delivery.retry import retry_decide
 from scheduling import transitions
-from scheduling.models import Status
+from scheduling.models import Message, Status
 
 log = logging.getLogger(__name__)
 
-# How long an uncertain attempt waits before the reconciler asks the provider about it: long enough
-# for a slow provider to have finished processing the request we gave up on.
-UNCERTAIN_RECHECK_SECONDS = 10
+# Twilio's ValidityPeriod bounds ("integers from 1 to 36000", twilio-oai CreateMessageRequest).
+VALIDITY_MIN, VALIDITY_MAX = 1, 36000
 
 CLAIM_RETURNING = (
     "id",
+    "public_id",
     "version",
     "tenant_id",
     "to",
@@ -38,27 +53,41 @@ CLAIM_RETURNING = (
     "from_number",
     "messaging_service_sid",
     "attempt_count",
+    "provider_calls",
     "due_at",
     "expires_at",
 )
+
+# Machine-readable reasons (Message.reason_code) set by the send worker.
+REASON_THROTTLED = "provider_throttled"
+REASON_RETRY = "provider_error"
+REASON_REJECTED = "provider_rejected"
+REASON_OPTED_OUT = "opted_out"
+REASON_GAVE_UP = "retries_exhausted"
+REASON_UNCERTAIN = "submission_uncertain"
 
 
 @dataclass
 class BatchReport:
     claimed: int = 0
     expired: int = 0
+    held: int = 0
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def status_callback_url() -> str:
-    base = settings.SMSGW_PUBLIC_BASE_URL.rstrip("/")
-    return f"{base}/receipts/twilio/" if base else ""
+def validity_period(expires_at: datetime, now: datetime) -> int:
+    """``clamp(expires_at - now, 1, 36000)`` seconds: nothing may leave the provider after it expired here."""
+    seconds = math.ceil((expires_at - now).total_seconds())
+    return min(max(seconds, VALIDITY_MIN), VALIDITY_MAX)
 
 
 def send_batch(message_ids: list[int]) -> BatchReport:
     report = BatchReport()
     adapter = get_adapter()
     now = timezone.now()
+    open_holds = holds_service.holds_open(adapter.name, adapter.account)
+    held: list[tuple[dict, holds_service.OpenHold]] = []
+    probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
         expired = transitions.transition_many(
             message_ids,
@@ -71,10 +100,14 @@ def send_batch(message_ids: list[int]) -> BatchReport:
                 "expired_at": now,
                 "run_after": None,
                 "status_reason": "validity passed while queued",
+                "reason_code": "expired",
             },
             now=now,
         )
         report.expired = len(expired)
+        if open_holds:
+            message_ids, held, probes = _holds_filter(message_ids, open_holds, now)
+            report.held = _park_held(held, now)
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
         # rows already past `queued` and claims nothing.
         rows = transitions.transition_many(
@@ -89,16 +122,17 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             },
             bump_attempts=True,
             returning=CLAIM_RETURNING,
-            details=lambda mid: {"provider": adapter.name},
+            details=lambda mid: {"provider": adapter.name, **({"probe": True} if mid in probes else {})},
             now=now,
         )
+        validity = {r["id"]: validity_period(r["expires_at"], now) for r in rows}
         # Committed with the claim, before any provider call: a crash from here on leaves evidence.
-        attempts = attempts_start(rows, provider=adapter.name, started_at=now)
+        attempts = attempts_start(rows, provider=adapter.name, started_at=now, validity=validity)
     report.claimed = len(rows)
     if not rows:
         return report
 
-    callback = status_callback_url()
+    base = settings.SMSGW_PUBLIC_BASE_URL
     submissions = [
         Submission(
             message_id=r["id"],
@@ -106,41 +140,194 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             body=r["body"],
             from_number=r["from_number"],
             messaging_service_sid=r["messaging_service_sid"],
-            status_callback=callback,
+            status_callback=adapter.status_callback_url(base, r["public_id"].removeprefix("msg_"), a.number),
             idempotency_token=a.idempotency_token,
+            validity_period=validity[r["id"]],
         )
         for r, a in zip(rows, attempts, strict=True)
     ]
     results = adapter.submit_many(submissions)
-    outcomes_record(rows, attempts, results)
-    for res in results:
-        report.outcomes[res.outcome] += 1
+    outcomes_record(adapter, rows, attempts, results)
+    for row, res in zip(rows, results, strict=True):
+        report.outcomes[res.error_class or res.outcome] += 1
+        hold = probes.get(row["id"])
+        if hold is not None and res.outcome == Outcome.ACCEPTED:
+            holds_service.hold_clear(hold.id, by="probe", reason="probe message accepted")
+        elif hold is not None and res.error_class == ErrorClass.ACCOUNT_FAULT:
+            holds_service.hold_backoff(hold.id, detail=f"probe message refused: {res.error_code}")
     return report
 
 
-def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[SubmitResult]) -> None:
+def _holds_filter(
+    message_ids: list[int], open_holds: list[holds_service.OpenHold], now: datetime
+) -> tuple[list[int], list[tuple[dict, holds_service.OpenHold]], dict[int, holds_service.OpenHold]]:
+    """Split a batch into what may be submitted and what an open hold covers. A sender or destination
+    hold whose probe is due lets exactly one of its messages through (the probe); account-wide holds
+    are probed without a message (holds.holds_probe_due)."""
+    rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
+        "id", "to", "from_number", "messaging_service_sid", "reason_code"
+    )
+    allowed: list[int] = []
+    held: list[tuple[dict, holds_service.OpenHold]] = []
+    probes: dict[int, holds_service.OpenHold] = {}
+    probing: set[int] = set()
+    for row in rows:
+        hold = next(
+            (
+                h
+                for h in open_holds
+                if h.matches(
+                    to=row["to"],
+                    from_number=row["from_number"],
+                    messaging_service_sid=row["messaging_service_sid"],
+                )
+            ),
+            None,
+        )
+        if hold is None:
+            allowed.append(row["id"])
+        elif (
+            hold.scope != "account"
+            and hold.id not in probing
+            and hold.next_probe_at <= now
+            and holds_service.hold_probe_take(hold.id, now=now)
+        ):
+            probing.add(hold.id)
+            probes[row["id"]] = hold
+            allowed.append(row["id"])
+        else:
+            held.append((row, hold))
+    return allowed, held, probes
+
+
+def _park_held(held: list[tuple[dict, holds_service.OpenHold]], now: datetime) -> int:
+    """Held messages wait in `queued` until the hold's next probe. The first time, the timeline says why;
+    after that only run_after moves (a long hold must not write an entry per probe interval)."""
+    by_hold: dict[int, tuple[holds_service.OpenHold, list[int], list[int]]] = {}
+    for row, hold in held:
+        entry = by_hold.setdefault(hold.id, (hold, [], []))
+        (entry[2] if row["reason_code"] == holds_service.REASON_HELD else entry[1]).append(row["id"])
+    total = 0
+    for hold, fresh, again in by_hold.values():
+        until = max(hold.next_probe_at, now + timedelta(seconds=1))
+        moved = transitions.transition_many(
+            fresh,
+            from_status=Status.QUEUED,
+            to_status=Status.QUEUED,
+            kind="held",
+            set_fields={
+                "run_after": until,
+                "reason_code": holds_service.REASON_HELD,
+                "status_reason": hold.describe(),
+            },
+            details={"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code},
+            now=now,
+        )
+        total += len(moved) + transitions.run_after_push(again, status=Status.QUEUED, run_after=until)
+    return total
+
+
+def throttle_delay(*, uncharged_calls: int, retry_after: float | None = None) -> float:
+    """Backoff after the provider throttled a message: exponential in the throttles it met so far, with
+    jitter, never sooner than the provider's Retry-After (Twilio sends none with 20429)."""
+    exponent = min(max(uncharged_calls, 0), 16)
+    cap = min(settings.THROTTLE_MAX_DELAY_SECONDS, settings.THROTTLE_BASE_SECONDS * 2**exponent)
+    delay = random.uniform(cap / 2, cap) if cap > 0 else 0.0
+    return max(delay, retry_after or 0.0)
+
+
+def _throttle_delay(row: dict, res: SubmitResult) -> float:
+    # provider_calls - attempt_count: this message's earlier uncharged calls (throttles, holds)
+    uncharged = row["provider_calls"] - row["attempt_count"]
+    return throttle_delay(uncharged_calls=uncharged, retry_after=res.retry_after)
+
+
+def _reason(res: SubmitResult) -> str:
+    title = f" ({res.error_title})" if res.error_title else ""
+    return f"{res.http_status or 'network'} {res.error_code}{title} {res.error_message}".strip()[:200]
+
+
+def outcomes_record(
+    adapter: ProviderAdapter, rows: list[dict], attempts: list[Attempt], results: list[SubmitResult]
+) -> None:
     now = timezone.now()
-    sent, retry, failed, uncertain = [], [], [], []
+    sent, uncertain = [], []
+    # (kind, to_status) -> [(id, version, per-row values)]: every per-row value set names the same columns
+    moves: dict[tuple[str, str], list[tuple[int, int, dict]]] = defaultdict(list)
+    details: dict[int, dict] = {}
+    opt_outs: list[OptOutSignal] = []
     for row, attempt, res in zip(rows, attempts, results, strict=True):
         attempt.finished_at = now
         attempt.http_status = res.http_status
         attempt.provider_code = res.error_code
+        attempt.error_class = str(res.error_class or "")
         attempt.provider_message_id = res.provider_message_id
         attempt.latency_ms = res.latency_ms
         attempt.response = res.response
-        version = row["version"]
+        mid, version = row["id"], row["version"]
+        details[mid] = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
         if res.outcome == Outcome.ACCEPTED:
             attempt.outcome = AttemptOutcome.ACCEPTED
             sent.append(
                 (
-                    row["id"],
+                    mid,
+                    version,
+                    {"provider_message_id": res.provider_message_id, "provider_status": res.provider_status},
+                )
+            )
+            details[mid] = {"provider_message_id": res.provider_message_id, "attempt": attempt.number}
+        elif res.outcome == Outcome.UNCERTAIN:
+            attempt.outcome = AttemptOutcome.UNCERTAIN
+            uncertain.append((mid, version, {}))
+        elif res.error_class == ErrorClass.THROTTLED:
+            attempt.outcome = AttemptOutcome.THROTTLED
+            at = min(now + timedelta(seconds=_throttle_delay(row, res)), row["expires_at"])
+            moves[("throttled", Status.QUEUED)].append(
+                (
+                    mid,
                     version,
                     {
-                        "provider_message_id": res.provider_message_id,
-                        "provider_status": res.provider_status,
+                        "run_after": at,
+                        "attempt_count": row["attempt_count"] - 1,  # not charged
+                        "error_code": res.error_code,
+                        "reason_code": REASON_THROTTLED,
+                        "status_reason": f"provider throttled: {_reason(res)}; resend at {at:%H:%M:%S}"[:255],
                     },
                 )
             )
+            details[mid]["retry_at"] = at.isoformat()
+            details[mid]["charged"] = False
+        elif res.error_class == ErrorClass.ACCOUNT_FAULT:
+            attempt.outcome = AttemptOutcome.ACCOUNT_FAULT
+            scope = res.hold_scope or "account"
+            hold = holds_service.hold_open(
+                provider=adapter.name,
+                account=adapter.account,
+                scope=scope,
+                scope_value=holds_service.scope_value(
+                    scope,
+                    to=row["to"],
+                    from_number=row["from_number"],
+                    messaging_service_sid=row["messaging_service_sid"],
+                ),
+                error_code=res.error_code or str(res.http_status or ""),
+                reason=res.error_title or _reason(res),
+                now=now,
+            )
+            moves[("held", Status.QUEUED)].append(
+                (
+                    mid,
+                    version,
+                    {
+                        "run_after": max(hold.next_probe_at, now + timedelta(seconds=1)),
+                        "attempt_count": row["attempt_count"] - 1,  # not charged: not the message's fault
+                        "error_code": res.error_code,
+                        "reason_code": holds_service.REASON_HELD,
+                        "status_reason": hold.describe(),
+                    },
+                )
+            )
+            details[mid].update({"hold_id": hold.id, "scope": hold.scope, "charged": False})
         elif res.outcome == Outcome.TRANSIENT:
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
             decision = retry_decide(
@@ -150,47 +337,62 @@ def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[Sub
                 expires_at=row["expires_at"],
                 retry_after=res.retry_after,
             )
-            reason = f"{res.http_status or 'network'} {res.error_code} {res.error_message}".strip()[:200]
             if decision.retry:
-                retry.append(
+                moves[("retry_scheduled", Status.QUEUED)].append(
                     (
-                        row["id"],
+                        mid,
                         version,
                         {
                             "run_after": decision.run_after,
                             "error_code": res.error_code,
-                            "status_reason": f"transient: {reason}; {decision.reason}"[:255],
+                            "reason_code": REASON_RETRY,
+                            "status_reason": f"transient: {_reason(res)}; {decision.reason}"[:255],
                         },
                     )
                 )
+                details[mid]["retry_at"] = decision.run_after.isoformat()
             else:
-                failed.append(
+                moves[("failed", Status.FAILED)].append(
                     (
-                        row["id"],
+                        mid,
                         version,
                         {
                             "error_code": res.error_code,
-                            "status_reason": f"{decision.reason}; last: {reason}"[:255],
+                            "reason_code": REASON_GAVE_UP,
+                            "status_reason": f"{decision.reason}; last: {_reason(res)}"[:255],
                         },
                     )
                 )
-        elif res.outcome == Outcome.REJECTED:
+                details[mid]["dead_letter"] = True
+        else:  # REJECTED: permanent, or the recipient opted out
             attempt.outcome = AttemptOutcome.REJECTED
-            failed.append(
+            opted_out = res.error_class == ErrorClass.OPTED_OUT
+            moves[("failed", Status.FAILED)].append(
                 (
-                    row["id"],
+                    mid,
                     version,
                     {
                         "error_code": res.error_code,
-                        "status_reason": f"rejected by provider: {res.error_code} {res.error_message}"[:255],
+                        "reason_code": REASON_OPTED_OUT if opted_out else REASON_REJECTED,
+                        "status_reason": f"rejected by provider: {_reason(res)}"[:255],
                     },
                 )
             )
-        else:
-            attempt.outcome = AttemptOutcome.UNCERTAIN
-            uncertain.append((row["id"], version, {}))
+            details[mid]["dead_letter"] = True
+            if opted_out:
+                opt_outs.append(
+                    OptOutSignal(
+                        tenant_id=row["tenant_id"],
+                        to=row["to"],
+                        from_number=row["from_number"],
+                        messaging_service_sid=row["messaging_service_sid"],
+                        provider=adapter.name,
+                        error_code=res.error_code,
+                        message_id=mid,
+                        created_at=now,
+                    )
+                )
 
-    per_row = {mid: values for mid, _, values in (*sent, *retry, *failed)}
     with transaction.atomic():
         attempts_finish(attempts, finished_at=now)
         transitions.transition_versioned(
@@ -199,42 +401,43 @@ def outcomes_record(rows: list[dict], attempts: list[Attempt], results: list[Sub
             to_status=Status.SENT,
             kind="sent",
             per_row_columns=("provider_message_id", "provider_status"),
-            set_fields={"sent_at": now, "run_after": None, "error_code": "", "status_reason": ""},
-            details=lambda mid: {"provider_message_id": per_row[mid]["provider_message_id"]},
-            now=now,
-        )
-        transitions.transition_versioned(
-            retry,
-            from_status=Status.SENDING,
-            to_status=Status.QUEUED,
-            kind="retry_scheduled",
-            per_row_columns=("run_after", "error_code", "status_reason"),
-            details=lambda mid: {
-                "retry_at": per_row[mid]["run_after"].isoformat(),
-                "reason": per_row[mid]["status_reason"],
+            set_fields={
+                "sent_at": now,
+                "run_after": None,
+                "error_code": "",
+                "status_reason": "",
+                "reason_code": "",
             },
+            details=details.get,
             now=now,
         )
-        transitions.transition_versioned(
-            failed,
-            from_status=Status.SENDING,
-            to_status=Status.FAILED,
-            kind="failed",
-            per_row_columns=("error_code", "status_reason"),
-            set_fields={"failed_at": now, "run_after": None},
-            details=lambda mid: {"dead_letter": True, "reason": per_row[mid]["status_reason"]},
-            now=now,
-        )
+        for (kind, to_status), items in moves.items():
+            extra = {"failed_at": now, "run_after": None} if to_status == Status.FAILED else {}
+            transitions.transition_versioned(
+                items,
+                from_status=Status.SENDING,
+                to_status=to_status,
+                kind=kind,
+                per_row_columns=tuple(items[0][2]),
+                set_fields=extra,
+                details=details.get,
+                now=now,
+            )
         transitions.transition_versioned(
             uncertain,
             from_status=Status.SENDING,
             to_status=Status.SENDING,
             kind="attempt_uncertain",
             set_fields={
-                "run_after": now + timedelta(seconds=UNCERTAIN_RECHECK_SECONDS),
+                "run_after": now + timedelta(seconds=settings.RECONCILE_FIRST_LOOK_SECONDS),
+                "reason_code": REASON_UNCERTAIN,
                 "status_reason": "provider did not answer; will look the message up before any resend",
             },
+            details=details.get,
             now=now,
         )
+        if opt_outs:
+            OptOutSignal.objects.bulk_create(opt_outs)
+    failed = len(moves.get(("failed", Status.FAILED), []))
     if failed or uncertain:
-        log.warning("send batch: %d failed, %d uncertain", len(failed), len(uncertain))
+        log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain))

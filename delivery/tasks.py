@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from delivery import reconcile, sending
+from delivery import holds, reconcile, sending
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
@@ -16,3 +16,8 @@ def send_batch(message_ids: list[int]) -> None:
 def reconcile_batch(message_ids: list[int]) -> None:
     for message_id in message_ids:
         reconcile.message_reconcile(message_id)
+
+
+@shared_task(name="delivery.holds_probe", ignore_result=True)
+def holds_probe() -> None:
+    holds.holds_probe_due()

@@ -11,9 +11,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from delivery.providers import get_adapter
+from delivery.providers import PROVIDERS, get_adapter
+from delivery.providers.base import CallbackInvalid
 from receipts import webhooks
-from receipts.ingest import ReceiptInvalid, receipt_ingest
+from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
 from smsgw.errors import field_error
 
@@ -36,19 +37,24 @@ def _error(status: int, field: str, message: str) -> JsonResponse:
 
 @csrf_exempt
 @require_POST
-def twilio_status_callback(request: HttpRequest) -> HttpResponse:
+def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
+    """``POST /receipts/<provider>/``: one endpoint for every provider; its adapter verifies, parses and
+    redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate."""
+    if provider not in PROVIDERS:
+        return _error(404, "provider", "unknown provider")
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > settings.RECEIPT_MAX_BODY_BYTES:
         return _error(413, "body", f"callbacks are at most {settings.RECEIPT_MAX_BODY_BYTES} bytes")
+    adapter = get_adapter(provider)
     params = {key: request.POST.get(key, "") for key in request.POST}
-    signature = request.headers.get("X-Twilio-Signature", "")
-    if not signature or not get_adapter().validate_callback(callback_url(request), params, signature):
+    if not adapter.validate_callback(callback_url(request), params, request.headers):
         # Nothing is written for an unsigned or tampered callback.
         return _error(403, "X-Twilio-Signature", "missing or invalid signature")
     try:
-        result = receipt_ingest(provider="twilio", params=params)
-    except ReceiptInvalid as exc:
+        callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
+    except CallbackInvalid as exc:
         return _error(400, exc.field, str(exc))
+    result = receipt_ingest(provider=provider, callback=callback)
     return HttpResponse(status=200 if result.duplicate else 201)
 
 

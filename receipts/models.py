@@ -16,6 +16,9 @@ class ReceiptOutcome(models.TextChoices):
     RECORDED = "recorded"  # kept on the timeline; the message was already at or past this status
     UNKNOWN_STATUS = "unknown_status"  # a status we do not know: kept raw for review, nothing changed
     ORPHANED = "orphaned"  # no message ever had this provider id within the wait window
+    # A sid the message never recorded, named by the signed callback URL: a second submission of it.
+    DUPLICATE = "duplicate_submission"
+    SUPERSEDED = "superseded"  # the sid of an earlier attempt of the message (failed at the provider)
 
 
 class ReceiptEvent(models.Model):
@@ -31,10 +34,16 @@ class ReceiptEvent(models.Model):
     next_try_at = models.DateTimeField()
     tries = models.PositiveSmallIntegerField(default=0)
     processed_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=16, choices=ReceiptOutcome.choices, default=ReceiptOutcome.PENDING)
+    outcome = models.CharField(max_length=24, choices=ReceiptOutcome.choices, default=ReceiptOutcome.PENDING)
     message = models.ForeignKey(
         Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="receipts", db_index=False
     )
+    # The carrier's delivery-receipt time, when the provider passes it (Twilio's RawDlrDoneDate).
+    done_at = models.DateTimeField(null=True, blank=True)
+    # Our message and attempt, from the callback URL we gave with the submission (signed by the provider
+    # with the rest of the URL): they name the message even for a sid it never recorded.
+    message_hint = models.CharField(max_length=32, blank=True, default="", db_default="")
+    attempt_hint = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -1,10 +1,24 @@
-"""Status processor: applies stored provider receipts to messages, forward only.
+"""Status processor: applies stored provider receipts to messages, forward only (with one exception).
 
 Receipts are claimed in batches (FOR UPDATE SKIP LOCKED on PostgreSQL) by a beat-driven loop on the
 `receipts` queue, so a burst of callbacks never competes with the send queues. Each receipt either moves
-its message forward through scheduling.transitions, or is kept on the timeline as evidence, or, when its
-provider id is not stored on any message yet (a callback that overtook the submit response), waits and
-is tried again: never dropped.
+its message, or is kept on the timeline as evidence, or, when its provider id is not stored on any
+message yet (a callback that overtook the submit response), waits and is tried again: never dropped.
+
+What each provider status does (the adapter normalises it; Twilio's 13 statuses in
+delivery.providers.twilio_callbacks):
+
+* queued / sending (the provider still holds it) -> a timeline note;
+* sent -> ``sent``; delivered (and read) -> ``delivered``; undelivered -> ``undelivered``;
+* failed -> by the error table's class for its ErrorCode (``failed`` means the provider never handed it
+  on, so a resend cannot duplicate it):
+    throttled (30001 queue overflow) or transient -> ``queued`` again (throttled: not charged);
+    account fault -> the scope is held (delivery.holds) and the message waits in ``queued``;
+    opted out (21610) -> ``failed`` with reason ``opted_out``; permanent -> ``failed``;
+* canceled (at the provider) -> ``failed``; inbound statuses -> a note; anything else -> kept raw.
+
+Delivery times come from the carrier's receipt when the provider passes it (Twilio's RawDlrDoneDate),
+else from when the callback arrived.
 """
 
 from __future__ import annotations
@@ -18,6 +32,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from delivery import holds as holds_service
+from delivery.models import Attempt, AttemptOutcome, OptOutSignal
+from delivery.providers import get_adapter
+from delivery.providers.base import ErrorClass
+from delivery.retry import retry_decide
+from delivery.sending import throttle_delay
+from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling import transitions
 from scheduling.models import Message, Status
@@ -38,12 +59,13 @@ RANK = {
     Status.CANCELLED: 4,
     Status.EXPIRED: 4,
 }
-# Normalised provider status -> the message status it proves. queued/sending are informational.
+# Normalised provider status -> the message status it proves. queued/sending/inbound are informational.
 TARGET = {
     "sent": Status.SENT,
     "delivered": Status.DELIVERED,
     "undelivered": Status.UNDELIVERED,
     "failed": Status.FAILED,
+    "canceled": Status.FAILED,
 }
 STAMP = {
     Status.SENT: "sent_at",
@@ -51,6 +73,9 @@ STAMP = {
     Status.UNDELIVERED: "failed_at",
     Status.FAILED: "failed_at",
 }
+# A carrier's done date is trusted only if it is this close to what we know (its zone is not stated).
+DONE_AT_TOLERANCE = timedelta(minutes=15)
+REQUEUE_FROM = (Status.SENT, Status.SENDING)
 
 
 def _retry_delay(tries: int) -> timedelta:
@@ -82,29 +107,78 @@ def receipts_process_due(*, limit: int | None = None) -> int:
     return len(receipts)
 
 
-def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
-    by_sid = {
+def _stamp(receipt: ReceiptEvent, msg: dict) -> datetime:
+    done = receipt.done_at
+    floor = msg.get("sent_at") or msg.get("sending_at")
+    plausible = done is not None and done <= receipt.received_at + DONE_AT_TOLERANCE
+    if plausible and (floor is None or done >= floor - DONE_AT_TOLERANCE):
+        return max(done, floor) if floor else done
+    return receipt.received_at
+
+
+def _load(sids: set[str]) -> dict[tuple[str, str], dict]:
+    return {
         (m["provider"], m["provider_message_id"]): m
-        for m in Message.objects.filter(
-            provider_message_id__in={r.provider_message_id for r in receipts}
-        ).values("id", "provider", "provider_message_id", "status", "version")
+        for m in Message.objects.filter(provider_message_id__in=sids).values(
+            "id",
+            "provider",
+            "provider_message_id",
+            "status",
+            "version",
+            "tenant_id",
+            "to",
+            "from_number",
+            "messaging_service_sid",
+            "attempt_count",
+            "provider_calls",
+            "due_at",
+            "expires_at",
+            "sent_at",
+            "sending_at",
+        )
     }
-    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
-    receipts.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
-    moves: dict[tuple[str, str], list[tuple[int, int, dict]]] = defaultdict(list)
-    move_receipt: dict[int, ReceiptEvent] = {}
-    notes: list[tuple[int, str, str, dict]] = []
+
+
+def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
+    by_sid = _load({r.provider_message_id for r in receipts})
     done: list[ReceiptEvent] = []
     waiting: list[ReceiptEvent] = []
+    notes: list[tuple[int, str, str, dict]] = []
+    found_sids: set[str] = set()
+    pending: list[ReceiptEvent] = []
     for receipt in receipts:
-        msg = by_sid.get((receipt.provider, receipt.provider_message_id))
         receipt.tries += 1
+        if (receipt.provider, receipt.provider_message_id) in by_sid:
+            pending.append(receipt)
+            continue
         if receipt.normalized_status == "":
-            receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS  # kept raw for review; message untouched
-            receipt.message_id = msg["id"] if msg else None
+            receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS  # kept raw for review
             done.append(receipt)
             continue
-        if msg is None:
+        verdict, message_id = unknown.unknown_sid_resolve(receipt, now)
+        receipt.message_id = message_id
+        if verdict == unknown.FOUND:
+            found_sids.add(receipt.provider_message_id)
+            pending.append(receipt)
+        elif verdict in (unknown.DUPLICATE, unknown.SUPERSEDED):
+            receipt.outcome = (
+                ReceiptOutcome.DUPLICATE if verdict == unknown.DUPLICATE else ReceiptOutcome.SUPERSEDED
+            )
+            notes.append(
+                (
+                    message_id,
+                    "receipt",
+                    Message.objects.filter(pk=message_id).values_list("status", flat=True).first() or "",
+                    {
+                        **_details(receipt),
+                        "note": "receipt for a second submission of this message"
+                        if verdict == unknown.DUPLICATE
+                        else "receipt for an earlier attempt that failed at the provider",
+                    },
+                )
+            )
+            done.append(receipt)
+        else:
             age = (now - receipt.received_at).total_seconds()
             if age > settings.RECEIPT_PENDING_MAX_AGE_SECONDS:
                 receipt.outcome = ReceiptOutcome.ORPHANED
@@ -112,58 +186,76 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             else:
                 receipt.next_try_at = now + _retry_delay(receipt.tries)
                 waiting.append(receipt)
-            continue
+    if found_sids:
+        by_sid.update(_load(found_sids))
+
+    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
+    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
+    # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
+    moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = defaultdict(list)
+    move_receipt: dict[int, ReceiptEvent] = {}
+    move_details: dict[int, dict] = {}
+    opt_outs: list[OptOutSignal] = []
+    superseded_attempts: list[tuple[str, str, str]] = []
+    for receipt in pending:
+        msg = by_sid[(receipt.provider, receipt.provider_message_id)]
         receipt.message_id = msg["id"]
-        target = TARGET.get(receipt.normalized_status)
-        details = {
-            "provider_status": receipt.raw_status,
-            "error_code": receipt.error_code,
-            "receipt_id": receipt.pk,
-            "received_at": receipt.received_at.isoformat(),
-        }
         current = msg["status"]
-        if (
-            target
-            and RANK[target] > RANK[current]
-            and (current, target) in transitions.ALLOWED
-            and msg["id"] not in move_receipt
-        ):
-            moves[(current, target)].append(
-                (
-                    msg["id"],
-                    msg["version"],
-                    {
-                        "provider_status": receipt.raw_status,
-                        "error_code": receipt.error_code,
-                        STAMP[target]: receipt.received_at,
-                    },
-                )
+        details = _details(receipt)
+        if receipt.normalized_status == "":
+            receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
+            done.append(receipt)
+            continue
+        if msg["id"] in move_receipt:
+            notes.append(
+                (msg["id"], "receipt", current, {**details, "note": "already at or past this status"})
             )
-            move_receipt[msg["id"]] = receipt
-            msg["status"] = target  # later receipts in this batch compare against the new state
-            msg["version"] += 1
-        else:
-            why = "already at or past this status" if target else "informational status"
+            receipt.outcome = ReceiptOutcome.RECORDED
+            done.append(receipt)
+            continue
+        effect = _effect(receipt, msg)
+        if effect is None:
+            why = (
+                "informational status"
+                if receipt.normalized_status not in TARGET
+                else "already at or past this status"
+            )
             notes.append((msg["id"], "receipt", current, {**details, "note": why}))
             receipt.outcome = ReceiptOutcome.RECORDED
             done.append(receipt)
+            continue
+        kind, target, values, extra_details = effect
+        if target == Status.QUEUED:
+            superseded_attempts.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
+        if values.get("reason_code") == "opted_out":
+            opt_outs.append(
+                OptOutSignal(
+                    tenant_id=msg["tenant_id"],
+                    to=msg["to"],
+                    from_number=msg["from_number"],
+                    messaging_service_sid=msg["messaging_service_sid"],
+                    provider=receipt.provider,
+                    error_code=receipt.error_code,
+                    message_id=msg["id"],
+                    created_at=now,
+                )
+            )
+        moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
+        move_receipt[msg["id"]] = receipt
+        move_details[msg["id"]] = {**details, "source": "provider receipt", **extra_details}
+        msg["status"] = target  # later receipts in this batch compare against the new state
+        msg["version"] += 1
 
-    for (current, target), items in moves.items():
-        columns = sorted({k for _, _, values in items for k in values})
+    for (current, target, kind, columns), items in moves.items():
         moved = set(
             transitions.transition_versioned(
                 items,
                 from_status=current,
                 to_status=target,
-                kind=target,
+                kind=kind,
                 per_row_columns=columns,
-                set_fields={"run_after": None},
-                details=lambda mid: {
-                    "provider_status": move_receipt[mid].raw_status,
-                    "error_code": move_receipt[mid].error_code,
-                    "receipt_id": move_receipt[mid].pk,
-                    "source": "provider receipt",
-                },
+                set_fields={} if target == Status.QUEUED else {"run_after": None},
+                details=move_details.get,
                 now=now,
             )
         )
@@ -175,11 +267,133 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             else:  # the message changed under us (another processor, a late submit record): try again
                 receipt.next_try_at = now
                 waiting.append(receipt)
-    transitions.events_record_many(notes, now=now)
+    for provider, sid, code in superseded_attempts:
+        # The attempt the provider failed stays on record as refused, so later receipts for its sid are
+        # told apart from a real second submission (receipts.unknown).
+        Attempt.objects.filter(provider=provider, provider_message_id=sid).update(
+            outcome=AttemptOutcome.REJECTED, provider_code=code
+        )
+    transitions.events_record_many([n for n in notes if n[0] is not None], now=now)
+    if opt_outs:
+        OptOutSignal.objects.bulk_create(opt_outs)
     for receipt in done:
         receipt.processed_at = now
     ReceiptEvent.objects.bulk_update(done, ["processed_at", "outcome", "message_id", "tries"])
     ReceiptEvent.objects.bulk_update(waiting, ["next_try_at", "tries", "message_id"])
+
+
+def _details(receipt: ReceiptEvent) -> dict:
+    return {
+        "provider_status": receipt.raw_status,
+        "error_code": receipt.error_code,
+        "receipt_id": receipt.pk,
+        "received_at": receipt.received_at.isoformat(),
+        **({"done_at": receipt.done_at.isoformat()} if receipt.done_at else {}),
+    }
+
+
+def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | None:
+    """(timeline kind, target status, per-row column values, extra details) or None for a note."""
+    current = msg["status"]
+    target = TARGET.get(receipt.normalized_status)
+    if target is None:
+        return None
+    adapter = get_adapter(receipt.provider)
+    values: dict = {"provider_status": receipt.raw_status, "error_code": receipt.error_code}
+    if receipt.normalized_status == "canceled":
+        if (current, Status.FAILED) not in transitions.ALLOWED or RANK[Status.FAILED] <= RANK[current]:
+            return None
+        values.update(
+            {
+                "failed_at": _stamp(receipt, msg),
+                "reason_code": "provider_canceled",
+                "status_reason": "canceled at the provider; never sent",
+            }
+        )
+        return "failed", Status.FAILED, values, {}
+    info = adapter.classify(receipt.error_code) if receipt.error_code else None
+    if target == Status.FAILED and info is not None and current in REQUEUE_FROM:
+        requeue = _requeue(receipt, msg, info, values)
+        if requeue is not None:
+            return requeue
+    if RANK[target] <= RANK[current] or (current, target) not in transitions.ALLOWED:
+        return None
+    values[STAMP[target]] = _stamp(receipt, msg)
+    if target in (Status.FAILED, Status.UNDELIVERED):
+        title = f" ({info.title})" if info else ""
+        opted = info is not None and info.error_class == ErrorClass.OPTED_OUT
+        values["reason_code"] = "opted_out" if opted else f"provider_{target}"
+        values["status_reason"] = (
+            f"provider reported {receipt.raw_status} {receipt.error_code}{title}".strip()[:255]
+        )
+    return target, target, values, {}
+
+
+def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str, str, dict, dict] | None:
+    """A `failed` the table says to resend: the provider never handed it on (queue overflow, a held
+    account, an unknown transient error), so it goes back to `queued`, off the failed sid."""
+    now = timezone.now()
+    if info.error_class == ErrorClass.THROTTLED:
+        delay = throttle_delay(uncharged_calls=msg["provider_calls"] - msg["attempt_count"])
+        at = min(now + timedelta(seconds=delay), msg["expires_at"])
+        values.update(
+            {
+                "run_after": at,
+                "attempt_count": max(0, msg["attempt_count"] - 1),  # not charged
+                "provider_message_id": None,
+                "reason_code": "provider_throttled",
+                "status_reason": f"provider failed it: {receipt.error_code} ({info.title}); resending"[:255],
+            }
+        )
+        return "throttled", Status.QUEUED, values, {"retry_at": at.isoformat(), "charged": False}
+    if info.error_class == ErrorClass.ACCOUNT_FAULT:
+        adapter = get_adapter(receipt.provider)
+        scope = info.hold_scope or "account"
+        hold = holds_service.hold_open(
+            provider=receipt.provider,
+            account=adapter.account,
+            scope=scope,
+            scope_value=holds_service.scope_value(
+                scope,
+                to=msg["to"],
+                from_number=msg["from_number"],
+                messaging_service_sid=msg["messaging_service_sid"],
+            ),
+            error_code=receipt.error_code,
+            reason=info.title,
+            now=now,
+        )
+        values.update(
+            {
+                "run_after": max(hold.next_probe_at, now + timedelta(seconds=1)),
+                "attempt_count": max(0, msg["attempt_count"] - 1),
+                "provider_message_id": None,
+                "reason_code": holds_service.REASON_HELD,
+                "status_reason": hold.describe(),
+            }
+        )
+        return "held", Status.QUEUED, values, {"hold_id": hold.id, "charged": False}
+    if info.error_class == ErrorClass.TRANSIENT:
+        decision = retry_decide(
+            attempt_number=msg["attempt_count"],
+            now=now,
+            first_due=msg["due_at"],
+            expires_at=msg["expires_at"],
+        )
+        if not decision.retry:
+            return None  # falls through to `failed`
+        values.update(
+            {
+                "run_after": decision.run_after,
+                "provider_message_id": None,
+                "reason_code": "provider_error",
+                "status_reason": (
+                    f"provider failed it: {receipt.error_code} ({info.title}); {decision.reason}"[:255]
+                ),
+            }
+        )
+        return "retry_scheduled", Status.QUEUED, values, {"retry_at": decision.run_after.isoformat()}
+    return None
 
 
 def receipts_process_for(seconds: float, *, idle_sleep: float = 0.05) -> int:

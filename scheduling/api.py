@@ -149,6 +149,7 @@ class MessageOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     status = serializers.CharField()
     status_reason = serializers.CharField()
+    reason_code = serializers.CharField()
     to = serializers.CharField()
     body = serializers.CharField()
     encoding = serializers.CharField()
@@ -230,6 +231,7 @@ def message_data(m: Message) -> dict:
         "id": _str(m.public_id),
         "status": _str(m.status),
         "status_reason": _str(m.status_reason),
+        "reason_code": _str(m.reason_code),
         "to": _str(m.to),
         "body": _str(m.body),
         "encoding": _str(m.encoding),

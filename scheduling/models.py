@@ -70,9 +70,14 @@ class Message(models.Model):
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
     status_reason = models.CharField(max_length=255, blank=True)
+    # Machine-readable reason beside the text (opted_out, provider_throttled, provider_hold, ...).
+    reason_code = models.CharField(max_length=32, blank=True, default="", db_default="")
     version = models.PositiveIntegerField(default=1)
     run_after = models.DateTimeField(null=True, blank=True)
+    # Attempts charged against the retry budget; provider_calls counts every call (throttled ones and
+    # account faults are not charged) and numbers the Attempt rows.
     attempt_count = models.PositiveSmallIntegerField(default=0)
+    provider_calls = models.PositiveSmallIntegerField(default=0, db_default=0)
 
     provider = models.CharField(max_length=32, blank=True)
     provider_message_id = models.CharField(max_length=64, null=True, blank=True)

@@ -46,6 +46,12 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         (S.SENT, S.FAILED),
         (S.SENDING, S.DELIVERED),  # receipt overtook the submit response
         (S.SENDING, S.UNDELIVERED),
+        # The provider reported `failed` for a class that allows a resend (queue overflow, a held
+        # account): it never handed the message on, so sending it again cannot duplicate it.
+        (S.SENT, S.QUEUED),
+        # A retry was queued after reconciliation found nothing, then a signed callback proved the earlier
+        # attempt did reach the provider: record it as sent instead of sending a second copy.
+        (S.QUEUED, S.SENT),
         (S.FAILED, S.QUEUED),  # operator replay from dead letter (audited)
     }
 )
@@ -55,6 +61,7 @@ SETTABLE = frozenset(
     {
         "run_after",
         "status_reason",
+        "reason_code",
         "queued_at",
         "sending_at",
         "sent_at",
@@ -67,6 +74,7 @@ SETTABLE = frozenset(
         "provider_status",
         "error_code",
         "attempt_count",
+        "provider_calls",
         "due_at",
         "expires_at",
         "body",
@@ -88,7 +96,7 @@ SETTABLE = frozenset(
         "quiet_timezone",
     }
 )
-RETURNABLE = SETTABLE | {"id", "version", "status", "expires_at", "tenant_id", "created_at"}
+RETURNABLE = SETTABLE | {"id", "public_id", "version", "status", "expires_at", "tenant_id", "created_at"}
 
 TABLE = Message._meta.db_table
 EVENT_TABLE = MessageEvent._meta.db_table
@@ -293,7 +301,7 @@ def transition_many(
     now = now or timezone.now()
     set_sql, set_params = _set_clause(set_fields or {})
     if bump_attempts:
-        set_sql += ', "attempt_count" = "attempt_count" + 1'
+        set_sql += ', "attempt_count" = "attempt_count" + 1, "provider_calls" = "provider_calls" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
     cols = list(dict.fromkeys(["id", *returning]))
     id_sql, id_params = in_clause('"id"', list(ids))
@@ -447,3 +455,11 @@ def events_record_many(
             for mid, kind, status, details in entries
         ]
     )
+
+
+def run_after_push(ids: Sequence[int], *, status: str, run_after: datetime) -> int:
+    """Move ``run_after`` of rows still in ``status`` without a status change or timeline entry (a held
+    message parked again until the next probe: its `held` entry was written when it was first held)."""
+    if not ids:
+        return 0
+    return Message.objects.filter(pk__in=list(ids), status=status).update(run_after=run_after)

@@ -57,3 +57,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_pairs(name: str) -> dict[str, str]:
+    """``id1:secret1,id2:secret2`` -> {id: secret} (several entries allow a rotation without downtime)."""
+    raw = os.environ.get(name, "")
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name} must be a comma-separated list of id:secret pairs")
+        out[key.strip()] = value.strip()
+    return out

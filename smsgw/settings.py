@@ -8,7 +8,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from smsgw.env import env_bool, env_float, env_int, env_list, env_str
+from smsgw.env import env_bool, env_float, env_int, env_list, env_pairs, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
@@ -191,6 +191,26 @@ if SENDING_LEASE_SECONDS <= TWILIO_TIMEOUT_SECONDS:
     raise ImproperlyConfigured("SMSGW_SENDING_LEASE_SECONDS must be longer than TWILIO_TIMEOUT_SECONDS")
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
 SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
+# Twilio webhook SharedKeys ("<key id>:<secret>,..."): callbacks announcing one of these keys in
+# X-Twilio-Webhooks-Signature-Settings are verified with it (HMAC-SHA256); others with the Auth Token.
+TWILIO_WEBHOOK_SHARED_KEYS = env_pairs("TWILIO_WEBHOOK_SHARED_KEYS")
+
+# --- reconciliation, throttling and holds (delivery) ----------------------------------------------
+# An uncertain attempt is first looked up this long after it ended (the provider may still be writing it).
+RECONCILE_FIRST_LOOK_SECONDS = env_int("SMSGW_RECONCILE_FIRST_LOOK_SECONDS", 10, minimum=1)
+# Absence is only declared after a second look this long after the first found nothing: it outlasts
+# the provider's own processing and listing lag (nothing of ours can still be on the wire by then).
+RECONCILE_ABSENT_GRACE_SECONDS = env_int("SMSGW_RECONCILE_ABSENT_GRACE_SECONDS", 30, minimum=1)
+# Pages of 1,000 read per listing; a recipient with more messages than this in the provider's history
+# cannot be proven absent (the message waits and ends failed, never sent twice).
+RECONCILE_MAX_PAGES = env_int("SMSGW_RECONCILE_MAX_PAGES", 10, minimum=1)
+# Throttled by the provider (429, full sender queue): resent after this backoff, not counted as an attempt.
+THROTTLE_BASE_SECONDS = env_float("SMSGW_THROTTLE_BASE_SECONDS", 1.0, minimum=0.0)
+THROTTLE_MAX_DELAY_SECONDS = env_float("SMSGW_THROTTLE_MAX_DELAY_SECONDS", 60.0, minimum=0.0)
+# Account faults (bad credentials, unregistered sender, geo permission): the scope is held and probed.
+HOLD_PROBE_FIRST_SECONDS = env_int("SMSGW_HOLD_PROBE_FIRST_SECONDS", 15, minimum=1)
+HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
+HOLDS_PROBE_INTERVAL_SECONDS = env_int("SMSGW_HOLDS_PROBE_INTERVAL", 5, minimum=1)
 
 # --- logging --------------------------------------------------------------------------------------
 LOGGING = {
@@ -206,6 +226,7 @@ CELERY_TASK_ROUTES = {
     # The materializer shares the sweep's queue and workers: both are short, database-bound passes.
     "scheduling.materialize": {"queue": "sweep"},
     "delivery.reconcile_batch": {"queue": "reconcile"},
+    "delivery.holds_probe": {"queue": "reconcile"},
     "receipts.process": {"queue": "receipts"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
 }
@@ -230,6 +251,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "receipts.process",
         "schedule": SWEEP_INTERVAL_SECONDS,
         "options": {"queue": "receipts", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+    },
+    # Probes provider accounts held after an account fault (delivery.holds); idle: one indexed query.
+    "smsgw-holds-probe": {
+        "task": "delivery.holds_probe",
+        "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
+        "options": {"queue": "reconcile", "expires": max(2.0, HOLDS_PROBE_INTERVAL_SECONDS * 2)},
     },
     "smsgw-webhooks": {
         "task": "receipts.deliver_webhooks",

@@ -41,7 +41,7 @@ urlpatterns = [
         receipts_api.WebhookReplayApi.as_view(),
         name="webhook-replay",
     ),
-    path("receipts/twilio/", receipts_api.twilio_status_callback, name="receipts-twilio"),
+    path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),

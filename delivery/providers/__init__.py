@@ -1,4 +1,5 @@
-"""Provider adapters. ``get_adapter()`` returns this process's adapter for ``settings.SMSGW_PROVIDER``.
+"""Provider adapters. ``get_adapter(name)`` returns this process's adapter for a provider name (a message's
+``provider``), or for ``settings.SMSGW_PROVIDER`` (new submissions) when no name is given.
 
 Only modules under this package import a provider SDK; callers see ``delivery.providers.base`` types and
 ``ProviderQueryError``.
@@ -35,10 +36,10 @@ _adapters: dict[tuple[int, str], ProviderAdapter] = {}
 _lock = threading.Lock()
 
 
-def get_adapter() -> ProviderAdapter:
-    """The per-process adapter for ``settings.SMSGW_PROVIDER`` (created on first use; a forked child
-    gets its own). Adapters read their other settings at call time."""
-    name = settings.SMSGW_PROVIDER
+def get_adapter(name: str | None = None) -> ProviderAdapter:
+    """The per-process adapter for ``name`` (default ``settings.SMSGW_PROVIDER``), created on first use;
+    a forked child gets its own. Adapters read their other settings at call time."""
+    name = name or settings.SMSGW_PROVIDER
     key = (os.getpid(), name)
     adapter = _adapters.get(key)
     if adapter is None:

@@ -3,6 +3,10 @@
 Everything provider-specific lives behind ``ProviderAdapter``. The send worker hands an adapter a batch
 of ``Submission``s and gets one ``SubmitResult`` per submission back, in the same order; it never sees
 an SDK exception. Only modules under ``delivery/providers/`` import a provider SDK.
+
+Every failure, at submission or later in a status callback, is classified once, by the adapter's error
+table, into one ``ErrorClass``; the send worker and the receipt processor act on the class, never on a
+provider's codes or HTTP statuses.
 """
 
 from __future__ import annotations
@@ -14,9 +18,36 @@ from datetime import datetime
 
 class Outcome(enum.StrEnum):
     ACCEPTED = "accepted"  # the provider took the message; provider_message_id is set
-    REJECTED = "rejected"  # permanent: retrying the same request cannot succeed (bad number, 4xx code)
+    REJECTED = "rejected"  # the provider answered and refused it; error_class says why and what next
     TRANSIENT = "transient_error"  # the provider certainly did not take it; a retry is safe
     UNCERTAIN = "uncertain"  # the request may have reached the provider (timeout, reset mid-request)
+
+
+class ErrorClass(enum.StrEnum):
+    """What a provider error means for the message, whatever the provider's own codes."""
+
+    THROTTLED = "throttled"  # the provider is over capacity: wait and resend; not an attempt
+    TRANSIENT = "transient"  # worth retrying with backoff; counts as an attempt
+    PERMANENT = "permanent"  # this message cannot succeed as it is (bad number, blocked content, ...)
+    OPTED_OUT = "opted_out"  # the recipient unsubscribed from this sender
+    ACCOUNT_FAULT = "account_fault"  # our account or sender is misconfigured: hold that scope, alert
+
+
+class HoldScope(enum.StrEnum):
+    """How much an account fault stops: the whole account, one sender, or one destination prefix."""
+
+    ACCOUNT = "account"  # credentials rejected, account suspended
+    SENDER = "sender"  # a From number / messaging service that may not send (unregistered, not owned)
+    DESTINATION = "destination"  # a destination the account may not reach (geo permissions)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """One row of an adapter's error table."""
+
+    error_class: ErrorClass
+    title: str
+    hold_scope: HoldScope | None = None  # for ACCOUNT_FAULT: what to hold
 
 
 @dataclass(frozen=True)
@@ -28,6 +59,9 @@ class Submission:
     messaging_service_sid: str = ""
     status_callback: str = ""
     idempotency_token: str = ""
+    # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
+    # provider after the message expired here. 0 = the provider's default.
+    validity_period: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +75,10 @@ class SubmitResult:
     retry_after: float | None = None  # seconds, from a 429/503 Retry-After header
     latency_ms: float = 0.0
     response: dict = field(default_factory=dict)  # redacted provider response, kept on the Attempt
+    # For REJECTED (and TRANSIENT answers that carried a code): the error table's verdict.
+    error_class: ErrorClass | None = None
+    error_title: str = ""
+    hold_scope: HoldScope | None = None
 
 
 @dataclass(frozen=True)
@@ -54,10 +92,57 @@ class ProviderMessage:
     status: str
     date_created: datetime | None
     error_code: str = ""
+    messaging_service_sid: str = ""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a listing at the provider returned, and whether it can prove absence: ``complete`` is False
+    when the page bound was reached before the listing ended, so something may have been missed."""
+
+    candidates: list[ProviderMessage]
+    complete: bool
+    pages: int
+    scanned: int
+    query: dict  # what was asked, redacted, for the timeline
+
+
+@dataclass(frozen=True)
+class CallbackData:
+    """A status callback, parsed by the adapter that owns its format."""
+
+    provider_message_id: str
+    raw_status: str
+    normalized_status: str  # one of RECEIPT_STATUSES, or "" when unknown
+    error_code: str = ""
+    done_at: datetime | None = None  # the carrier's delivery-receipt time, when the provider passes it
+    message_hint: str = ""  # our message id, carried in the callback URL we gave with the submission
+    attempt_hint: int | None = None  # the attempt number, likewise
+    payload: dict = field(default_factory=dict)  # redacted: numbers masked, no body
+
+
+class CallbackInvalid(ValueError):
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
+
+
+# What a provider status means for us (``CallbackData.normalized_status`` / ``normalize_status``):
+#   informational: the provider still holds it (accepted, scheduled, queued, sending) -> timeline note
+#   sent / delivered / undelivered / failed -> the message status it proves
+#   canceled -> never sent (cancelled at the provider); inbound -> not an outbound status at all
+RECEIPT_STATUSES = frozenset(
+    {"queued", "sending", "sent", "delivered", "undelivered", "failed", "canceled", "inbound"}
+)
 
 
 class ProviderAdapter:
     name: str = "base"
+
+    @property
+    def account(self) -> str:
+        """The provider account this adapter submits with (holds and capacity are keyed by it)."""
+        raise NotImplementedError
 
     def submit_many(self, submissions: list[Submission]) -> list[SubmitResult]:
         """Submit a batch concurrently; one result per submission, same order. Never raises for a
@@ -65,20 +150,46 @@ class ProviderAdapter:
         raise NotImplementedError
 
     def fetch(self, provider_message_id: str) -> ProviderMessage | None:
-        """Look one message up by the provider's id; None when the provider does not know it."""
+        """Look one message up by the provider's id; None when the provider says it does not exist."""
         raise NotImplementedError
 
     def find_submissions(
-        self, *, to: str, from_number: str, messaging_service_sid: str, since: datetime
-    ) -> list[ProviderMessage]:
-        """Messages the provider accepted for this recipient and sender since ``since`` (for
-        reconciling an uncertain attempt whose provider id was never stored)."""
+        self,
+        *,
+        to: str,
+        from_number: str,
+        messaging_service_sid: str,
+        created_after: datetime,
+        created_before: datetime,
+    ) -> Lookup:
+        """Messages the provider holds for this recipient and sender created in the window, in any
+        status (queued ones included), for reconciling an attempt whose provider id was never stored."""
+        raise NotImplementedError
+
+    def probe(self) -> tuple[bool, str]:
+        """Can this account submit at all (credentials, account state)? (ok, detail). Sends nothing."""
+        raise NotImplementedError
+
+    def classify(self, error_code: str, http_status: int | None = None) -> ErrorInfo:
+        """The error table: what a provider error code (or, without one, an HTTP status) means."""
         raise NotImplementedError
 
     def normalize_status(self, raw_status: str) -> str:
-        """Map a provider status to one of ours (queued, sending, sent, delivered, undelivered,
-        failed) or "" when unknown."""
+        """Map a provider status to one of RECEIPT_STATUSES, or "" when unknown."""
         raise NotImplementedError
 
-    def validate_callback(self, url: str, params: dict, signature: str) -> bool:
+    def status_callback_url(self, base_url: str, message_ref: str, attempt_number: int) -> str:
+        """The URL this provider should post status callbacks for one attempt to ("" without a base)."""
+        raise NotImplementedError
+
+    def validate_callback(self, url: str, params: dict, headers: dict) -> bool:
+        raise NotImplementedError
+
+    def parse_callback(self, params: dict, query: dict) -> CallbackData:
+        """Parse (and redact) a validated callback; raises CallbackInvalid naming the bad field."""
+        raise NotImplementedError
+
+    def body_matches(self, sent_body: str, provider_body: str) -> bool:
+        """Is ``provider_body`` (as the provider stored it) the body we sent? Providers rewrite bodies
+        (prefixes, character substitution); exact equality would miss our own submission."""
         raise NotImplementedError

@@ -1,33 +1,32 @@
-"""The Twilio adapter: the only module that imports the ``twilio`` SDK.
+"""The Twilio adapter: the only module (with its ``twilio_*`` helpers) that imports the ``twilio`` SDK.
 
 Submissions go through the SDK's asyncio client (``messages.create_async``) on ONE private event loop per
 process, run by a daemon thread, with ONE aiohttp session (connection pool) on it; ``submit_many`` is
 synchronous for the caller and may be called from any thread. Look-ups (``fetch``,
-``find_submissions``) use the SDK's synchronous client.
+``find_submissions``, ``probe``) use the SDK's synchronous client.
 
 The API is reached by base URL only: both HTTP clients replace the ``https://api.twilio.com`` prefix of
 every request URL with ``settings.TWILIO_API_BASE_URL`` (which may be Twilio itself). Settings are read
 at every call; when they change, the clients are rebuilt.
 
-Outcomes:
+Outcomes (what the provider has), then the error table (``twilio_errors``) says what to do:
 
 * 2xx -> ACCEPTED (sid, status).
-* 429 -> TRANSIENT, ``retry_after`` from the Retry-After header; 408, 500, 503 and other 5xx ->
-  TRANSIENT (Twilio did not take the message), except 502/504, which a gateway in front of Twilio
-  answers after forwarding the request -> UNCERTAIN.
-* other 4xx -> REJECTED with Twilio's ``code``.
+* an error answer -> TRANSIENT when the table says throttled or transient (Twilio did not take it: 429,
+  21611, 5xx, ...), else REJECTED (permanent, opted out, account fault); 502/504, which a gateway in
+  front of Twilio answers after forwarding the request -> UNCERTAIN.
 * the request was never written (connection refused, DNS, connect timeout, no free connection)
   -> TRANSIENT; it was written but no response came back (read timeout, reset, disconnect) -> UNCERTAIN.
-  "Written" is observed with aiohttp's ``on_request_headers_sent`` trace signal, per request.
+  "Written" is observed with aiohttp's ``on_request_headers_sent`` trace signal, per request. An
+  uncertain request's socket is reset, never closed gracefully (``twilio_http``), so nothing of it can
+  reach Twilio after we gave up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
 import contextlib
-import contextvars
 import email.utils
 import json
 import logging
@@ -37,59 +36,52 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 from django.conf import settings
 from twilio.base.exceptions import TwilioRestException
-from twilio.http.async_http_client import AsyncTwilioHttpClient
-from twilio.http.http_client import TwilioHttpClient
-from twilio.http.response import Response as TwilioResponse
-from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
-from delivery.providers import ProviderQueryError
-from delivery.providers.base import Outcome, ProviderAdapter, ProviderMessage, Submission, SubmitResult
+from delivery.providers import ProviderQueryError, twilio_callbacks, twilio_errors
+from delivery.providers.base import (
+    CallbackData,
+    ErrorClass,
+    ErrorInfo,
+    Lookup,
+    Outcome,
+    ProviderAdapter,
+    ProviderMessage,
+    Submission,
+    SubmitResult,
+)
+from delivery.providers.twilio_http import (
+    TWILIO_API_ORIGIN,
+    BaseUrlAsyncHttpClient,
+    BaseUrlHttpClient,
+    Call,
+    current_call,
+    rewrite_url,
+    start_loop_thread,
+)
+from scheduling.phone import mask
 
 logger = logging.getLogger(__name__)
 
-TWILIO_API_ORIGIN = "https://api.twilio.com"
-KEEPALIVE_SECONDS = 15.0  # below Twilio's / the sandbox's idle timeout, so a pooled socket is rarely stale
-LIST_PAGE_SIZE = 1000
-
-STATUS_MAP = {
-    "accepted": "queued",
-    "queued": "queued",
-    "scheduled": "queued",
-    "sending": "sending",
-    "sent": "sent",
-    "delivered": "delivered",
-    "undelivered": "undelivered",
-    "failed": "failed",
-    "canceled": "failed",
-    "read": "delivered",
-}
+LIST_PAGE_SIZE = 1000  # Twilio's maximum PageSize
+# ValidityPeriod: "Accepted values are integers from 1 to 36000" (twilio-oai, CreateMessageRequest).
+VALIDITY_MIN, VALIDITY_MAX = 1, 36000
 
 _PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
+
+__all__ = ["TwilioAdapter", "parse_retry_after", "redact", "rewrite_url"]
 
 
 def redact(text: str) -> str:
     """Mask anything that looks like a phone number, keeping its last two digits."""
     return _PHONEISH.sub(lambda m: "***" + re.sub(r"\D", "", m.group())[-2:], text or "")
-
-
-def rewrite_url(url: str, base_url: str) -> str:
-    """``https://api.twilio.com/...`` -> ``{base_url}/...``; anything else is left alone."""
-    if base_url and base_url != TWILIO_API_ORIGIN and url.startswith(TWILIO_API_ORIGIN):
-        rest = url[len(TWILIO_API_ORIGIN) :]
-        if not rest or rest[0] in "/?":
-            return base_url + rest
-    return url
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -112,125 +104,6 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(seconds, 0.0)
 
 
-# --- HTTP clients ----------------------------------------------------------------------------------
-class _Call:
-    """What the HTTP layer saw for one submission (the SDK's exceptions carry no headers)."""
-
-    __slots__ = ("headers", "sent", "status", "text")
-
-    def __init__(self) -> None:
-        self.sent = False  # request headers were handed to the transport
-        self.status: int | None = None
-        self.headers: Mapping[str, str] = {}
-        self.text = ""
-
-
-_current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "smsgw_twilio_call", default=None
-)
-
-
-async def _on_request_headers_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    call = getattr(ctx, "trace_request_ctx", None)
-    if isinstance(call, _Call):
-        call.sent = True
-
-
-def _form_body(data: Mapping[str, Any] | None) -> str:
-    pairs: list[tuple[str, str]] = []
-    for key, value in (data or {}).items():
-        for item in value if isinstance(value, list | tuple) else (value,):
-            pairs.append((key, item if isinstance(item, str) else str(item)))
-    return urlencode(pairs)
-
-
-class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
-    """The SDK's aiohttp client, reaching ``base_url`` instead of api.twilio.com, with one pooled session
-    created lazily on the loop that uses it, a real timeout, and no request logging (numbers are PII)."""
-
-    def __init__(self, *, base_url: str, timeout: float, max_connections: int) -> None:
-        super().__init__(pool_connections=False, timeout=timeout)
-        self.base_url = base_url.rstrip("/")
-        self.max_connections = max_connections
-        self.session: aiohttp.ClientSession | None = None
-        self._auth_cache: tuple[tuple[str, str] | None, str] = (None, "")
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None or self.session.closed:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_on_request_headers_sent)
-            connector = aiohttp.TCPConnector(
-                limit=self.max_connections, keepalive_timeout=KEEPALIVE_SECONDS, ttl_dns_cache=300
-            )
-            self.session = aiohttp.ClientSession(connector=connector, trace_configs=[trace])
-        return self.session
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        params: dict[str, object] | None = None,
-        data: dict[str, object] | None = None,
-        headers: dict[str, str] | None = None,
-        auth: tuple[str, str] | None = None,
-        timeout: float | None = None,
-        allow_redirects: bool = False,
-    ) -> TwilioResponse:
-        seconds = timeout or self.timeout
-        headers = dict(headers or {})
-        body: str | None = None
-        if data:
-            is_json = "json" in headers.get("Content-Type", "")
-            body = json.dumps(data) if is_json else _form_body(data)
-        if auth:
-            headers["Authorization"] = self._basic_auth(auth)
-        call = _current_call.get()
-        async with self._session().request(
-            method.upper(),
-            rewrite_url(url, self.base_url),
-            params={k: str(v) for k, v in params.items()} if params else None,
-            data=body,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=seconds, sock_connect=seconds),
-            allow_redirects=allow_redirects,
-            trace_request_ctx=call,
-        ) as response:
-            raw = await response.read()
-        text = raw.decode("utf-8", "replace")
-        if call is not None:
-            call.status = response.status
-            call.headers = response.headers
-            call.text = text
-        return TwilioResponse(response.status, text, response.headers)
-
-    def _basic_auth(self, auth: tuple[str, str]) -> str:
-        if self._auth_cache[0] != auth:
-            encoded = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
-            self._auth_cache = (auth, f"Basic {encoded}")
-        return self._auth_cache[1]
-
-    async def close(self) -> None:
-        if self.session is not None and not self.session.closed:
-            await self.session.close()
-
-
-class BaseUrlHttpClient(TwilioHttpClient):
-    """The SDK's requests client, reaching ``base_url`` instead of api.twilio.com, without logging."""
-
-    def __init__(self, *, base_url: str, timeout: float) -> None:
-        super().__init__(timeout=timeout)
-        self.base_url = base_url.rstrip("/")
-
-    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> TwilioResponse:
-        return super().request(method, rewrite_url(url, self.base_url), *args, **kwargs)
-
-    def log_request(self, kwargs: dict[str, Any]) -> None:
-        return None
-
-    def log_response(self, status_code: int, response: Any) -> None:
-        return None
-
-
 def _client(conf: _Conf, http_client: Any) -> Client:
     client = Client(
         username=conf.account_sid,
@@ -244,7 +117,6 @@ def _client(conf: _Conf, http_client: Any) -> Client:
     return client
 
 
-# --- the adapter -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Conf:
     account_sid: str
@@ -302,7 +174,10 @@ class TwilioAdapter(ProviderAdapter):
         self._runtime: _AsyncRuntime | None = None
         self._sync_conf: _Conf | None = None
         self._sync_client: Client | None = None
-        self._validators: dict[str, RequestValidator] = {}
+
+    @property
+    def account(self) -> str:
+        return settings.TWILIO_ACCOUNT_SID
 
     # -- plumbing -----------------------------------------------------------------------------------
     def _ensure_runtime(self, conf: _Conf) -> _AsyncRuntime:
@@ -310,7 +185,7 @@ class TwilioAdapter(ProviderAdapter):
             self._reset_process_state()
         with self._lock:
             if self._loop is None or self._thread is None or not self._thread.is_alive():
-                self._loop, self._thread = _start_loop_thread()
+                self._loop, self._thread = start_loop_thread()
                 self._runtime = None
             runtime = self._runtime
             if runtime is None or runtime.conf != conf:
@@ -362,22 +237,25 @@ class TwilioAdapter(ProviderAdapter):
 
     async def _submit_one(self, runtime: _AsyncRuntime, submission: Submission) -> SubmitResult:
         async with runtime.semaphore:
-            call = _Call()
-            _current_call.set(call)  # this coroutine runs in its own task, hence its own context
-            kwargs: dict[str, str] = {"to": submission.to, "body": submission.body}
+            call = Call()
+            current_call.set(call)  # this coroutine runs in its own task, hence its own context
+            kwargs: dict[str, Any] = {"to": submission.to, "body": submission.body}
             if submission.from_number:
                 kwargs["from_"] = submission.from_number
             if submission.messaging_service_sid:
                 kwargs["messaging_service_sid"] = submission.messaging_service_sid
             if submission.status_callback:
                 kwargs["status_callback"] = submission.status_callback
+            if submission.validity_period:
+                # Twilio's default keeps a message queued for 10 h; ours ends at expires_at.
+                kwargs["validity_period"] = min(max(submission.validity_period, VALIDITY_MIN), VALIDITY_MAX)
             # Twilio's Messages API has no idempotency key: submission.idempotency_token is not sent;
             # duplicates after an UNCERTAIN outcome are prevented by reconciling (find_submissions).
             started = time.perf_counter()
             try:
                 message = await runtime.client.messages.create_async(**kwargs)
             except TwilioRestException as exc:
-                return _from_error_response(exc, call, _elapsed_ms(started))
+                return self._from_error_response(exc, call, _elapsed_ms(started))
             except Exception as exc:
                 return _from_exception(exc, call, _elapsed_ms(started))
             sid = message.sid or ""
@@ -404,6 +282,39 @@ class TwilioAdapter(ProviderAdapter):
                 },
             )
 
+    def _from_error_response(self, exc: TwilioRestException, call: Call, latency_ms: float) -> SubmitResult:
+        status = int(call.status or exc.status or 0)
+        payload = _error_payload(call.text)
+        code = payload.get("code", exc.code)
+        error_code = "" if code in (None, "", status) else str(code)
+        message = redact(str(payload.get("message") or exc.msg or ""))
+        retry_after = parse_retry_after(call.headers.get("Retry-After"))
+        info = self.classify(error_code, status)
+        if 200 <= status < 300 or status in (502, 504):
+            outcome = Outcome.UNCERTAIN  # taken but unreadable, or a gateway answered after forwarding
+        elif info.error_class in (ErrorClass.THROTTLED, ErrorClass.TRANSIENT):
+            outcome = Outcome.TRANSIENT  # Twilio did not process it: safe to send again
+        else:
+            outcome = Outcome.REJECTED
+        return SubmitResult(
+            outcome=outcome,
+            error_code=error_code,
+            error_message=message,
+            http_status=status or None,
+            retry_after=retry_after,
+            latency_ms=latency_ms,
+            error_class=info.error_class,
+            error_title=info.title,
+            hold_scope=info.hold_scope,
+            response={
+                "http_status": status or None,
+                "error_code": error_code,
+                "error_message": message,
+                "error_class": str(info.error_class),
+                **({"retry_after": retry_after} if retry_after is not None else {}),
+            },
+        )
+
     # -- look-ups -----------------------------------------------------------------------------------
     def fetch(self, provider_message_id: str) -> ProviderMessage | None:
         client = self._sync()
@@ -411,53 +322,122 @@ class TwilioAdapter(ProviderAdapter):
             message = client.messages(provider_message_id).fetch()
         except TwilioRestException as exc:
             if exc.status == 404:
-                return None
+                return None  # Twilio positively says: no such message
             raise ProviderQueryError(f"twilio fetch failed: HTTP {exc.status} code {exc.code}") from exc
         except Exception as exc:
             raise ProviderQueryError(f"twilio fetch failed: {type(exc).__name__}") from exc
         return _provider_message(message)
 
     def find_submissions(
-        self, *, to: str, from_number: str, messaging_service_sid: str, since: datetime
-    ) -> list[ProviderMessage]:
-        since_utc = since.replace(tzinfo=UTC) if since.tzinfo is None else since.astimezone(UTC)
-        since_utc = since_utc.replace(microsecond=0)  # Twilio's dates have whole seconds
+        self,
+        *,
+        to: str,
+        from_number: str,
+        messaging_service_sid: str,
+        created_after: datetime,
+        created_before: datetime,
+    ) -> Lookup:
+        """List by ``To`` only and filter the rest here. Why not Twilio's filters:
+
+        * ``DateSent`` filters ``date_sent``, which describes when Twilio sent the message: a message
+          still ``accepted``/``queued`` at Twilio (exactly the one a timed-out burst leaves behind) has
+          not been sent and would be missed. Twilio has no ``DateCreated`` filter (twilio-oai
+          ``ListMessage``), so the creation window is checked on our side.
+        * ``From`` is null while a Messaging Service picks a sender (``accepted``), so a service
+          submission would be missed by a ``From`` filter; it is matched by ``messaging_service_sid``.
+
+        Twilio sorts by ``DateSent``, newest first, and does not say where unsent messages go, so the
+        listing cannot stop early at the window: it reads up to SMSGW_RECONCILE_MAX_PAGES pages of
+        1,000 and says whether it reached the end (``complete``); an incomplete listing never proves
+        absence."""
+        created_after = _utc(created_after).replace(microsecond=0)  # Twilio's dates have whole seconds
+        created_before = _utc(created_before)
+        max_pages = int(settings.RECONCILE_MAX_PAGES)
         client = self._sync()
-        filters: dict[str, Any] = {"to": to, "date_sent_after": since_utc, "page_size": LIST_PAGE_SIZE}
-        if from_number:
-            filters["from_"] = from_number
+        query = {
+            "to": mask(to),
+            "from": from_number or None,
+            "messaging_service_sid": messaging_service_sid or None,
+            "created_after": created_after.isoformat(),
+            "created_before": created_before.isoformat(),
+        }
+        out: list[ProviderMessage] = []
+        pages = scanned = 0
+        complete = False
         try:
-            found = list(client.messages.stream(**filters))
+            page = client.messages.page(to=to, page_size=LIST_PAGE_SIZE)
+            while page is not None:
+                pages += 1
+                for m in page:
+                    scanned += 1
+                    if m.to != to:
+                        continue
+                    if from_number:
+                        if m.from_ != from_number:
+                            continue
+                    elif messaging_service_sid and m.messaging_service_sid != messaging_service_sid:
+                        continue
+                    if m.date_created is None or not (created_after <= m.date_created <= created_before):
+                        continue
+                    out.append(_provider_message(m))
+                if not page.next_page_url:
+                    complete = True
+                    break
+                if pages >= max_pages:
+                    break
+                page = page.next_page()
         except TwilioRestException as exc:
             raise ProviderQueryError(f"twilio list failed: HTTP {exc.status} code {exc.code}") from exc
         except Exception as exc:
             raise ProviderQueryError(f"twilio list failed: {type(exc).__name__}") from exc
-        out = []
-        for m in found:
-            if m.to != to:
-                continue
-            if from_number:
-                if m.from_ != from_number:
-                    continue
-            elif messaging_service_sid and m.messaging_service_sid != messaging_service_sid:
-                continue
-            if m.date_created is not None and m.date_created < since_utc:
-                continue
-            out.append(_provider_message(m))
-        return out
+        return Lookup(candidates=out, complete=complete, pages=pages, scanned=scanned, query=query)
 
-    # -- statuses and callbacks ---------------------------------------------------------------------
+    def probe(self) -> tuple[bool, str]:
+        """Fetch the account resource: it answers 401/20003 while the credentials are wrong and shows the
+        account's status (active, suspended, closed). No message is spent on it."""
+        client = self._sync()
+        try:
+            account = client.api.v2010.accounts(settings.TWILIO_ACCOUNT_SID).fetch()
+        except TwilioRestException as exc:
+            return False, f"HTTP {exc.status} code {exc.code}"
+        except Exception as exc:
+            return False, f"network: {type(exc).__name__}"
+        status = str(account.status or "")
+        return status in ("", "active"), f"account status {status or 'unknown'}"
+
+    # -- errors, statuses and callbacks -------------------------------------------------------------
+    def classify(self, error_code: str, http_status: int | None = None) -> ErrorInfo:
+        return twilio_errors.classify(error_code, http_status)
+
     def normalize_status(self, raw_status: str) -> str:
-        return STATUS_MAP.get((raw_status or "").strip().lower(), "")
+        return twilio_callbacks.STATUS_MAP.get((raw_status or "").strip().lower(), "")
 
-    def validate_callback(self, url: str, params: dict, signature: str) -> bool:
-        token = settings.TWILIO_AUTH_TOKEN
-        if not signature or not token:
-            return False
-        validator = self._validators.get(token)
-        if validator is None:
-            validator = self._validators[token] = RequestValidator(token)
-        return bool(validator.validate(url, params, signature))
+    def status_callback_url(self, base_url: str, message_ref: str, attempt_number: int) -> str:
+        # The message and attempt ride in the URL's query: Twilio signs the full URL, so a callback
+        # names its message authentically even for a sid we never stored (a request we gave up on).
+        # No underscores: "URL must contain a valid hostname and underscores are not allowed".
+        base = (base_url or "").rstrip("/")
+        if not base:
+            return ""
+        return (
+            f"{base}/receipts/{self.name}/?{twilio_callbacks.HINT_MESSAGE}={message_ref}"
+            f"&{twilio_callbacks.HINT_ATTEMPT}={attempt_number}"
+        )
+
+    def validate_callback(self, url: str, params: dict, headers: dict) -> bool:
+        return twilio_callbacks.validate(
+            url,
+            params,
+            headers,
+            auth_token=settings.TWILIO_AUTH_TOKEN,
+            shared_keys=settings.TWILIO_WEBHOOK_SHARED_KEYS,
+        )
+
+    def parse_callback(self, params: dict, query: dict) -> CallbackData:
+        return twilio_callbacks.parse(params, query)
+
+    def body_matches(self, sent_body: str, provider_body: str) -> bool:
+        return twilio_callbacks.body_matches(sent_body, provider_body)
 
 
 def _close_ref(ref: weakref.ref) -> None:
@@ -467,34 +447,8 @@ def _close_ref(ref: weakref.ref) -> None:
             adapter.close()
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    # uvloop roughly halves the event loop's and aiohttp's per-request CPU, which is most of a send
-    # worker's CPU at thousands of submissions per second; the stdlib loop is the portable fallback.
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency on Linux/macOS
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def _start_loop_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
-    loop = _new_loop()
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.call_soon(ready.set)
-        try:
-            loop.run_forever()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    thread = threading.Thread(target=run, name="twilio-adapter-loop", daemon=True)
-    thread.start()
-    ready.wait()
-    return loop, thread
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _elapsed_ms(started: float) -> float:
@@ -509,38 +463,7 @@ def _error_payload(text: str) -> dict:
     return payload if isinstance(payload, dict) else {}
 
 
-def _from_error_response(exc: TwilioRestException, call: _Call, latency_ms: float) -> SubmitResult:
-    status = int(call.status or exc.status or 0)
-    payload = _error_payload(call.text)
-    code = payload.get("code", exc.code)
-    error_code = "" if code in (None, "", status) else str(code)
-    message = redact(str(payload.get("message") or exc.msg or ""))
-    retry_after = parse_retry_after(call.headers.get("Retry-After"))
-    if status == 429 or status == 408 or (500 <= status < 600 and status not in (502, 504)):
-        outcome = Outcome.TRANSIENT
-    elif status in (502, 504):
-        outcome = Outcome.UNCERTAIN  # a gateway answered after forwarding: Twilio may have it
-    elif 200 <= status < 300:
-        outcome = Outcome.UNCERTAIN
-    else:
-        outcome = Outcome.REJECTED
-    return SubmitResult(
-        outcome=outcome,
-        error_code=error_code,
-        error_message=message,
-        http_status=status or None,
-        retry_after=retry_after,
-        latency_ms=latency_ms,
-        response={
-            "http_status": status or None,
-            "error_code": error_code,
-            "error_message": message,
-            **({"retry_after": retry_after} if retry_after is not None else {}),
-        },
-    )
-
-
-def _from_exception(exc: Exception, call: _Call, latency_ms: float) -> SubmitResult:
+def _from_exception(exc: Exception, call: Call, latency_ms: float) -> SubmitResult:
     if call.status is not None and 200 <= call.status < 300:
         outcome = Outcome.UNCERTAIN  # taken, but the answer was unreadable
     elif isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError) or not call.sent:
@@ -554,6 +477,8 @@ def _from_exception(exc: Exception, call: _Call, latency_ms: float) -> SubmitRes
         error_message=message,
         http_status=call.status,
         latency_ms=latency_ms,
+        error_class=ErrorClass.TRANSIENT if outcome == Outcome.TRANSIENT else None,
+        error_title="network error before the request was sent" if outcome == Outcome.TRANSIENT else "",
         response={"http_status": call.status, "exception": type(exc).__name__, "request_sent": call.sent},
     )
 
@@ -567,4 +492,5 @@ def _provider_message(m: Any) -> ProviderMessage:
         status=str(m.status or ""),
         date_created=m.date_created,
         error_code="" if m.error_code in (None, "", 0) else str(m.error_code),
+        messaging_service_sid=m.messaging_service_sid or "",
     )

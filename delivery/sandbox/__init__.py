@@ -1,8 +1,11 @@
 """A standalone sandbox SMS provider that speaks Twilio's Messages API (2010-04-01).
 
 It is a real HTTP server (aiohttp.web) that the official twilio SDK talks to unchanged, by base URL
-only. It keeps every accepted message in memory, and injects faults (latency, 5xx, 429, 400, timeouts,
-accepted-then-hung requests) configured at start or at runtime through ``/_sandbox/``.
+only. It keeps every accepted message in memory with Twilio's lifecycle (queued | accepted -> sent ->
+delivered | undelivered | failed, derived from the clock; ``lifecycle.py``), per-sender queues,
+ValidityPeriod, opt-outs and Twilio-ordered, signed status callbacks, and injects faults (latency, 5xx,
+429, 400, timeouts, accepted-then-hung requests, callback faults) configured at start or at runtime
+through ``/_sandbox/``.
 
 Run it with ``python -m delivery.sandbox --port 8081``. This package must never import Django.
 """

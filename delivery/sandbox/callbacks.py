@@ -1,21 +1,39 @@
 """Status callbacks from the sandbox to the message's ``StatusCallback`` URL, signed like Twilio's.
 
-For every stored message with a ``StatusCallback`` (while ``callbacks_enabled``), the sandbox decides a
-final status by the configured shares and then POSTs, in order, ``sent`` and the final status
-(``delivered``, ``undelivered`` with ErrorCode 30003 or ``failed`` with ErrorCode 30008) as Twilio's
-form, with ``X-Twilio-Signature``. Each callback also moves the stored message's status, so a GET or a
-list shows what the callbacks said (never backwards: a shuffled ``sent`` after ``delivered`` leaves it
-``delivered``). A dropped callback still moves the status: the provider knows, the receiver does not.
+For every stored message with a ``StatusCallback`` (while ``callbacks_enabled``), the sandbox POSTs
+Twilio's form for each status change of the message's lifecycle (``lifecycle.py``), in Twilio's order
+(Twilio docs, "Outbound Message Status in Status Callbacks"): none for the initial status; ``queued``
+when a Messaging Service send gets its sender; then ``sent`` and ``delivered`` or ``undelivered``
+(ErrorCode 30003), or a single ``failed`` (ErrorCode 30008, 30001, 30036 or 21610) that never follows a
+``sent``. No ``sending``. ``delivered`` and ``undelivered`` carry ``RawDlrDoneDate`` (YYMMDDhhmm, UTC, the
+final status's time). The store shows each status from its own instant on, whatever the callbacks do: a
+dropped or refused callback changes nothing there (the provider knows, the receiver does not).
 
-Knobs (``SandboxConfig``): ``callback_delay_ms`` before a message's first callback, ``callback_gap_ms``
-between its callbacks, ``callback_repeat`` copies of each, ``callback_shuffle``, ``callback_drop_rate``
-(per copy), ``callback_early_rate`` (the first callback is POSTed and awaited before the create answer
-is written), ``callback_timeout_ms``, ``callback_retries`` and ``callback_retry_backoff_ms``.
+Timing: each callback is due ``callback_delay_ms`` after its status change. Knobs (``SandboxConfig``):
+``callback_repeat`` copies of each, ``callback_shuffle`` (the statuses in random order over the same
+instants), ``callback_drop_rate`` (per copy), ``callback_early_rate`` (the first callback is POSTed and
+awaited before the create answer is written; the rest go at their status changes, without the delay).
 
-Cost and bounds: a message's callbacks are one small ``_Chain``; due chains wait in one queue served by
-``CONNECTIONS`` worker coroutines over one pooled ClientSession, so a burst of accepted messages never
-turns into a burst of tasks or sockets. A chain moves to its next callback only once the previous one
-was answered, given up or dropped, so the receiver sees a message's callbacks in order unless shuffled.
+Retries like Twilio's webhook connection overrides (twilio.com/docs/usage/webhooks/
+webhooks-connection-overrides): ``callback_retries`` (``rc``, default 1) more attempts, only for the
+failure kinds in ``callback_retry_policy`` (``rp``, default ``ct``: the TCP connection could not be made;
+``rt`` no response within ``callback_timeout_ms``; ``4xx``; ``5xx``; ``all``), all attempts of one callback
+within ``callback_total_timeout_ms`` (``tt``, default 15000). So by default an HTTP answer, whatever its
+status, or a read timeout is final. Retries wait ``callback_retry_backoff_ms``, doubled each time (Twilio
+does not document its own spacing).
+
+Signatures (twilio.com/docs/usage/webhooks/webhooks-security): ``X-Twilio-Signature`` is
+base64(HMAC-SHA1(auth token, URL + sorted params)); with ``callback_shared_key_id`` and
+``callback_shared_key_secret`` set it is HMAC-SHA256 with the secret over the same string, and the
+request carries ``X-Twilio-Webhooks-Signature-Settings: key=<id>,algorithm=HMAC_SHA256`` (Twilio's
+SharedKey scheme, twilio.com/docs/usage/webhooks/webhook-shared-keys and the installed SDK's
+``twilio/request_validator.py``).
+
+Cost and bounds: only messages with a StatusCallback get a ``_Chain``; due chains wait in one queue
+served by ``CONNECTIONS`` worker coroutines over one pooled ClientSession, so a burst of accepted
+messages never turns into a burst of tasks or sockets. A chain moves to its next callback only once the
+previous one was answered, given up or dropped, so the receiver sees a message's callbacks in order
+unless shuffled.
 """
 
 from __future__ import annotations
@@ -26,15 +44,17 @@ import hashlib
 import hmac
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import aiohttp
 from yarl import URL
 
+from delivery.sandbox.lifecycle import dlr_done_date
+
 if TYPE_CHECKING:
-    from delivery.sandbox.server import SandboxMessage, SandboxState
+    from delivery.sandbox.lifecycle import SandboxMessage
+    from delivery.sandbox.server import SandboxState
 
 logger = logging.getLogger("delivery.sandbox.callbacks")
 
@@ -42,60 +62,91 @@ API_VERSION = "2010-04-01"
 CONNECTIONS = 64  # callback POSTs in flight at once (and sockets); the rest wait in the queue
 USER_AGENT = "TwilioProxy/1.1"
 FORM = "application/x-www-form-urlencoded"
-# Twilio's codes for the two unhappy finals: 30003 unreachable handset, 30008 unknown error
-FINAL_ERRORS = {
-    "undelivered": (30003, "Unreachable destination handset"),
-    "failed": (30008, "Unknown error"),
-}
-_RANK = {"accepted": 0, "queued": 0, "sending": 0, "sent": 1, "delivered": 2, "undelivered": 2, "failed": 2}
-_OK, _RETRY, _GIVE_UP = 0, 1, 2
+SIGNATURE_SETTINGS_HEADER = "X-Twilio-Webhooks-Signature-Settings"
+_HASHES = {"HMAC_SHA1": hashlib.sha1, "HMAC_SHA256": hashlib.sha256}
+# what an attempt ended with: answered 2xx, or the kind of failure (as Twilio's rp names them)
+OK, CONNECT, READ, HTTP_4XX, HTTP_5XX, FINAL = "ok", "ct", "rt", "4xx", "5xx", "final"
+# Twilio's webhook connection override ``rp`` (twilio.com/docs/usage/webhooks/webhooks-connection-overrides)
+RETRY_POLICIES = (CONNECT, READ, HTTP_4XX, HTTP_5XX)
 
 
-def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
-    """``X-Twilio-Signature``: base64(HMAC-SHA1(auth token, url + key1 + value1 + key2 + ...)), keys
-    sorted, over the exact URL that is requested (query string included)."""
+def parse_retry_policy(value: object) -> str:
+    """Twilio's ``rp``: ``ct``, ``rt``, ``4xx``, ``5xx`` or ``all``, or a comma list of them."""
+    if not isinstance(value, str):
+        raise ValueError("callback_retry_policy must be a string")
+    items = [item.strip().lower() for item in value.split(",") if item.strip()]
+    if not items or any(item not in (*RETRY_POLICIES, "all") for item in items):
+        raise ValueError("callback_retry_policy must be ct, rt, 4xx, 5xx or all, or a comma list of them")
+    return ",".join(dict.fromkeys(items))
+
+
+def retry_policy_set(policy: str) -> frozenset[str]:
+    items = set(policy.split(","))
+    return frozenset(RETRY_POLICIES) if "all" in items else frozenset(items)
+
+
+def twilio_signature(secret: str, url: str, params: dict[str, str], algorithm: str = "HMAC_SHA1") -> str:
+    """``X-Twilio-Signature``: base64(HMAC(secret, url + key1 + value1 + key2 + ...)), keys sorted, over
+    the exact URL that is requested (query string included). The secret is the auth token (HMAC_SHA1)
+    or a SharedKey's secret (HMAC_SHA256)."""
     payload = url + "".join(key + params[key] for key in sorted(params))
-    digest = hmac.new(auth_token.encode(), payload.encode(), hashlib.sha1).digest()
+    digest = hmac.new(secret.encode(), payload.encode(), _HASHES[algorithm]).digest()
     return base64.b64encode(digest).decode()
 
 
+def _event_time(message: SandboxMessage, status: str) -> float:
+    if status == "queued":
+        return message.assign_at
+    if status == "sent":
+        return message.release_at
+    return message.end_at
+
+
 def callback_params(account_sid: str, message: SandboxMessage, status: str) -> dict[str, str]:
-    """The form Twilio posts for an outbound SMS status change."""
+    """The form Twilio posts for an outbound SMS status change (Twilio's message-resource doc, "Twilio's
+    request to the StatusCallback URL"; ``SmsSid``/``SmsStatus`` as captured Twilio payloads show them)."""
     params = {
         "AccountSid": account_sid,
         "ApiVersion": API_VERSION,
-        "From": message.from_,
         "MessageSid": message.sid,
         "MessageStatus": status,
         "SmsSid": message.sid,
         "SmsStatus": status,
         "To": message.to,
     }
+    from_ = message.from_at(_event_time(message, status))
+    if from_ is not None:
+        params["From"] = from_
     if message.messaging_service_sid:
         params["MessagingServiceSid"] = message.messaging_service_sid
-    error = FINAL_ERRORS.get(status)
-    if error is not None:
-        params["ErrorCode"] = str(error[0])
+    if status in ("failed", "undelivered") and message.error_code is not None:
+        params["ErrorCode"] = str(message.error_code)
+    if status in ("delivered", "undelivered"):
+        params["RawDlrDoneDate"] = dlr_done_date(message.end_at)
     return params
 
 
 class _Chain:
-    """One message's callbacks still to send: ``steps[index]`` is next, ``attempt`` its retry number."""
+    """One message's callbacks still to send: ``steps[index]`` (status, due wall-clock time) is next,
+    ``attempt`` its retry number, ``deadline`` (loop time) the end of its ``tt``."""
 
-    __slots__ = ("attempt", "generation", "index", "message", "replay", "steps", "token")
+    __slots__ = ("attempt", "deadline", "generation", "index", "message", "replay", "steps", "token")
 
-    def __init__(self, message: SandboxMessage, steps: list[str], generation: int, replay: bool) -> None:
+    def __init__(
+        self, message: SandboxMessage, steps: list[tuple[str, float]], generation: int, replay: bool
+    ) -> None:
         self.message = message
         self.steps = steps
         self.generation = generation
         self.replay = replay
         self.index = 0
         self.attempt = 0
+        self.deadline = 0.0
         self.token = ""
 
 
 class StatusCallbackHook:
-    """Decides, schedules, signs and POSTs the status callbacks; counts them for ``/_sandbox/stats``."""
+    """Schedules, signs and POSTs the status callbacks; counts them for ``/_sandbox/stats``."""
 
     def __init__(self, state: SandboxState) -> None:
         self.state = state
@@ -104,38 +155,34 @@ class StatusCallbackHook:
         self._session: aiohttp.ClientSession | None = None
         self._queue: asyncio.Queue[_Chain] | None = None
         self._workers: list[asyncio.Task] = []
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._early: dict[str, _Chain] = {}
         self.sent = self.failed = self.dropped = self.pending = self.attempts = self.retries = 0
 
     # -- server hooks -------------------------------------------------------------------------------
     def message_accepted(self, message: SandboxMessage) -> None:
-        """Called right after ``message`` was stored (before the HTTP answer is written). Decides the
-        final status and schedules the callbacks; never blocks."""
+        """Called right after ``message`` was stored (before the HTTP answer is written): plans its
+        callbacks from its timeline; never blocks."""
         st = self.state
         cfg = st.config
         if not cfg.callbacks_enabled or not self._start():
             return
+        message.has_callbacks = True  # kept for replay
         rng = st.rng
-        x = rng.random()
-        final = "delivered"
-        if x >= cfg.callback_delivered_share:
-            x -= cfg.callback_delivered_share
-            if x < cfg.callback_undelivered_share:
-                final = "undelivered"
-            elif x - cfg.callback_undelivered_share < cfg.callback_failed_share:
-                final = "failed"
-        message.final_status = final  # kept for replay
+        events = message.timeline()
         repeat = cfg.callback_repeat
-        steps = ["sent", final] if repeat == 1 else ["sent"] * repeat + [final] * repeat
+        statuses = [status for status, _ in events for _ in range(repeat)]
+        instants = [at for _, at in events for _ in range(repeat)]
         if cfg.callback_shuffle:
-            rng.shuffle(steps)
+            rng.shuffle(statuses)  # the same instants, the statuses in another order
+        early = bool(cfg.callback_early_rate) and rng.random() < cfg.callback_early_rate
+        delay = 0.0 if early else cfg.callback_delay_ms / 1000.0
+        steps = [(status, at + delay) for status, at in zip(statuses, instants, strict=True)]
         chain = _Chain(message, steps, self.generation, replay=False)
-        self.pending += len(steps)
-        if cfg.callback_early_rate and rng.random() < cfg.callback_early_rate:
+        self.pending += len(statuses)
+        if early:
             self._early[message.sid] = chain  # sent by before_response, from the create handler
         else:
-            self._schedule(chain, cfg.callback_delay_ms / 1000.0)
+            self._schedule(chain)
 
     async def before_response(self, message: SandboxMessage) -> None:
         """Awaited by the create handler after rendering and before answering: for an "early" message,
@@ -146,23 +193,28 @@ class StatusCallbackHook:
             await asyncio.shield(self._step(chain))
 
     def replay(self, sid: str | None = None, everything: bool = False) -> dict | None:
-        """Re-send the whole sequence (``sent``, then the final) of one message, or of every message that
-        had callbacks: once each, in order, never dropped, no delay, same signatures. None if ``sid``
-        is unknown or had no callbacks."""
+        """Re-send the callbacks of one message, or of every message that had callbacks, for the status
+        changes that have happened so far: once each, in order, never dropped, no delay, same
+        signatures. None if ``sid`` is unknown or had no callbacks."""
         st = self.state
         if everything:
-            messages = [m for m in st.all if m.final_status]
+            messages = [m for m in st.all if m.has_callbacks]
         else:
             message = st.messages.get(sid or "")
-            if message is None or not message.final_status:
+            if message is None or not message.has_callbacks:
                 return None
             messages = [message]
         if messages and not self._start():
             return None
+        now = st.clock()
+        total = 0
         for message in messages:
-            self.pending += 2
-            self._enqueue(_Chain(message, ["sent", message.final_status], self.generation, replay=True))
-        return {"messages": len(messages), "callbacks": 2 * len(messages)}
+            steps = [(status, now) for status, at in message.timeline() if at <= now]
+            if steps:
+                total += len(steps)
+                self.pending += len(steps)
+                self._enqueue(_Chain(message, steps, self.generation, replay=True))
+        return {"messages": len(messages), "callbacks": total}
 
     def stats(self) -> dict:
         return {
@@ -217,7 +269,9 @@ class StatusCallbackHook:
         self._workers = [loop.create_task(self._work()) for _ in range(CONNECTIONS)]
         return True
 
-    def _schedule(self, chain: _Chain, delay: float) -> None:
+    def _schedule(self, chain: _Chain) -> None:
+        """Queue the chain's current step at its due time (replays: now)."""
+        delay = 0.0 if chain.replay else chain.steps[chain.index][1] - self.state.clock()
         if delay > 0:
             self._loop.call_later(delay, self._enqueue, chain)
         else:
@@ -243,10 +297,10 @@ class StatusCallbackHook:
         if chain.generation != self.generation:
             return
         message = chain.message
-        status = chain.steps[chain.index]
+        status = chain.steps[chain.index][0]
         cfg = self.state.config
+        loop = asyncio.get_running_loop()
         if chain.attempt == 0:
-            self._apply(message, status)
             drop = cfg.callback_drop_rate
             if drop and not chain.replay and self.state.rng.random() < drop:
                 self.dropped += 1
@@ -255,17 +309,24 @@ class StatusCallbackHook:
                 return
             # like Twilio's I-Twilio-Idempotency-Token: kept across retries, new for every copy
             chain.token = os.urandom(16).hex()
-        result = await self._post(message, status, chain.token, cfg.callback_timeout_ms)
-        if chain.generation != self.generation:
-            return
-        self.attempts += 1
-        if result == _RETRY and chain.attempt < cfg.callback_retries:
-            chain.attempt += 1
-            self.retries += 1
-            backoff = cfg.callback_retry_backoff_ms / 1000.0 * 2 ** (chain.attempt - 1)
-            self._schedule(chain, backoff)
-            return
-        if result == _OK:
+            total = cfg.callback_total_timeout_ms / 1000.0
+            chain.deadline = loop.time() + total if total > 0 else float("inf")
+        budget = min(cfg.callback_timeout_ms / 1000.0, chain.deadline - loop.time())
+        if budget > 0:
+            result = await self._post(message, status, chain.token, budget)
+            if chain.generation != self.generation:
+                return
+            self.attempts += 1
+        else:
+            result = FINAL  # the callback's total time is used up
+        if result in self.state.retry_policy and chain.attempt < cfg.callback_retries:
+            backoff = cfg.callback_retry_backoff_ms / 1000.0 * 2**chain.attempt
+            if loop.time() + backoff < chain.deadline:
+                chain.attempt += 1
+                self.retries += 1
+                self._loop.call_later(backoff, self._enqueue, chain)
+                return
+        if result == OK:
             self.sent += 1
         else:
             self.failed += 1
@@ -278,47 +339,64 @@ class StatusCallbackHook:
             return
         chain.index = index
         chain.attempt = 0
-        same = chain.steps[index] == chain.steps[index - 1]  # copies of one callback follow at once
-        self._schedule(chain, 0.0 if chain.replay or same else self.state.config.callback_gap_ms / 1000.0)
+        self._schedule(chain)
 
-    def _apply(self, message: SandboxMessage, status: str) -> None:
-        if _RANK[status] <= _RANK.get(message.status, 0):
-            return
-        message.status = status
-        message.updated_ts = max(int(time.time()), message.created_ts)
-        error = FINAL_ERRORS.get(status)
-        if error is not None:
-            message.error_code, message.error_message = error
+    def _sign(self, url: str, params: dict[str, str]) -> dict[str, str]:
+        st = self.state
+        cfg = st.config
+        if cfg.callback_shared_key_id and cfg.callback_shared_key_secret:
+            return {
+                "X-Twilio-Signature": twilio_signature(
+                    cfg.callback_shared_key_secret, url, params, "HMAC_SHA256"
+                ),
+                SIGNATURE_SETTINGS_HEADER: f"key={cfg.callback_shared_key_id},algorithm=HMAC_SHA256",
+            }
+        return {"X-Twilio-Signature": twilio_signature(st.auth_token, url, params)}
 
-    async def _post(self, message: SandboxMessage, status: str, token: str, timeout_ms: float) -> int:
+    async def _post(self, message: SandboxMessage, status: str, token: str, budget: float) -> str:
+        """One attempt within ``budget`` seconds: ``OK`` or the kind of failure."""
         st = self.state
         url = message.status_callback
         params = callback_params(st.account_sid, message, status)
         headers = {
             "Content-Type": FORM,
             "User-Agent": USER_AGENT,
-            "X-Twilio-Signature": twilio_signature(st.auth_token, url, params),
             "I-Twilio-Idempotency-Token": token,
+            **self._sign(url, params),
         }
-        timeout = self._timeouts.get(timeout_ms)
-        if timeout is None:
-            timeout = self._timeouts[timeout_ms] = aiohttp.ClientTimeout(total=timeout_ms / 1000.0)
+        # connect and each read are limited separately, so a timeout says which one it was
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=budget, sock_read=budget)
         try:
-            # encoded=True: request the URL byte for byte as signed (no re-quoting of the query)
-            async with self._session.post(
-                URL(url, encoded=True),
-                data=urlencode(params).encode(),
-                headers=headers,
-                timeout=timeout,
-                allow_redirects=False,
-            ) as response:
-                await response.read()
-                code = response.status
+            async with asyncio.timeout(budget * 1.05 + 0.05):  # after sock_connect, to tell them apart
+                # encoded=True: request the URL byte for byte as signed (no re-quoting of the query)
+                async with self._session.post(
+                    URL(url, encoded=True),
+                    data=urlencode(params).encode(),
+                    headers=headers,
+                    timeout=timeout,
+                    allow_redirects=False,
+                ) as response:
+                    code = response.status
+                    await response.read()
         except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError):
             logger.warning("sandbox callback: invalid StatusCallback URL for %s", message.sid)
-            return _GIVE_UP  # retrying cannot help
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            return _RETRY  # refused, reset, timed out: Twilio retries these
+            return FINAL  # retrying cannot help
+        except aiohttp.ConnectionTimeoutError:
+            return CONNECT
+        except (aiohttp.ServerTimeoutError, TimeoutError):
+            return READ
+        except aiohttp.ClientPayloadError:
+            return FINAL  # Twilio "doesn't retry on partial response"
+        except (aiohttp.ClientConnectionError, OSError):
+            # refused, reset, or closed before any answer (a pooled keep-alive connection the receiver
+            # had closed included): no HTTP answer came, as when Twilio cannot connect
+            return CONNECT
+        except aiohttp.ClientError:
+            return FINAL
         if 200 <= code < 300:
-            return _OK
-        return _RETRY if code >= 500 or code == 429 else _GIVE_UP
+            return OK
+        if 400 <= code < 500:
+            return HTTP_4XX
+        if code >= 500:
+            return HTTP_5XX
+        return FINAL

@@ -4,6 +4,7 @@
         sandbox.config(latency_ms=50, rules=[{"to": "+15550001111", "action": "429"}])
         ...
         sandbox.stats(); sandbox.list_messages(to="+15550001111"); sandbox.reset()
+        sandbox.message_info("SM...")  # what the client sent, and the message's timeline
 
 The process is started with ``--port 0`` and reports the port it bound in its first stdout line, so
 there is no free-port race. ``list_messages`` goes through the twilio SDK's synchronous client with its
@@ -161,3 +162,8 @@ class SandboxProcess:
 
     def stats(self) -> dict:
         return self._request("GET", "/_sandbox/stats")
+
+    def message_info(self, sid: str) -> dict:
+        """The sandbox's internals for one message: the form it received (StatusCallback, ValidityPeriod,
+        ...), its sender, its assign / release / final instants and its timeline."""
+        return self._request("GET", f"/_sandbox/messages/{sid}")

@@ -1,21 +1,31 @@
 """The sandbox provider: an aiohttp.web server speaking Twilio's Messages API, plus a control API.
 
-Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``):
+Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``; every call answers 401/20003 while
+``auth_fail`` is set):
 
 * ``POST /2010-04-01/Accounts/{AccountSid}/Messages.json`` (form: To, From | MessagingServiceSid, Body,
-  StatusCallback, ...) -> 201 message resource, or a Twilio-shaped error.
+  StatusCallback, ValidityPeriod, ...) -> 201 message resource, or a Twilio-shaped error.
 * ``GET /2010-04-01/Accounts/{AccountSid}/Messages/{Sid}.json`` -> the resource or 404 (code 20404).
 * ``GET /2010-04-01/Accounts/{AccountSid}/Messages.json`` with ``To``, ``From``, ``DateSent``,
-  ``DateSent<``, ``DateSent>`` (a date ``YYYY-MM-DD`` or an ISO datetime), newest first, paged with
-  ``PageSize`` (default 50, max 1000), ``Page`` and ``PageToken`` exactly as the SDK follows them.
+  ``DateSent<``, ``DateSent>`` (a date ``YYYY-MM-DD`` or an ISO datetime, on ``date_sent``), unsent
+  messages first (newest first), then by ``date_sent`` newest first, paged with ``PageSize`` (default 50,
+  max 1000), ``Page`` and ``PageToken`` exactly as the SDK follows them.
+* ``GET /2010-04-01/Accounts/{AccountSid}.json`` -> the Account resource (a credentials probe).
+
+A message's lifecycle (``lifecycle.py``) is fixed at create and derived from the clock at every read:
+queued | accepted -> (service sends: queued once a sender is assigned) -> sent at its release from the
+per-sender queue -> delivered | undelivered, or failed without ever being sent.
 
 Control surface (JSON, unauthenticated: bind it to localhost):
 
-* ``GET/POST /_sandbox/config`` -- fault injection (see ``SandboxConfig``); POST merges the given keys.
-* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "by_outcome": {...}, "callbacks": {"sent",
-  "failed", "dropped", "pending", ...}}``.
+* ``GET/POST /_sandbox/config`` -- fault injection and queue settings (see ``SandboxConfig``); POST merges
+  the given keys.
+* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "by_outcome": {...}, "rejections": {code: n},
+  "by_status": {...}, "senders": {...}, "callbacks": {"sent", "failed", "dropped", "pending", ...}}``.
+* ``GET /_sandbox/messages/{sid}`` -- a message's internals: the form received, ValidityPeriod, its
+  assign / release / final instants and its timeline.
 * ``POST /_sandbox/callbacks/replay`` -- ``{"sid": "SM..."}`` or ``{"all": true}``: send a message's
-  status callbacks (``sent``, then its final status) again (see ``callbacks.py``).
+  status callbacks that are due so far again (see ``callbacks.py``).
 * ``POST /_sandbox/reset`` -- clear store and stats, restore the start config.
 * ``GET /_sandbox/health`` -- 200.
 
@@ -39,6 +49,7 @@ import re
 import signal
 import time
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -46,9 +57,29 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from delivery.sandbox.callbacks import StatusCallbackHook
+from delivery.sandbox.callbacks import StatusCallbackHook, parse_retry_policy, retry_policy_set
+from delivery.sandbox.lifecycle import (
+    ERROR_MESSAGES,
+    INF,
+    TRIAL_PREFIX,
+    SandboxMessage,
+    count_segments,
+    price,
+    rfc2822,
+    service_sender,
+)
 
 logger = logging.getLogger("delivery.sandbox")
+
+__all__ = [
+    "SandboxConfig",
+    "SandboxMessage",
+    "SandboxState",
+    "build_app",
+    "count_segments",
+    "main",
+    "rfc2822",
+]
 
 API_VERSION = "2010-04-01"
 DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
@@ -56,13 +87,23 @@ DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 MAX_BODY_CHARS = 1600
+# Twilio: ValidityPeriod "Accepted values are integers from 1 to 36000. Default value is 36000."
+# (twilio-oai spec/json/twilio_api_v2010.json, CreateMessageRequest)
+MAX_VALIDITY_PERIOD = 36000
 MORE_INFO = "https://www.twilio.com/docs/errors/"
 
 RATE_KEYS = ("error_rate_5xx", "error_rate_429", "error_rate_400", "timeout_rate", "accept_then_hang_rate")
 CALLBACK_SHARE_KEYS = ("callback_delivered_share", "callback_undelivered_share", "callback_failed_share")
 _UNIT_KEYS = frozenset((*RATE_KEYS, *CALLBACK_SHARE_KEYS, "callback_drop_rate", "callback_early_rate"))
-_INT_RANGES = {"error_code_400": (0, None), "callback_repeat": (1, 100), "callback_retries": (0, 10)}
-_BOOL_KEYS = frozenset(("callbacks_enabled", "callback_shuffle"))
+_INT_RANGES = {
+    "error_code_400": (0, None),
+    "callback_repeat": (1, 100),
+    "callback_retries": (0, 10),
+    "max_concurrent_requests": (0, None),
+}
+_BOOL_KEYS = frozenset(("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix"))
+_STR_KEYS = frozenset(("callback_retry_policy", "callback_shared_key_id", "callback_shared_key_secret"))
+_LIST_KEYS = frozenset(("opted_out",))
 RULE_ACTIONS = ("500", "503", "429", "400", "timeout", "accept_then_hang")
 OUTCOMES = (
     "accepted",
@@ -74,23 +115,21 @@ OUTCOMES = (
     "accept_then_hang",
     "invalid_request",
     "unauthorized",
+    "concurrency_limited",
+    "queue_full",
+    "opted_out",
 )
 
 _E164ISH = re.compile(r"\+?[1-9][0-9]{4,14}")
 _DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_GSM7_BASIC = frozenset(
-    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
-    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
-)
-_GSM7_EXT = frozenset("^{}\\[~]|€\f")
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("", "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_DIGITS = re.compile(r"[0-9]{1,6}")
 
 
 # --- configuration ---------------------------------------------------------------------------------
 @dataclass
 class SandboxConfig:
-    """Fault injection. Rates are shares of submits (0..1, summing to at most 1); rules come first."""
+    """Fault injection and Twilio's queueing. Rates are shares of submits (0..1, summing to at most 1);
+    rules come first."""
 
     latency_ms: float = 0.0  # added to every submit (asyncio.sleep, non-blocking)
     error_rate_5xx: float = 0.0  # answered 500 or 503, nothing stored
@@ -104,25 +143,43 @@ class SandboxConfig:
     # [{"to": "+1...", "action": one of RULE_ACTIONS, "times": N | None (unlimited),
     #   "error_code": int (400 only), "retry_after_seconds": float (429 only)}], matched by exact To
     rules: list[dict] = field(default_factory=list)
-    # status callbacks, for messages stored with a StatusCallback (callbacks.py)
-    callbacks_enabled: bool = True
+    # the lifecycle (lifecycle.py) and each sender's queue
+    queue_delay_ms: float = 0.0  # least time every message waits in the queue before "sent"
+    sender_rate: float = 0.0  # segments per second per sender; 0 = unlimited
+    # a sender's queue holds this many seconds of sending at sender_rate (Twilio: 10 h, support
+    # article 115002943027); past it a From send is refused (21611), a service send fails (30001)
+    queue_max_seconds: float = 36000.0
+    service_assign_delay_ms: float = 0.0  # service send without From: accepted -> queued (sender chosen)
     callback_delivered_share: float = 0.0  # final status shares (sum <= 1); the rest is delivered too
     callback_undelivered_share: float = 0.0  # ErrorCode 30003
-    callback_failed_share: float = 0.0  # ErrorCode 30008
-    # accepted -> first callback; the default leaves a fetch right after the create "queued", as Twilio
-    callback_delay_ms: float = 500.0
-    callback_gap_ms: float = 100.0  # between a message's callbacks (sent -> final)
+    callback_failed_share: float = 0.0  # failed at release instead of sent, ErrorCode 30008
+    # status callbacks, for messages stored with a StatusCallback (callbacks.py)
+    callbacks_enabled: bool = True
+    callback_delay_ms: float = 500.0  # a status change -> its callback POST
+    callback_gap_ms: float = 100.0  # sent -> the final status (in the store, hence in the callbacks)
     callback_repeat: int = 1  # copies of each callback
     callback_shuffle: bool = False  # a message's callbacks in random order
     callback_drop_rate: float = 0.0  # share of callbacks (copies) never sent
     callback_early_rate: float = 0.0  # share of messages whose first callback precedes the create answer
-    callback_timeout_ms: float = 5000.0  # per POST
-    callback_retries: int = 3  # after a refused/timed-out/5xx/429 POST
+    callback_timeout_ms: float = 5000.0  # per POST attempt: connect, and each read
+    callback_retries: int = 1  # Twilio's rc: retries after a failed attempt that the policy retries
+    callback_retry_policy: str = "ct"  # Twilio's rp: ct, rt, 4xx, 5xx, all, or a comma list
+    callback_total_timeout_ms: float = 15000.0  # Twilio's tt: all attempts of one callback; 0 = no cap
     callback_retry_backoff_ms: float = 100.0  # doubled on each retry
+    # when both are set, callbacks are signed with this SharedKey (HMAC-SHA256) instead of the auth token
+    callback_shared_key_id: str = ""
+    callback_shared_key_secret: str = ""
+    # account-level answers
+    max_concurrent_requests: int = 0  # creates handled at once; past it 429/20429; 0 = unlimited
+    concurrency_retry_after_seconds: float = 0.0  # Retry-After on that 429; 0 = no header
+    auth_fail: bool = False  # every Twilio API call answers 401/20003
+    opted_out: list[str] = field(default_factory=list)  # recipients who replied STOP (21610)
+    trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["rules"] = copy.deepcopy(self.rules)
+        data["opted_out"] = list(self.opted_out)
         return data
 
     def updated(self, changes: dict) -> SandboxConfig:
@@ -141,6 +198,13 @@ class SandboxConfig:
                 values[key] = _as_int(key, value, *_INT_RANGES[key])
             elif key in _BOOL_KEYS:
                 values[key] = as_bool(key, value)
+            elif key == "callback_retry_policy":
+                values[key] = parse_retry_policy(value)
+            elif key in _STR_KEYS:
+                if not isinstance(value, str):
+                    raise ValueError(f"{key} must be a string")
+            elif key in _LIST_KEYS:
+                values[key] = as_list(key, value)
             else:
                 values[key] = _as_float(key, value, 0.0, 1.0 if key in _UNIT_KEYS else math.inf)
         for group, what in ((RATE_KEYS, "rates"), (CALLBACK_SHARE_KEYS, "callback shares")):
@@ -151,6 +215,22 @@ class SandboxConfig:
     @property
     def any_rate(self) -> bool:
         return any(getattr(self, k) for k in RATE_KEYS)
+
+
+def as_list(key: str, value: Any) -> list[str]:
+    """A JSON list of strings, or (flags, env) a JSON list or comma-separated text."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise ValueError(f"{key} must be a list of strings") from None
+        else:
+            value = [item for item in text.split(",") if item.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{key} must be a list of strings")
+    return [item.strip() for item in value if item.strip()]
 
 
 def _as_float(key: str, value: Any, lo: float, hi: float) -> float:
@@ -223,84 +303,20 @@ def _validate_rules(rules: Any) -> list[dict]:
     return out
 
 
-# --- store -----------------------------------------------------------------------------------------
-class SandboxMessage:
-    __slots__ = (
-        "body",
-        "created_ts",
-        "error_code",
-        "error_message",
-        "final_status",
-        "from_",
-        "messaging_service_sid",
-        "num_segments",
-        "seq",
-        "sid",
-        "status",
-        "status_callback",
-        "to",
-        "updated_ts",
-    )
-
-    def __init__(
-        self,
-        seq: int,
-        sid: str,
-        to: str,
-        from_: str,
-        body: str,
-        messaging_service_sid: str,
-        status: str,
-        ts: int,
-        status_callback: str,
-    ) -> None:
-        self.seq = seq
-        self.sid = sid
-        self.to = to
-        self.from_ = from_
-        self.body = body
-        self.messaging_service_sid = messaging_service_sid
-        self.status = status
-        self.created_ts = ts  # whole seconds (RFC 2822 precision); never decreases with seq
-        self.updated_ts = ts
-        self.status_callback = status_callback
-        self.num_segments = count_segments(body)
-        self.error_code: int | None = None
-        self.error_message: str | None = None
-        self.final_status: str | None = None  # decided by the callbacks, when it has a StatusCallback
-
-
-def _seq(m: SandboxMessage) -> int:
-    return m.seq
-
-
-def _ts(m: SandboxMessage) -> int:
-    return m.created_ts
-
-
-def count_segments(body: str) -> int:
-    """SMS segments as Twilio counts them: GSM-7 (160/153, extension chars count 2) or UCS-2 (70/67)."""
-    if all(c in _GSM7_BASIC or c in _GSM7_EXT for c in body):
-        septets = len(body) + sum(1 for c in body if c in _GSM7_EXT)
-        return 1 if septets <= 160 else math.ceil(septets / 153)
-    units = len(body.encode("utf-16-le")) // 2
-    return 1 if units <= 70 else math.ceil(units / 67)
-
-
-def rfc2822(ts: int) -> str:
-    """``Thu, 30 Jul 2015 20:12:31 +0000`` (locale-independent), like Twilio's date fields."""
-    t = time.gmtime(ts)
-    return (
-        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon]} {t.tm_year} "
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
-    )
-
-
+# --- errors and query parsing ----------------------------------------------------------------------
 class BadRequest(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class Refused(BadRequest):
+    """A create Twilio answers synchronously with 400 and stores nothing (21610, 21611)."""
+
+    def __init__(self, code: int, outcome: str) -> None:
+        super().__init__(code, ERROR_MESSAGES[code])
+        self.outcome = outcome
 
 
 def _parse_date_bound(key: str, raw: str) -> tuple[int, int]:
@@ -323,6 +339,30 @@ def _parse_date_bound(key: str, raw: str) -> tuple[int, int]:
     return second, second
 
 
+def _rank(now: float, m: SandboxMessage) -> tuple[int, int, int]:
+    """A message's place in a list at ``now``, ascending: unsent ones first (newest created first), then
+    by date_sent, newest first, then newest created first. Twilio documents only "sorted by DateSent, most
+    recent first"; where messages without a date_sent go is the sandbox's choice."""
+    if m.final_status != "failed" and now >= m.release_at:
+        return (1, -int(m.release_at), -m.seq)
+    return (0, 0, -m.seq)
+
+
+def _page_token(kind: str, snapshot_us: int, upto: int, rank: tuple[int, int, int]) -> str:
+    """``PA`` (the page after) or ``PB`` (the page before) a message, in the order as of the snapshot the
+    first page was cut from: later pages never shift while statuses change or messages arrive."""
+    return f"{kind}{snapshot_us}.{upto}.{rank[0]}.{-rank[1]}.{-rank[2]}"
+
+
+def _parse_page_token(token: str) -> tuple[bool, int, int, tuple[int, int, int]]:
+    """(before, snapshot_us, upto, rank) of a token made by ``_page_token``."""
+    parts = token[2:].split(".")
+    if token[:2] not in ("PA", "PB") or len(parts) != 5 or not all(p.isdigit() for p in parts):
+        raise BadRequest(20001, "Invalid PageToken")
+    snapshot_us, upto, group, second, seq = (int(p) for p in parts)
+    return token[:2] == "PB", snapshot_us, upto, (group, -second, -seq)
+
+
 class SandboxState:
     def __init__(
         self,
@@ -331,14 +371,19 @@ class SandboxState:
         auth_token: str = DEFAULT_AUTH_TOKEN,
         config: SandboxConfig | None = None,
         seed: int | None = None,
+        clock: Any = time.time,
     ) -> None:
         self.account_sid = account_sid
         self.auth_token = auth_token
+        self.clock = clock  # wall-clock seconds; every status is derived from it
+        self.started = clock()
         credentials = base64.b64encode(f"{account_sid}:{auth_token}".encode()).decode()
         self._expected_auth = f"Basic {credentials}"
-        self.messages_path = f"/{API_VERSION}/Accounts/{account_sid}/Messages"
+        self.account_path = f"/{API_VERSION}/Accounts/{account_sid}"
+        self.messages_path = f"{self.account_path}/Messages"
         self.start_config = (config or SandboxConfig()).updated({})  # validated copy
         self.seed = seed
+        self._service_senders: dict[str, str] = {}
         self.callbacks = StatusCallbackHook(self)
         self.reset()
 
@@ -347,11 +392,14 @@ class SandboxState:
         self.messages: dict[str, SandboxMessage] = {}
         self.all: list[SandboxMessage] = []
         self.by_to: dict[str, list[SandboxMessage]] = {}
-        self.by_from: dict[str, list[SandboxMessage]] = {}
+        self.by_from: dict[str, list[SandboxMessage]] = {}  # by sender (a service send's assigned one)
+        self.next_free: dict[str, float] = {}  # per sender: when its queue is free (sender_rate > 0)
         self._next_seq = 0
-        self._last_ts = 0
-        self._date_cache: tuple[int, str] = (-1, "")
+        self._last_created = 0.0
+        self._dates: dict[int, str] = {}
+        self._lists: OrderedDict[tuple, list[SandboxMessage]] = OrderedDict()  # ordered list snapshots
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.rejections: dict[int, int] = {}  # create answers other than 201, by Twilio error code
         # submits being handled right now (hangs included); survives a reset, since they still finish
         self.in_flight: int = getattr(self, "in_flight", 0)
         self.max_in_flight = self.in_flight
@@ -367,11 +415,46 @@ class SandboxState:
             rules_by_to.setdefault(rule["to"], []).append(rule)
         self.rules_by_to = rules_by_to
         self.any_rate = config.any_rate
+        self.opted_out = frozenset(config.opted_out)
+        self.any_share = any(getattr(config, k) for k in CALLBACK_SHARE_KEYS)
+        self.retry_policy = retry_policy_set(config.callback_retry_policy)
+
+    def reject(self, status: int, code: int, message: str, headers: dict | None = None) -> web.Response:
+        self.rejections[code] = self.rejections.get(code, 0) + 1
+        return twilio_error(status, code, message, headers)
 
     def stats(self) -> dict:
+        """Counters, plus ``by_status`` and per-sender figures derived from the store now (O(messages)).
+        A sender's ``max_*_per_second`` is the most messages in one whole wall-clock second."""
+        now = self.clock()
+        by_status: dict[str, int] = {}
+        per_sender: dict[str, list] = {}
+        for m in self.all:
+            status = m.status_at(now)[0]
+            by_status[status] = by_status.get(status, 0) + 1
+            row = per_sender.get(m.sender)
+            if row is None:
+                row = per_sender[m.sender] = [0, 0, {}, {}]
+            row[0] += 1
+            row[2][m.created_ts] = row[2].get(m.created_ts, 0) + 1
+            second = m.sent_second(now)
+            if second is not None:
+                row[1] += 1
+                row[3][second] = row[3].get(second, 0) + 1
         return {
             "submissions": len(self.all),
             "by_outcome": dict(self.outcomes),
+            "rejections": {str(code): n for code, n in sorted(self.rejections.items())},
+            "by_status": by_status,
+            "senders": {
+                sender: {
+                    "submitted": submitted,
+                    "sent": sent,
+                    "max_submitted_per_second": max(per_second.values(), default=0),
+                    "max_sent_per_second": max(sent_per_second.values(), default=0),
+                }
+                for sender, (submitted, sent, per_second, sent_per_second) in per_sender.items()
+            },
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "connections": len(self.peers),
@@ -380,6 +463,8 @@ class SandboxState:
 
     # -- auth ---------------------------------------------------------------------------------------
     def authorized(self, request: web.Request, account_sid: str) -> bool:
+        if self.config.auth_fail:
+            return False
         header = request.headers.get("Authorization", "")
         if header != self._expected_auth:
             scheme, _, encoded = header.partition(" ")
@@ -427,24 +512,86 @@ class SandboxState:
         return None
 
     # -- store --------------------------------------------------------------------------------------
-    def store(self, to: str, from_: str, body: str, messaging_service_sid: str, status_callback: str):
-        now = int(time.time())
-        if now < self._last_ts:  # wall clock stepped back: keep created_ts ordered with seq
-            now = self._last_ts
-        self._last_ts = now
-        seq = self._next_seq
-        self._next_seq = seq + 1
+    def service_sender(self, service_sid: str) -> str:
+        sender = self._service_senders.get(service_sid)
+        if sender is None:
+            sender = self._service_senders[service_sid] = service_sender(service_sid)
+        return sender
+
+    def store(
+        self,
+        to: str,
+        from_: str,
+        body: str,
+        messaging_service_sid: str,
+        status_callback: str,
+        *,
+        validity_period: int = MAX_VALIDITY_PERIOD,
+        raw_form: bytes = b"",
+    ) -> SandboxMessage:
+        """Store a create and fix its lifecycle, or raise ``Refused`` (nothing stored) for a From send to an
+        opted-out recipient (21610) or past its sender's queue (21611). O(1); no timer unless it has a
+        StatusCallback."""
+        cfg = self.config
+        now = self.clock()
+        if now < self._last_created:  # wall clock stepped back: keep created ordered with seq
+            now = self._last_created
+        from_given = bool(from_)
+        sender = from_ if from_given else self.service_sender(messaging_service_sid)
+        if cfg.trial_prefix:
+            body = TRIAL_PREFIX + body
+        assign_at = now if from_given else now + cfg.service_assign_delay_ms / 1000.0
+        opted_out = to in self.opted_out
+        if opted_out and from_given:
+            # Twilio 21610 "Attempt to send to unsubscribed recipient" (twilio.com/docs/api/errors/21610)
+            raise Refused(21610, "opted_out")
         message = SandboxMessage(
-            seq,
+            self._next_seq,
             "SM" + os.urandom(16).hex(),
             to,
-            from_,
+            sender,
+            from_given,
             body,
             messaging_service_sid,
-            "queued" if from_ else "accepted",
             now,
             status_callback,
         )
+        message.assign_at = assign_at
+        message.validity_period = validity_period
+        message.raw_form = raw_form
+        if opted_out:  # a service send: accepted, then failed when a sender would be chosen
+            self._fail(message, 21610, assign_at)
+            message.release_at = None
+        else:
+            segments = message.num_segments
+            release = assign_at + cfg.queue_delay_ms / 1000.0
+            rate = cfg.sender_rate
+            if rate > 0:
+                free = self.next_free.get(sender)
+                if free is not None and free > release:
+                    release = free
+            message.release_at = release
+            expires = now + validity_period
+            if rate > 0 and release - assign_at > cfg.queue_max_seconds:
+                # Twilio: a sender queues at most 10 h of segments; past it a From send is refused with
+                # 21611, a Messaging Service send "will instead fail after creation with error 30001"
+                # (twilio.com/docs/api/errors/21611, /30001)
+                if from_given:
+                    raise Refused(21611, "queue_full")
+                self._fail(message, 30001, assign_at)
+            elif release > expires:
+                # Twilio 30036: "When the time elapsed since the message was submitted exceeds
+                # ValidityPeriod, Twilio does not send the message" (twilio.com/docs/api/errors/30036);
+                # it takes no sending time from the sender's queue
+                self._fail(message, 30036, expires)
+                if assign_at > expires:
+                    message.assign_at = INF  # expired before a sender was chosen
+            else:
+                if rate > 0:
+                    self.next_free[sender] = release + segments / rate
+                self._decide_final(message, release)
+        self._last_created = now
+        self._next_seq += 1
         self.messages[message.sid] = message
         self.all.append(message)
         bucket = self.by_to.get(to)
@@ -452,48 +599,121 @@ class SandboxState:
             self.by_to[to] = [message]
         else:
             bucket.append(message)
-        if from_:
-            bucket = self.by_from.get(from_)
-            if bucket is None:
-                self.by_from[from_] = [message]
-            else:
-                bucket.append(message)
+        bucket = self.by_from.get(sender)
+        if bucket is None:
+            self.by_from[sender] = [message]
+        else:
+            bucket.append(message)
         if status_callback:
             self.callbacks.message_accepted(message)
         return message
 
+    @staticmethod
+    def _fail(message: SandboxMessage, code: int, at: float) -> None:
+        message.final_status = "failed"
+        message.error_code = code
+        message.end_at = at
+
+    def _decide_final(self, message: SandboxMessage, release: float) -> None:
+        """By the callback_*_share settings: delivered (the default), undelivered (30003, after the gap),
+        or failed (30008, at the release, never sent)."""
+        cfg = self.config
+        final = "delivered"
+        if self.any_share:
+            x = self.rng.random()
+            if x >= cfg.callback_delivered_share:
+                x -= cfg.callback_delivered_share
+                if x < cfg.callback_undelivered_share:
+                    final = "undelivered"
+                elif x - cfg.callback_undelivered_share < cfg.callback_failed_share:
+                    final = "failed"
+        if final == "failed":
+            self._fail(message, 30008, release)
+            return
+        message.final_status = final
+        message.error_code = 30003 if final == "undelivered" else None
+        message.end_at = release + cfg.callback_gap_ms / 1000.0
+
+    # -- views --------------------------------------------------------------------------------------
     def _date(self, ts: int) -> str:
-        cached_ts, text = self._date_cache
-        if cached_ts == ts:
-            return text
-        text = rfc2822(ts)
-        self._date_cache = (ts, text)
+        text = self._dates.get(ts)
+        if text is None:
+            if len(self._dates) > 4096:
+                self._dates.clear()
+            text = self._dates[ts] = rfc2822(ts)
         return text
 
-    def render(self, m: SandboxMessage) -> dict:
-        created = self._date(m.created_ts)
+    def render(self, m: SandboxMessage, now: float | None = None, *, initial: bool = False) -> dict:
+        """The resource at ``now`` (default: the clock), or as created (the create answer)."""
+        if initial:  # Twilio answers a create with the initial status, whatever happened since
+            status, since = m.initial_status, m.created
+            from_ = m.sender if m.from_given else None
+            sent, final = None, False
+        else:
+            if now is None:
+                now = self.clock()
+            status, since = m.status_at(now)
+            from_ = m.from_at(now)
+            sent = m.sent_second(now)
+            final = now >= m.end_at
+        error = m.error_code if final else None
         base = f"{self.messages_path}/{m.sid}"
         return {
             "account_sid": self.account_sid,
             "api_version": API_VERSION,
             "body": m.body,
-            "date_created": created,
-            "date_sent": created,
-            "date_updated": created if m.updated_ts == m.created_ts else self._date(m.updated_ts),
+            "date_created": self._date(m.created_ts),
+            "date_sent": None if sent is None else self._date(sent),
+            "date_updated": self._date(int(since)),
             "direction": "outbound-api",
-            "error_code": m.error_code,
-            "error_message": m.error_message,
-            "from": m.from_ or None,
+            "error_code": error,
+            "error_message": None if error is None else ERROR_MESSAGES[error],
+            "from": from_,
             "messaging_service_sid": m.messaging_service_sid or None,
             "num_media": "0",
-            "num_segments": str(m.num_segments),
-            "price": None,
+            "num_segments": "0" if from_ is None else str(m.num_segments),
+            "price": None if sent is None else price(m.num_segments),
             "price_unit": "USD",
             "sid": m.sid,
-            "status": m.status,
+            "status": status,
             "subresource_uris": {"media": f"{base}/Media.json", "feedback": f"{base}/Feedback.json"},
             "to": m.to,
             "uri": f"{base}.json",
+        }
+
+    def debug(self, m: SandboxMessage) -> dict:
+        """``GET /_sandbox/messages/{sid}``: what the client sent and the lifecycle fixed at create."""
+        form: dict[str, Any] = {}
+        for key, value in parse_qsl(m.raw_form.decode("utf-8", "replace"), keep_blank_values=True):
+            if key in form:
+                form[key] = [*form[key], value] if isinstance(form[key], list) else [form[key], value]
+            else:
+                form[key] = value
+        now = self.clock()
+
+        def instant(t: float | None) -> float | None:
+            return None if t is None or t == INF else t
+
+        return {
+            "sid": m.sid,
+            "seq": m.seq,
+            "form": form,
+            "status_callback": m.status_callback or None,
+            "validity_period": m.validity_period,
+            "status": m.status_at(now)[0],
+            "initial_status": m.initial_status,
+            "sender": m.sender,
+            "num_segments": m.num_segments,
+            "created_at": m.created,
+            "assigned_at": instant(m.assign_at),
+            "release_at": instant(m.release_at),
+            "sent_at": m.release_at if m.sent else None,
+            "final_at": m.end_at,
+            "final_status": m.final_status,
+            "error_code": m.error_code,
+            "timeline": [{"status": status, "at": at} for status, at in m.timeline()],
+            "callbacks": m.has_callbacks,
+            "now": now,
         }
 
     # -- list ---------------------------------------------------------------------------------------
@@ -507,75 +727,79 @@ class SandboxState:
         page: int,
         page_size: int,
         token: str | None,
-    ) -> tuple[list[SandboxMessage], bool]:
-        """One page, newest first, and whether an older page exists. Candidates come from the To/From
-        index (the smaller when both are given); the date bounds are bisected, since created_ts never
-        decreases along an index list."""
-        residual_to = residual_from = None
+    ) -> tuple[list[SandboxMessage], str | None, str | None]:
+        """One page and the tokens of the pages after and before it (None at an end).
+
+        The first page fixes a snapshot (an instant and the messages created by then); its tokens carry
+        it, so every later page is cut from the same order and filters: no duplicates or gaps while
+        statuses move on between requests, and messages created since never show up mid-listing."""
+        if token:
+            before, snapshot_us, upto, anchor = _parse_page_token(token)
+        else:
+            before, snapshot_us, upto, anchor = False, int(self.clock() * 1e6), self._next_seq, None
+        ordered = self._ordered(to, from_, lo, hi, snapshot_us, upto)
+        now = snapshot_us / 1e6
+
+        def rank(m: SandboxMessage) -> tuple[int, int, int]:
+            return _rank(now, m)
+
+        if anchor is None:
+            start = page * page_size
+            stop = start + page_size
+        elif before:
+            stop = bisect_left(ordered, anchor, key=rank)
+            start = max(0, stop - page_size)
+        else:
+            start = bisect_right(ordered, anchor, key=rank)
+            stop = start + page_size
+        items = ordered[start:stop]
+        next_token = prev_token = None
+        if items and stop < len(ordered):
+            next_token = _page_token("PA", snapshot_us, upto, rank(items[-1]))
+        if items and start > 0:
+            prev_token = _page_token("PB", snapshot_us, upto, rank(items[0]))
+        return items, next_token, prev_token
+
+    def _ordered(
+        self, to: str | None, from_: str | None, lo: int | None, hi: int | None, snapshot_us: int, upto: int
+    ) -> list[SandboxMessage]:
+        """The matching messages among the first ``upto``, in list order, as of the snapshot. O(bucket):
+        candidates come from the To or From index (the smaller when both are given); kept for the
+        following pages of the same listing."""
+        key = (to, from_, lo, hi, snapshot_us, upto)
+        cached = self._lists.get(key)
+        if cached is not None:
+            self._lists.move_to_end(key)
+            return cached
         if to is not None and from_ is not None:
             by_to, by_from = self.by_to.get(to, []), self.by_from.get(from_, [])
-            if len(by_to) <= len(by_from):
-                candidates, residual_from = by_to, from_
-            else:
-                candidates, residual_to = by_from, to
+            candidates = by_to if len(by_to) <= len(by_from) else by_from
         elif to is not None:
             candidates = self.by_to.get(to, [])
         elif from_ is not None:
             candidates = self.by_from.get(from_, [])
         else:
             candidates = self.all
-
-        start = 0 if lo is None else bisect_left(candidates, lo, key=_ts)
-        stop = len(candidates) if hi is None else bisect_right(candidates, hi, key=_ts)
-        forward = False
-        if token:
-            anchor = self.messages.get(token[2:]) if token[:2] in ("PA", "PB") else None
-            if anchor is None:
-                raise BadRequest(20001, "Invalid PageToken")
-            if token.startswith("PA"):  # older than the anchor
-                stop = min(stop, bisect_left(candidates, anchor.seq, key=_seq))
-            else:  # newer than the anchor (previous page)
-                start = max(start, bisect_right(candidates, anchor.seq, key=_seq))
-                forward = True
-
-        def matches(m: SandboxMessage) -> bool:
-            if residual_from is not None and m.from_ != residual_from:
-                return False
-            return residual_to is None or m.to == residual_to
-
-        plain = residual_from is None and residual_to is None
-        items: list[SandboxMessage] = []
-        if forward:
-            # the page just newer than the anchor: the oldest page_size matches above it
-            for i in range(start, stop):
-                m = candidates[i]
-                if plain or matches(m):
-                    items.append(m)
-                    if len(items) == page_size:
-                        break
-            items.reverse()
-            return items, True
-        skip = 0 if token else page * page_size
-        i = stop - 1
-        if plain:
-            i -= skip
-            while i >= start and len(items) < page_size:
-                items.append(candidates[i])
-                i -= 1
-            return items, i >= start
-        while i >= start and len(items) < page_size:
-            m = candidates[i]
-            i -= 1
-            if matches(m):
-                if skip:
-                    skip -= 1
-                else:
-                    items.append(m)
-        while i >= start:  # is there one more match (an older page)?
-            if matches(candidates[i]):
-                return items, True
-            i -= 1
-        return items, False
+        now = snapshot_us / 1e6
+        dated = lo is not None or hi is not None
+        out = []
+        for m in candidates:  # in seq order
+            if m.seq >= upto:
+                break
+            if to is not None and m.to != to:
+                continue
+            if from_ is not None and (m.sender != from_ or m.from_at(now) is None):
+                continue  # From matches the current from: not a service send still without a sender
+            if dated:
+                second = m.sent_second(now)  # a message not sent yet matches no DateSent filter
+                if second is None or (lo is not None and second < lo) or (hi is not None and second > hi):
+                    continue
+            out.append(m)
+        out.sort(key=lambda m: _rank(now, m))
+        self._lists[key] = out
+        if len(self._lists) > 8:
+            self._lists.popitem(last=False)
+        return out
 
 
 # --- HTTP ------------------------------------------------------------------------------------------
@@ -595,6 +819,7 @@ def twilio_error(status: int, code: int, message: str, headers: dict | None = No
 
 
 def _unauthorized() -> web.Response:
+    # Twilio 20003 Permission Denied, HTTP 401 (twilio.com/docs/api/errors/20003)
     return _json(
         {
             "code": 20003,
@@ -612,6 +837,17 @@ def _retry_after_header(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
 
 
+def _validity_period(form: dict[str, str]) -> int | None:
+    """The ValidityPeriod form field (default 36000), or None when it is not an integer 1..36000."""
+    raw = form.get("ValidityPeriod")
+    if raw is None:
+        return MAX_VALIDITY_PERIOD
+    raw = raw.strip()
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= MAX_VALIDITY_PERIOD:
+        return None
+    return int(raw)
+
+
 class SandboxApp:
     def __init__(self, state: SandboxState) -> None:
         self.state = state
@@ -619,6 +855,15 @@ class SandboxApp:
     # -- Twilio API ---------------------------------------------------------------------------------
     async def create_message(self, request: web.Request) -> web.Response:
         st = self.state
+        cap = st.config.max_concurrent_requests
+        if cap and st.in_flight >= cap:
+            # Twilio 20429: "your account exceeds allowed concurrency ... Requests that receive 429
+            # responses aren't processed" (twilio.com/docs/api/errors/20429). No Twilio source mentions a
+            # Retry-After header, so there is none unless concurrency_retry_after_seconds is set.
+            st.outcomes["concurrency_limited"] += 1
+            seconds = st.config.concurrency_retry_after_seconds
+            headers = {"Retry-After": _retry_after_header(seconds)} if seconds > 0 else None
+            return st.reject(429, 20429, "Too Many Requests", headers)
         st.in_flight += 1
         if st.in_flight > st.max_in_flight:
             st.max_in_flight = st.in_flight
@@ -634,6 +879,7 @@ class SandboxApp:
         st = self.state
         if not st.authorized(request, request.match_info["account_sid"]):
             st.outcomes["unauthorized"] += 1
+            st.rejections[20003] = st.rejections.get(20003, 0) + 1
             return _unauthorized()
         raw = await request.read()
         form = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
@@ -641,6 +887,7 @@ class SandboxApp:
         from_ = form.get("From", "").strip()
         body = form.get("Body", "")
         service = form.get("MessagingServiceSid", "").strip()
+        validity = _validity_period(form)
         error = None
         if not to:
             error = (21604, "A 'To' phone number is required.")
@@ -652,51 +899,62 @@ class SandboxApp:
             error = (21602, "Message body is required.")
         elif len(body) > MAX_BODY_CHARS:
             error = (21617, "The concatenated message body exceeds the 1600 character limit.")
+        elif validity is None:
+            # the range is Twilio's (twilio-oai CreateMessageRequest, ValidityPeriod); the error code
+            # Twilio answers for a value outside it is not confirmed: 20001 (invalid parameter) here
+            error = (20001, "ValidityPeriod must be an integer from 1 to 36000.")
         if error is not None:
             st.outcomes["invalid_request"] += 1
-            return twilio_error(400, *error)
+            return st.reject(400, *error)
 
         cfg = st.config
         if cfg.latency_ms:
             await asyncio.sleep(cfg.latency_ms / 1000.0)
         fault = st.pick_fault(to)
-        if fault is None:
-            message = st.store(to, from_, body, service, form.get("StatusCallback", ""))
-            st.outcomes["accepted"] += 1
-            response = _json(st.render(message), 201)
+        if fault is None or fault[0] == "accept_then_hang":
+            try:
+                message = st.store(
+                    to,
+                    from_,
+                    body,
+                    service,
+                    form.get("StatusCallback", ""),
+                    validity_period=validity,
+                    raw_form=raw,
+                )
+            except Refused as exc:
+                st.outcomes[exc.outcome] += 1
+                return st.reject(400, exc.code, exc.message)
+            response = _json(st.render(message, initial=True), 201)
             if message.status_callback:  # an "early" callback goes out before this answer
                 await st.callbacks.before_response(message)
+            if fault is None:
+                st.outcomes["accepted"] += 1
+                return response
+            # accept_then_hang: the provider has it; the client will not hear about it in time
+            st.outcomes["accept_then_hang"] += 1
+            await asyncio.sleep(cfg.timeout_hang_seconds)
             return response
 
         action, rule = fault
         if action == "500":
             st.outcomes["error_500"] += 1
-            return twilio_error(500, 20500, "An internal server error has occurred")
+            return st.reject(500, 20500, "An internal server error has occurred")
         if action == "503":
             st.outcomes["error_503"] += 1
-            return twilio_error(503, 20503, "Service unavailable")
+            return st.reject(503, 20503, "Service unavailable")
         if action == "429":
             st.outcomes["error_429"] += 1
             seconds = (rule or {}).get("retry_after_seconds", cfg.retry_after_seconds)
-            return twilio_error(
-                429, 20429, "Too Many Requests", {"Retry-After": _retry_after_header(seconds)}
-            )
+            return st.reject(429, 20429, "Too Many Requests", {"Retry-After": _retry_after_header(seconds)})
         if action == "400":
             st.outcomes["error_400"] += 1
             code = (rule or {}).get("error_code", cfg.error_code_400)
-            return twilio_error(400, code, f"Error {code} (injected by the sandbox)")
-        if action == "timeout":
-            st.outcomes["timeout"] += 1
-            await asyncio.sleep(cfg.timeout_hang_seconds)
-            return twilio_error(503, 20503, "Service unavailable")
-        # accept_then_hang: the provider has it; the client will not hear about it in time
-        message = st.store(to, from_, body, service, form.get("StatusCallback", ""))
-        st.outcomes["accept_then_hang"] += 1
-        response = _json(st.render(message), 201)
-        if message.status_callback:
-            await st.callbacks.before_response(message)
+            return st.reject(400, code, f"Error {code} (injected by the sandbox)")
+        # timeout: nothing stored, the answer comes too late
+        st.outcomes["timeout"] += 1
         await asyncio.sleep(cfg.timeout_hang_seconds)
-        return response
+        return st.reject(503, 20503, "Service unavailable")
 
     async def fetch_message(self, request: web.Request) -> web.Response:
         st = self.state
@@ -706,6 +964,31 @@ class SandboxApp:
         if message is None:
             return twilio_error(404, 20404, f"The requested resource {request.path} was not found")
         return _json(st.render(message))
+
+    async def fetch_account(self, request: web.Request) -> web.Response:
+        """Twilio's Account fetch (``GET /2010-04-01/Accounts/{Sid}.json``), without ``auth_token``: lets a
+        client check its credentials without sending a message."""
+        st = self.state
+        if not st.authorized(request, request.match_info["account_sid"]):
+            return _unauthorized()
+        created = st._date(int(st.started))
+        path = st.account_path
+        return _json(
+            {
+                "date_created": created,
+                "date_updated": created,
+                "friendly_name": "Sandbox account",
+                "owner_account_sid": st.account_sid,
+                "sid": st.account_sid,
+                "status": "active",
+                "subresource_uris": {
+                    "messages": f"{path}/Messages.json",
+                    "balance": f"{path}/Balance.json",
+                },
+                "type": "Trial" if st.config.trial_prefix else "Full",
+                "uri": f"{path}.json",
+            }
+        )
 
     async def list_messages(self, request: web.Request) -> web.Response:
         st = self.state
@@ -736,7 +1019,7 @@ class SandboxApp:
                     hi = last if hi is None else min(hi, last)
             to = q.get("To")
             from_ = q.get("From")
-            items, has_older = st.query(
+            items, next_token, prev_token = st.query(
                 to=to,
                 from_=from_,
                 lo=lo,
@@ -759,18 +1042,17 @@ class SandboxApp:
                 params.append(("PageToken", token))
             return f"{path}?{urlencode(params)}"
 
-        next_uri = page_uri(page + 1, "PA" + items[-1].sid) if items and has_older else None
-        prev_uri = page_uri(page - 1, "PB" + items[0].sid) if items and page > 0 else None
+        now = st.clock()
         start = page * page_size
         return _json(
             {
-                "messages": [st.render(m) for m in items],
+                "messages": [st.render(m, now) for m in items],
                 "end": start + max(len(items) - 1, 0),
                 "first_page_uri": page_uri(0, None),
-                "next_page_uri": next_uri,
+                "next_page_uri": page_uri(page + 1, next_token) if next_token else None,
                 "page": page,
                 "page_size": page_size,
-                "previous_page_uri": prev_uri,
+                "previous_page_uri": page_uri(max(page - 1, 0), prev_token) if prev_token else None,
                 "start": start,
                 "uri": request.path_qs,
             }
@@ -791,6 +1073,12 @@ class SandboxApp:
 
     async def get_stats(self, request: web.Request) -> web.Response:
         return _json(self.state.stats())
+
+    async def get_message_debug(self, request: web.Request) -> web.Response:
+        message = self.state.messages.get(request.match_info["sid"])
+        if message is None:
+            return _json({"error": "no such message"}, 404)
+        return _json(self.state.debug(message))
 
     async def post_callbacks_replay(self, request: web.Request) -> web.Response:
         try:
@@ -821,12 +1109,14 @@ def build_app(state: SandboxState) -> web.Application:
     app["sandbox_state"] = state
     app.on_cleanup.append(state.callbacks.close)
     base = f"/{API_VERSION}/Accounts/{{account_sid}}"
+    app.router.add_get(f"{base}.json", handlers.fetch_account, allow_head=False)
     app.router.add_post(f"{base}/Messages.json", handlers.create_message)
     app.router.add_get(f"{base}/Messages.json", handlers.list_messages, allow_head=False)
     app.router.add_get(f"{base}/Messages/{{sid}}.json", handlers.fetch_message, allow_head=False)
     app.router.add_get("/_sandbox/config", handlers.get_config, allow_head=False)
     app.router.add_post("/_sandbox/config", handlers.post_config)
     app.router.add_get("/_sandbox/stats", handlers.get_stats, allow_head=False)
+    app.router.add_get("/_sandbox/messages/{sid}", handlers.get_message_debug, allow_head=False)
     app.router.add_post("/_sandbox/reset", handlers.post_reset)
     app.router.add_post("/_sandbox/callbacks/replay", handlers.post_callbacks_replay)
     app.router.add_get("/_sandbox/health", handlers.health)
@@ -846,6 +1136,25 @@ def _flag_bool(value: Any) -> bool:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _flag_list(value: Any) -> list[str]:
+    try:
+        return as_list("flag", value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _flag_kind(name: str) -> Any:
+    if name in _INT_RANGES:
+        return int
+    if name in _BOOL_KEYS:
+        return _flag_bool
+    if name in _STR_KEYS:
+        return str
+    if name in _LIST_KEYS:
+        return _flag_list
+    return float
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = SandboxConfig()
     p = argparse.ArgumentParser(
@@ -859,12 +1168,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if f.name == "rules":
             continue
         env = "SANDBOX_" + f.name.upper()
-        kind = int if f.name in _INT_RANGES else _flag_bool if f.name in _BOOL_KEYS else float
+        kind = _flag_kind(f.name)
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             type=kind,
             default=kind(_env(env, getattr(d, f.name))),
-            help=f"(env {env})",
+            help=f"(env {env})" + (" JSON list or comma-separated" if f.name in _LIST_KEYS else ""),
         )
     p.add_argument("--rules", default=_env("SANDBOX_RULES", "[]"), help="JSON list (env SANDBOX_RULES)")
     p.add_argument("--seed", type=int, default=_env("SANDBOX_SEED", None), help="(env SANDBOX_SEED)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from delivery import holds
 from delivery.providers import get_adapter
 from tests.sandbox_process import SandboxProcess
 
@@ -29,6 +30,8 @@ def twilio_settings(settings, sandbox):
 @pytest.fixture
 def adapter(twilio_settings):
     get_adapter.cache_clear()
+    holds._cache.clear()  # open holds are cached per process for a second; tests roll them back
     adapter = get_adapter()
     yield adapter
     get_adapter.cache_clear()
+    holds._cache.clear()

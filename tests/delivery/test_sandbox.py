@@ -18,30 +18,64 @@ from delivery.sandbox.server import SandboxConfig, SandboxState, count_segments,
 FROM = "+15005550006"
 
 
-def test_message_resource_is_twilio_shaped(sandbox):
-    sandbox.reset()
-    created = sandbox.client().messages.create(
-        to="+15550200001", from_=FROM, body="héllo", status_callback="http://127.0.0.1:1/cb"
-    )
+def _raw_fetch(sandbox, sid: str) -> dict:
     credentials = base64.b64encode(f"{sandbox.account_sid}:{sandbox.auth_token}".encode()).decode()
     request = urllib.request.Request(
-        f"{sandbox.base_url}/2010-04-01/Accounts/{sandbox.account_sid}/Messages/{created.sid}.json",
+        f"{sandbox.base_url}/2010-04-01/Accounts/{sandbox.account_sid}/Messages/{sid}.json",
         headers={"Authorization": f"Basic {credentials}"},
     )
     with urllib.request.urlopen(request, timeout=5) as response:
-        raw = json.loads(response.read())
+        return json.loads(response.read())
+
+
+def wait_for(condition, timeout: float = 10.0, what: str = "condition"):
+    """Poll ``condition`` until it returns something truthy, and return it; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_message_resource_is_twilio_shaped_while_queued(sandbox):
+    sandbox.reset()
+    sandbox.config(queue_delay_ms=60_000)  # it stays in the queue for the whole test
+    created = sandbox.client().messages.create(
+        to="+15550200001", from_=FROM, body="héllo", status_callback="http://127.0.0.1:1/cb"
+    )
+    raw = _raw_fetch(sandbox, created.sid)
     assert raw["sid"] == created.sid and len(raw["sid"]) == 34
     assert raw["account_sid"] == sandbox.account_sid
-    assert raw["status"] == "queued"
+    assert raw["status"] == created.status == "queued"
     assert raw["direction"] == "outbound-api"
     assert raw["api_version"] == "2010-04-01"
     assert raw["num_segments"] == "1"
     assert raw["price"] is None and raw["error_code"] is None and raw["error_message"] is None
     assert raw["from"] == FROM and raw["to"] == "+15550200001" and raw["body"] == "héllo"
     assert raw["uri"] == f"/2010-04-01/Accounts/{sandbox.account_sid}/Messages/{created.sid}.json"
-    assert raw["date_created"].endswith(" +0000") and raw["date_sent"] == raw["date_created"]
+    assert raw["date_created"].endswith(" +0000") and raw["date_sent"] is None  # not sent yet
+    assert raw["date_updated"] == raw["date_created"]
     assert set(raw["subresource_uris"]) == {"media", "feedback"}
     assert abs((created.date_created - datetime.now(UTC)).total_seconds()) < 5
+
+
+def test_a_sent_message_has_date_sent_and_price(sandbox):
+    sandbox.reset()
+    client = sandbox.client()
+    created = client.messages.create(to="+15550200011", from_=FROM, body="x" * 200)  # two segments
+    assert created.status == "queued" and created.date_sent is None and created.price is None
+
+    raw = wait_for(
+        lambda: (r := _raw_fetch(sandbox, created.sid))["status"] == "delivered" and r, what="delivered"
+    )
+    assert raw["date_sent"] is not None and raw["date_sent"].endswith(" +0000")
+    assert raw["num_segments"] == "2"
+    assert (raw["price"], raw["price_unit"]) == ("-0.01580", "USD")
+    assert raw["error_code"] is None
+    fetched = client.messages(created.sid).fetch()
+    assert created.date_created <= fetched.date_sent <= fetched.date_updated
 
 
 def test_auth_and_account_are_checked(sandbox):
@@ -199,21 +233,22 @@ def test_store_lists_50k_by_to_efficiently():
     started = time.perf_counter()
     seen, token = [], None
     while True:
-        items, more = state.query(to=hot, from_=None, lo=None, hi=None, page=0, page_size=1000, token=token)
+        items, token, _ = state.query(
+            to=hot, from_=None, lo=None, hi=None, page=0, page_size=1000, token=token
+        )
         seen.extend(items)
-        if not more:
+        if token is None:
             break
-        token = "PA" + items[-1].sid
     elapsed = time.perf_counter() - started
     assert len(seen) == 50_000 == len({m.sid for m in seen})
     assert [m.seq for m in seen] == sorted((m.seq for m in seen), reverse=True)
     assert elapsed < 2.0, elapsed
     # a rare recipient among 60k is found through the index
     started = time.perf_counter()
-    items, more = state.query(
+    items, more, _ = state.query(
         to="+15550510006", from_=FROM, lo=None, hi=None, page=0, page_size=50, token=None
     )
-    assert [m.body for m in items] == ["m6"] and not more
+    assert [m.body for m in items] == ["m6"] and more is None
     assert time.perf_counter() - started < 0.05
 
 

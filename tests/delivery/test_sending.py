@@ -58,29 +58,43 @@ def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox
     assert Attempt.objects.count() == 3
 
 
-def test_transient_429_is_retried_later_honouring_retry_after(adapter, sandbox, tenant, settings):
-    settings.RETRY_BASE_SECONDS = 0.01
+def test_429_is_throttled_resent_after_retry_after_and_not_charged(adapter, sandbox, tenant, settings):
     to = recipient(1)
     sandbox.config(rules=[{"to": to, "action": "429", "times": 1, "retry_after_seconds": 30}])
     msg = queued(tenant, to)
     before = timezone.now()
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
-    assert msg.status == Status.QUEUED
+    assert msg.status == Status.QUEUED and msg.reason_code == "provider_throttled"
+    assert (msg.attempt_count, msg.provider_calls) == (0, 1), "a throttled call is not an attempt"
     assert msg.attempts.get().http_status == 429
     assert msg.run_after >= before + timedelta(seconds=29), "Retry-After was not honoured"
-    assert kinds(msg)[-1] == "retry_scheduled"
+    assert kinds(msg)[-1] == "throttled"
     # When the retry time comes, the sweep re-publishes it and the next attempt succeeds.
     Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
     assert sweep.stale_queued_republish(limit=10) == 1
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
-    assert msg.status == Status.SENT and msg.attempt_count == 2
+    assert msg.status == Status.SENT and (msg.attempt_count, msg.provider_calls) == (1, 2)
     assert list(msg.attempts.order_by("number").values_list("outcome", flat=True)) == [
-        AttemptOutcome.TRANSIENT_ERROR,
+        AttemptOutcome.THROTTLED,
         AttemptOutcome.ACCEPTED,
     ]
     assert sandbox.stats()["submissions"] == 1
+
+
+def test_transient_500_is_retried_with_backoff_and_charged(adapter, sandbox, tenant, settings):
+    settings.RETRY_BASE_SECONDS = 4
+    to = recipient(11)
+    sandbox.config(rules=[{"to": to, "action": "500", "times": 1}])
+    msg = queued(tenant, to)
+    before = timezone.now()
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED and msg.reason_code == "provider_error" and msg.attempt_count == 1
+    assert before + timedelta(seconds=2) <= msg.run_after <= timezone.now() + timedelta(seconds=4)
+    assert kinds(msg)[-1] == "retry_scheduled"
+    assert msg.attempts.get().outcome == AttemptOutcome.TRANSIENT_ERROR
 
 
 def test_permanent_400_fails_with_code_and_keeps_attempt_history(adapter, sandbox, tenant):
@@ -141,7 +155,21 @@ def test_uncertain_accepted_submission_is_reconciled_to_sent_without_resending(
     assert "reconciled_found" in kinds(msg)
 
 
-def test_uncertain_lost_submission_is_reconciled_absent_then_sent_once(adapter, sandbox, tenant, settings):
+def age_attempt(msg, seconds: float) -> None:
+    """Move the uncertain attempt (and any first look) back in time, as if the grace window had passed:
+    the absence rule compares against started_at + timeout + grace."""
+    attempt = msg.attempts.order_by("-number").first()
+    Attempt.objects.filter(pk=attempt.pk).update(
+        started_at=attempt.started_at - timedelta(seconds=seconds),
+        lookup_absent_at=(attempt.lookup_absent_at - timedelta(seconds=seconds))
+        if attempt.lookup_absent_at
+        else None,
+    )
+
+
+def test_uncertain_lost_submission_is_absent_only_after_a_second_look_then_sent_once(
+    adapter, sandbox, tenant, settings
+):
     settings.TWILIO_TIMEOUT_SECONDS = 0.5
     from delivery.providers import get_adapter
 
@@ -151,10 +179,23 @@ def test_uncertain_lost_submission_is_reconciled_absent_then_sent_once(adapter, 
     msg = queued(tenant, to)
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
+    assert msg.status == Status.SENDING and msg.reason_code == "submission_uncertain"
+    # First look: nothing found, but a retry is not declared safe yet.
+    assert reconcile.message_reconcile(msg.pk) == "absent_once"
+    msg.refresh_from_db()
     assert msg.status == Status.SENDING
+    first = msg.events.get(kind="reconcile_absent_once").details
+    assert first["lookup"]["method"] == "list" and first["lookup"]["complete"] is True
+    assert msg.run_after >= timezone.now() + timedelta(seconds=settings.RECONCILE_ABSENT_GRACE_SECONDS - 2)
+    # Looking again before the grace window has passed still does not resend.
+    assert reconcile.message_reconcile(msg.pk) == "absent_once"
+    age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + 1)
     assert reconcile.message_reconcile(msg.pk) == "absent"
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED
+    why = msg.events.get(kind="reconciled_absent").details
+    assert "two complete listings" in why["why"] and why["lookup"]["to"].endswith(to[-2:])
+    assert to not in str(why), "the timeline masks the recipient"
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
     assert msg.status == Status.SENT and len(sandbox.list_messages(to=to)) == 1
@@ -181,7 +222,9 @@ def test_reconcile_does_not_take_another_messages_submission(adapter, sandbox, t
         started_at=timezone.now(),
         outcome=AttemptOutcome.UNCERTAIN,
     )
-    assert reconcile.message_reconcile(second.pk) == "absent"
+    assert reconcile.message_reconcile(second.pk) == "absent_once"
+    lookup = second.events.get(kind="reconcile_absent_once").details["lookup"]
+    assert lookup["body_matches"] == 1 and lookup["owned_by_other_messages"] == 1
 
 
 def test_reconcile_defers_while_the_provider_is_unreachable(adapter, sandbox, tenant, settings):

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from delivery.providers import ProviderQueryError, get_adapter
-from delivery.providers.base import Outcome, Submission
+from delivery.providers.base import ErrorClass, HoldScope, Outcome, Submission
 from delivery.providers.twilio import TwilioAdapter, parse_retry_after, redact, rewrite_url
 from tests.sandbox_process import SandboxProcess, unused_port
 
@@ -116,6 +116,7 @@ def test_429_is_transient_with_retry_after(adapter, sandbox):
     [result] = adapter.submit_many([sub(to)])
 
     assert result.outcome == Outcome.TRANSIENT
+    assert result.error_class == ErrorClass.THROTTLED
     assert result.http_status == 429
     assert result.retry_after == 7.0
     assert result.error_code == "20429"
@@ -148,6 +149,7 @@ def test_400_is_rejected_with_twilio_error_code_and_redacted(adapter, sandbox):
     [result] = adapter.submit_many([sub(to)])
 
     assert result.outcome == Outcome.REJECTED
+    assert result.error_class == ErrorClass.PERMANENT
     assert result.http_status == 400
     assert result.error_code == "21211"
     assert result.response["error_code"] == "21211"
@@ -171,6 +173,7 @@ def test_real_validation_errors_are_rejected(adapter, sandbox):
 
 
 def test_messaging_service_submission_is_accepted(adapter, sandbox):
+    sandbox.config(service_assign_delay_ms=60_000)  # the service has not picked a sender yet
     [result] = adapter.submit_many([sub("+15550101000", from_number="", messaging_service_sid=SERVICE)])
     assert result.outcome == Outcome.ACCEPTED
     assert result.provider_status == "accepted"
@@ -186,6 +189,7 @@ def test_wrong_auth_token_is_rejected(adapter, sandbox, settings):
     [result] = adapter.submit_many([sub("+15550101100")])
 
     assert result.outcome == Outcome.REJECTED
+    assert (result.error_class, result.hold_scope) == (ErrorClass.ACCOUNT_FAULT, HoldScope.ACCOUNT)
     assert result.http_status == 401
     assert result.error_code == "20003"
     stats = sandbox.stats()
@@ -240,7 +244,12 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     # an older message to the same number and one from another sender must not be returned
     [other_sender] = adapter.submit_many([sub(to, "other sender", from_number="+15005550009")])
     assert other_sender.outcome == Outcome.ACCEPTED
-    sandbox.config(timeout_hang_seconds=5, rules=[{"to": to, "action": "accept_then_hang", "times": 1}])
+    # Twilio queues it for a while (a slow sender): the listing must still find it, unsent.
+    sandbox.config(
+        timeout_hang_seconds=5,
+        queue_delay_ms=60_000,
+        rules=[{"to": to, "action": "accept_then_hang", "times": 1}],
+    )
 
     [result] = adapter.submit_many([sub(to, "the uncertain one")])
 
@@ -248,9 +257,11 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     assert result.provider_message_id == ""
     assert sandbox.stats()["submissions"] == 2
 
-    found = adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", since=since)
-    assert len(found) == 1
-    [message] = found
+    window = {"created_after": since, "created_before": datetime.now(UTC) + timedelta(seconds=5)}
+    lookup = adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", **window)
+    assert lookup.complete and lookup.pages == 1 and lookup.scanned == 2
+    assert len(lookup.candidates) == 1
+    [message] = lookup.candidates
     assert message.body == "the uncertain one"
     assert message.to == to and message.from_number == FROM
     assert message.provider_message_id.startswith("SM")
@@ -260,9 +271,14 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     fetched = adapter.fetch(message.provider_message_id)
     assert fetched == message
 
-    # a later `since` excludes it
+    # a window that starts later excludes it
     later = datetime.now(UTC) + timedelta(minutes=5)
-    assert adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", since=later) == []
+    assert (
+        adapter.find_submissions(
+            to=to, from_number=FROM, messaging_service_sid="", created_after=later, created_before=later
+        ).candidates
+        == []
+    )
 
 
 def test_find_submissions_by_messaging_service(adapter, sandbox):
@@ -277,7 +293,13 @@ def test_find_submissions_by_messaging_service(adapter, sandbox):
     )
     assert all(r.outcome == Outcome.ACCEPTED for r in results)
 
-    found = adapter.find_submissions(to=to, from_number="", messaging_service_sid=SERVICE, since=since)
+    found = adapter.find_submissions(
+        to=to,
+        from_number="",
+        messaging_service_sid=SERVICE,
+        created_after=since,
+        created_before=datetime.now(UTC) + timedelta(seconds=5),
+    ).candidates
 
     assert [m.body for m in found] == ["mine"]
     assert found[0].provider_message_id == results[0].provider_message_id
@@ -290,13 +312,24 @@ def test_find_submissions_converts_aware_since_to_utc(adapter, sandbox):
     assert result.outcome == Outcome.ACCEPTED
 
     just_before = (datetime.now(UTC) - timedelta(seconds=5)).astimezone(new_york)
+    just_after = (datetime.now(UTC) + timedelta(seconds=5)).astimezone(new_york)
     one_hour_later = (datetime.now(UTC) + timedelta(hours=1)).astimezone(new_york)
-    found = adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", since=just_before)
+    found = adapter.find_submissions(
+        to=to,
+        from_number=FROM,
+        messaging_service_sid="",
+        created_after=just_before,
+        created_before=just_after,
+    ).candidates
     assert [m.provider_message_id for m in found] == [result.provider_message_id]
-    assert (
-        adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", since=one_hour_later)
-        == []
+    later = adapter.find_submissions(
+        to=to,
+        from_number=FROM,
+        messaging_service_sid="",
+        created_after=one_hour_later,
+        created_before=one_hour_later + timedelta(hours=1),
     )
+    assert later.candidates == []
 
 
 def test_fetch_unknown_sid_is_none(adapter, sandbox):
@@ -309,7 +342,11 @@ def test_lookups_raise_provider_query_error_when_unreachable(adapter, settings):
         adapter.fetch("SM" + "0" * 32)
     with pytest.raises(ProviderQueryError):
         adapter.find_submissions(
-            to="+15550101800", from_number=FROM, messaging_service_sid="", since=datetime.now(UTC)
+            to="+15550101800",
+            from_number=FROM,
+            messaging_service_sid="",
+            created_after=datetime.now(UTC),
+            created_before=datetime.now(UTC),
         )
 
 
@@ -328,9 +365,12 @@ def test_empty_batch(adapter):
         ("delivered", "delivered"),
         ("undelivered", "undelivered"),
         ("failed", "failed"),
-        ("canceled", "failed"),
+        ("canceled", "canceled"),
         ("read", "delivered"),
-        ("receiving", ""),
+        ("partially_delivered", "undelivered"),
+        ("receiving", "inbound"),
+        ("received", "inbound"),
+        ("teleported", ""),
         ("", ""),
     ],
 )
@@ -347,9 +387,10 @@ def test_validate_callback(settings):
     signature = RequestValidator("callback-token").compute_signature(url, params)
     adapter = TwilioAdapter()
 
-    assert adapter.validate_callback(url, params, signature) is True
-    assert adapter.validate_callback(url, {**params, "MessageStatus": "failed"}, signature) is False
-    assert adapter.validate_callback(url, params, "") is False
+    headers = {"X-Twilio-Signature": signature}
+    assert adapter.validate_callback(url, params, headers) is True
+    assert adapter.validate_callback(url, {**params, "MessageStatus": "failed"}, headers) is False
+    assert adapter.validate_callback(url, params, {}) is False
 
 
 def test_helpers():

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import Attempt, AttemptOutcome
+from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.devprocs import BIN, Proc, free_port
@@ -57,22 +57,35 @@ def test_callbacks_three_times_shuffled_end_in_the_furthest_state_one_entry_per_
     pipeline.wait_until(lambda: callbacks_settled(pipeline.sandbox), 30, "callbacks out")
     time.sleep(2)  # let the processor see the last duplicates
 
-    provider_final = {m.sid: m.status for m in pipeline.sandbox.list_messages()}
+    provider = {m.sid: m.status for m in pipeline.sandbox.list_messages()}
     for msg in Message.objects.filter(pk__in=pks):
-        assert msg.status == provider_final[msg.provider_message_id], msg.public_id
-        entries = MessageEvent.objects.filter(message=msg, details__has_key="receipt_id")
-        statuses = sorted(e.details["provider_status"] for e in entries)
-        assert statuses == sorted(["sent", provider_final[msg.provider_message_id]]), (
-            msg.public_id,
-            statuses,
+        final = provider[msg.provider_message_id]
+        assert msg.status == final, msg.public_id
+        receipts = ReceiptEvent.objects.filter(provider_message_id=msg.provider_message_id)
+        entries = MessageEvent.objects.filter(
+            message=msg, details__receipt_id__in=list(receipts.values_list("pk", flat=True))
         )
+        statuses = sorted(e.details["provider_status"] for e in entries)
+        # Twilio's order: a failed message gets `failed` alone, never `sent` first
+        expected = ["failed"] if final == "failed" else ["sent", final]
+        assert statuses == sorted(expected), (msg.public_id, statuses)
         if msg.status == Status.DELIVERED:
             assert msg.delivered_at and msg.delivered_at >= msg.sent_at
         else:
             assert msg.error_code in ("30003", "30008")
+        # A `failed` (30008, "unknown error": transient) at the provider was sent again: every earlier
+        # sid of the message is one the provider failed, and its receipts were kept as superseded.
+        earlier = Attempt.objects.filter(message=msg).exclude(
+            provider_message_id__in=["", msg.provider_message_id]
+        )
+        for attempt in earlier:
+            assert provider[attempt.provider_message_id] == "failed"
+            assert attempt.outcome == AttemptOutcome.REJECTED
     assert not ReceiptEvent.objects.filter(processed_at__isnull=True).exists()
-    assert ReceiptEvent.objects.count() == 120  # 360 callbacks posted, duplicates stored once
+    # 3 copies of each callback posted, each distinct one stored once: `failed` alone, or `sent` + final
+    assert ReceiptEvent.objects.count() == sum(1 if st == "failed" else 2 for st in provider.values())
     assert pipeline.sandbox.stats()["callbacks"]["failed"] == 0
+    assert not DuplicateSubmission.objects.exists()
 
 
 def test_callback_that_arrives_before_the_submit_response_is_applied(with_web):

@@ -1,0 +1,100 @@
+"""Operators' view of delivery incidents: open holds (with a clear action), duplicate submissions, opt-outs
+reported by the provider. Read-only; nothing here is added or deleted by hand."""
+
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from delivery.holds import hold_clear
+from delivery.models import DuplicateSubmission, OptOutSignal, ProviderHold
+from scheduling.phone import mask
+
+
+class _ReadOnly(admin.ModelAdmin):
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+
+class HoldOpenFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return (("open", "open"), ("cleared", "cleared"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "open":
+            return queryset.filter(cleared_at__isnull=True)
+        if self.value() == "cleared":
+            return queryset.filter(cleared_at__isnull=False)
+        return queryset
+
+
+@admin.register(ProviderHold)
+class ProviderHoldAdmin(_ReadOnly):
+    list_display = (
+        "provider",
+        "account",
+        "scope",
+        "scope_value",
+        "error_code",
+        "reason",
+        "opened_at",
+        "last_seen_at",
+        "next_probe_at",
+        "probes",
+        "cleared_at",
+    )
+    list_filter = (HoldOpenFilter, "scope", "provider")
+    actions = ("clear",)
+
+    @admin.action(description="Clear selected holds and release their messages")
+    def clear(self, request, queryset):
+        released = 0
+        for hold in queryset.filter(cleared_at__isnull=True):
+            actor = f"admin:{request.user.get_username()}"
+            released += hold_clear(hold.id, by=actor, reason="cleared by an operator", now=timezone.now())
+            self.log_change(request, hold, "cleared the hold")  # audit trail
+        self.message_user(request, f"Released {released} held messages.", messages.SUCCESS)
+
+
+@admin.register(DuplicateSubmission)
+class DuplicateSubmissionAdmin(_ReadOnly):
+    list_display = (
+        "message",
+        "provider",
+        "provider_message_id",
+        "attempt_number",
+        "detected_by",
+        "detected_at",
+    )
+    list_filter = ("provider", "detected_by")
+    search_fields = ("=provider_message_id", "=message__public_id")
+
+
+@admin.register(OptOutSignal)
+class OptOutSignalAdmin(_ReadOnly):
+    list_display = (
+        "tenant_id",
+        "recipient",
+        "from_number",
+        "messaging_service_sid",
+        "error_code",
+        "created_at",
+    )
+    list_filter = ("provider", "error_code")
+    exclude = ("to",)
+
+    @admin.display(description="recipient")
+    def recipient(self, obj):
+        return mask(obj.to)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields if f.name != "to"] + ["recipient"]
