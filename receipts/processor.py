@@ -196,7 +196,7 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     move_receipt: dict[int, ReceiptEvent] = {}
     move_details: dict[int, dict] = {}
     opt_outs: list[OptOutSignal] = []
-    superseded_attempts: list[tuple[str, str, str]] = []
+    provider_failed: list[tuple[str, str, str]] = []
     for receipt in pending:
         msg = by_sid[(receipt.provider, receipt.provider_message_id)]
         receipt.message_id = msg["id"]
@@ -225,8 +225,10 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             done.append(receipt)
             continue
         kind, target, values, extra_details = effect
-        if target == Status.QUEUED:
-            superseded_attempts.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
+        if receipt.normalized_status in ("failed", "canceled"):
+            # The provider never handed this attempt on: it was refused after all, whether the message
+            # is sent again or ends failed here.
+            provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
         if values.get("reason_code") == "opted_out":
             opt_outs.append(
                 OptOutSignal(
@@ -267,9 +269,9 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             else:  # the message changed under us (another processor, a late submit record): try again
                 receipt.next_try_at = now
                 waiting.append(receipt)
-    for provider, sid, code in superseded_attempts:
+    for provider, sid, code in provider_failed:
         # The attempt the provider failed stays on record as refused, so later receipts for its sid are
-        # told apart from a real second submission (receipts.unknown).
+        # told apart from a real second submission (receipts.unknown), even after an operator replay.
         Attempt.objects.filter(provider=provider, provider_message_id=sid).update(
             outcome=AttemptOutcome.REJECTED, provider_code=code
         )

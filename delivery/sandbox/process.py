@@ -49,7 +49,13 @@ class SandboxProcess:
         auth_token: str = DEFAULT_AUTH_TOKEN,
         extra_args: list[str] | None = None,
         start_timeout: float = 15.0,
+        host: str = "127.0.0.1",
+        command_prefix: list[str] | None = None,
     ) -> None:
+        # command_prefix: e.g. ["ip", "netns", "exec", "ns1"] to run the provider on another network
+        # host (a test partitions the link between the send workers and it).
+        self.host = host
+        self.command_prefix = list(command_prefix or [])
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.extra_args = list(extra_args or [])
@@ -65,11 +71,12 @@ class SandboxProcess:
         env.pop("SANDBOX_PORT", None)
         self.process = subprocess.Popen(
             [
+                *self.command_prefix,
                 sys.executable,
                 "-m",
                 "delivery.sandbox",
                 "--host",
-                "127.0.0.1",
+                self.host,
                 "--port",
                 "0",
                 "--account-sid",
