@@ -226,13 +226,21 @@ def burst_under_receipts(
         receipts_topo.stop()
 
 
-def uncertain(*, n: int, share: float, concurrency: int, timeout: float) -> dict:
-    """A burst where `share` of submissions are accepted by the sandbox but never answered (the client
-    times out): every one must end `sent` through reconciliation, with no duplicate submission."""
+def uncertain(
+    *, n: int, share: float, lost_share: float, queue_delay_ms: int, concurrency: int, timeout: float
+) -> dict:
+    """A burst where ``share`` of submissions reach the sandbox but their answer never comes back (the
+    client times out), and ``lost_share`` never reach it at all (the server hangs without storing). The
+    sandbox keeps every message queued for ``queue_delay_ms``, as Twilio does behind a slow sender, so
+    the uncertain ones are still `queued` (date_sent null) when the reconciler looks. Every one must end
+    `sent` with no duplicate submission; reports how long resolution took (from the attempt's start to
+    the reconciler's verdict), with the production reconcile settings (first look 10 s after the
+    attempt ended, absence confirmed by a second look 30 s later)."""
     from datetime import timedelta
 
     from django.utils import timezone
 
+    from delivery.models import DuplicateSubmission
     from scheduling.models import Message
 
     tenant = bench.bench_reset()
@@ -241,25 +249,78 @@ def uncertain(*, n: int, share: float, concurrency: int, timeout: float) -> dict
     )
     topo = bench.Topology(latency_ms=0, send_concurrency=concurrency)
     try:
-        topo.sandbox.config(accept_then_hang_rate=share, timeout_hang_seconds=3)
+        topo.sandbox.config(
+            accept_then_hang_rate=share,
+            timeout_rate=lost_share,
+            timeout_hang_seconds=3,
+            queue_delay_ms=queue_delay_ms,
+        )
         due = timezone.now() + timedelta(seconds=10)
         bench.messages_load(tenant, n, first_due=due)
+        started = time.monotonic()
         sent = bench._wait_sent(n, timeout)
+        drain_seconds = time.monotonic() - started
+        per_to: dict[str, int] = {}
+        for m in topo.sandbox.messages_json():
+            per_to[m["to"]] = per_to.get(m["to"], 0) + 1
         stats = topo.sandbox.stats()
         with connection.cursor() as cur:
             cur.execute("SELECT outcome, count(*) FROM delivery_attempt GROUP BY outcome")
             attempts = dict(cur.fetchall())
-        distinct = Message.objects.filter(tenant=tenant, status="sent").values("to").distinct().count()
+            # Resolution: from the start of the attempt a verdict is about (the latest attempt begun
+            # before it) to the reconciler's verdict.
+            cur.execute(
+                "SELECT e.kind, e.details->>'provider_status', EXTRACT(EPOCH FROM (e.created_at - ("
+                "SELECT max(a.started_at) FROM delivery_attempt a "
+                "WHERE a.message_id = e.message_id AND a.started_at <= e.created_at))) "
+                "FROM scheduling_messageevent e WHERE e.kind IN ('reconciled_found', 'reconciled_absent')"
+            )
+            verdicts = cur.fetchall()
+        resolutions = [(kind, seconds) for kind, _, seconds in verdicts]
+        found_while_queued = sum(
+            1
+            for kind, status, _ in verdicts
+            if kind == "reconciled_found" and status in ("queued", "accepted")
+        )
+        by_kind: dict[str, list[float]] = {}
+        for kind, seconds in resolutions:
+            by_kind.setdefault(kind, []).append(float(seconds))
+
+        def summary(values: list[float]) -> dict:
+            if not values:
+                return {"count": 0}
+            values = sorted(values)
+            return {
+                "count": len(values),
+                "p50_s": round(values[len(values) // 2], 2),
+                "p90_s": round(values[int(len(values) * 0.9)], 2),
+                "max_s": round(values[-1], 2),
+            }
+
+        unresolved = attempts.get("uncertain", 0) + attempts.get("pending", 0)
         return {
             "scenario": "uncertain",
             "messages": n,
             "uncertain_share": share,
+            "lost_share": lost_share,
+            "sandbox_queue_delay_ms": queue_delay_ms,
             "all_sent": sent >= n,
+            "drain_seconds": round(drain_seconds, 1),
             "sandbox_submissions": stats["submissions"],
             "duplicates": stats["submissions"] - n,
+            "recipients_submitted_twice": sum(1 for c in per_to.values() if c > 1),
+            "duplicate_submission_rows": DuplicateSubmission.objects.count(),
             "accept_then_hang_injected": stats["by_outcome"].get("accept_then_hang"),
+            "lost_injected": stats["by_outcome"].get("timeout"),
             "attempt_outcomes": attempts,
-            "distinct_recipients_sent": distinct,
+            "unresolved_uncertain": unresolved,
+            "found_while_still_queued_at_provider": found_while_queued,
+            "resolution_found": summary(by_kind.get("reconciled_found", [])),
+            "resolution_absent_then_resent": summary(by_kind.get("reconciled_absent", [])),
+            "distinct_recipients_sent": Message.objects.filter(tenant=tenant, status="sent")
+            .values("to")
+            .distinct()
+            .count(),
         }
     finally:
         topo.stop()

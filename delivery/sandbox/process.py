@@ -174,3 +174,20 @@ class SandboxProcess:
         """The sandbox's internals for one message: the form it received (StatusCallback, ValidityPeriod,
         ...), its sender, its assign / release / final instants and its timeline."""
         return self._request("GET", f"/_sandbox/messages/{sid}")
+
+    def messages_json(self, page_size: int = 1000) -> list[dict]:
+        """Every stored message as Twilio's JSON, through the public list API with Basic auth and paging
+        (plain HTTP: tools outside delivery/providers do not import the twilio SDK)."""
+        import base64
+
+        credentials = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode()
+        path = f"/2010-04-01/Accounts/{self.account_sid}/Messages.json?PageSize={page_size}"
+        out: list[dict] = []
+        while path:
+            request = urllib.request.Request(self.base_url + path)  # noqa: S310 - our own sandbox
+            request.add_header("Authorization", f"Basic {credentials}")
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                page = json.loads(response.read())
+            out += page["messages"]
+            path = page.get("next_page_uri") or ""
+        return out

@@ -44,7 +44,9 @@ class Command(BaseCommand):
         p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("uncertain", help="burst with a share of submissions whose answer never comes")
         p.add_argument("--messages", type=int, default=20_000)
-        p.add_argument("--share", type=float, default=0.01)
+        p.add_argument("--share", type=float, default=0.01, help="reach the provider, answer lost")
+        p.add_argument("--lost-share", type=float, default=0.0, help="never reach the provider")
+        p.add_argument("--queue-delay-ms", type=int, default=60_000, help="time queued at the provider")
         p.add_argument("--concurrency", type=int, default=3)
         p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("materialize", help="schedule materializer throughput (occurrences/s)")
@@ -126,6 +128,8 @@ class Command(BaseCommand):
             result = receipts_bench.uncertain(
                 n=opts["messages"],
                 share=opts["share"],
+                lost_share=opts["lost_share"],
+                queue_delay_ms=opts["queue_delay_ms"],
                 concurrency=opts["concurrency"],
                 timeout=opts["timeout"],
             )
