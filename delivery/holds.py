@@ -166,6 +166,29 @@ def hold_open(
     )
 
 
+def hold_open_for(
+    *, provider: str, account: str, info, error_code: str, message: dict, now: datetime | None = None
+) -> OpenHold:
+    """Open (or meet again) the hold an account fault calls for, scoped by the error table's row
+    (``ErrorInfo.hold_scope``) around the message that met it (``to``, ``from_number``,
+    ``messaging_service_sid``)."""
+    scope = info.hold_scope or HoldScope.ACCOUNT
+    return hold_open(
+        provider=provider,
+        account=account,
+        scope=scope,
+        scope_value=scope_value(
+            scope,
+            to=message["to"],
+            from_number=message["from_number"],
+            messaging_service_sid=message["messaging_service_sid"],
+        ),
+        error_code=error_code,
+        reason=info.title,
+        now=now,
+    )
+
+
 def hold_probe_take(hold_id: int, *, now: datetime | None = None) -> bool:
     """Claim the hold's due probe (compare-and-set on next_probe_at): exactly one worker wins it and
     sends one message of the scope; the others keep holding."""

@@ -33,7 +33,7 @@ from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
-from delivery.providers.base import ErrorClass, Outcome, ProviderAdapter, Submission, SubmitResult
+from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
 from delivery.retry import retry_decide
 from scheduling import transitions
 from scheduling.models import Message, Status
@@ -299,19 +299,12 @@ def outcomes_record(
             details[mid]["charged"] = False
         elif res.error_class == ErrorClass.ACCOUNT_FAULT:
             attempt.outcome = AttemptOutcome.ACCOUNT_FAULT
-            scope = res.hold_scope or "account"
-            hold = holds_service.hold_open(
+            hold = holds_service.hold_open_for(
                 provider=adapter.name,
                 account=adapter.account,
-                scope=scope,
-                scope_value=holds_service.scope_value(
-                    scope,
-                    to=row["to"],
-                    from_number=row["from_number"],
-                    messaging_service_sid=row["messaging_service_sid"],
-                ),
+                info=ErrorInfo(ErrorClass.ACCOUNT_FAULT, res.error_title or _reason(res), res.hold_scope),
                 error_code=res.error_code or str(res.http_status or ""),
-                reason=res.error_title or _reason(res),
+                message=row,
                 now=now,
             )
             moves[("held", Status.QUEUED)].append(

@@ -349,20 +349,12 @@ def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str,
         )
         return "throttled", Status.QUEUED, values, {"retry_at": at.isoformat(), "charged": False}
     if info.error_class == ErrorClass.ACCOUNT_FAULT:
-        adapter = get_adapter(receipt.provider)
-        scope = info.hold_scope or "account"
-        hold = holds_service.hold_open(
+        hold = holds_service.hold_open_for(
             provider=receipt.provider,
-            account=adapter.account,
-            scope=scope,
-            scope_value=holds_service.scope_value(
-                scope,
-                to=msg["to"],
-                from_number=msg["from_number"],
-                messaging_service_sid=msg["messaging_service_sid"],
-            ),
+            account=get_adapter(receipt.provider).account,
+            info=info,
             error_code=receipt.error_code,
-            reason=info.title,
+            message=msg,
             now=now,
         )
         values.update(

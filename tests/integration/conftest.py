@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from scheduling.models import Message, Status
+from smsgw.devprocs import BIN
 from tests import processes
 from tests.sandbox_process import SandboxProcess
 
@@ -76,6 +77,24 @@ class Pipeline:
     def stop(self) -> None:
         for proc in self.procs:
             proc.stop()
+
+
+def start_web(pipeline: Pipeline, **env: str) -> str:
+    """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it so the sandbox's signed status
+    callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first. Returns
+    the base URL."""
+    port = processes.free_port()
+    base = f"http://127.0.0.1:{port}"
+    pipeline.env["SMSGW_PUBLIC_BASE_URL"] = base
+    pipeline.env.update(env)
+    web = processes.Proc(
+        "web",
+        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        pipeline.env,
+        ready_marker="Booting worker",
+    )
+    pipeline.procs.append(web)
+    return base
 
 
 @pytest.fixture

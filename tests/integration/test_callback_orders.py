@@ -24,31 +24,14 @@ from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
 from delivery.sandbox.callbacks import SIGNATURE_SETTINGS_HEADER, twilio_signature
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.devprocs import BIN, Proc, free_port
 from tests.factories import messages_bulk, tenant_with_key
+from tests.integration.conftest import start_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)
 SERVICE_SID = "MG" + "5e" * 16
 SHARED_KEY_ID, SHARED_KEY_SECRET = "wk1", "the-secret"
 FAST_CALLBACKS = {"callback_delay_ms": 100, "callback_gap_ms": 150}
-
-
-def start_web(pipeline, **env: str) -> str:
-    """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it (as ``with_web`` in
-    test_receipts.py); ``env`` is added to the pipeline's environment first. Returns the base URL."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    pipeline.env["SMSGW_PUBLIC_BASE_URL"] = base
-    pipeline.env.update(env)
-    web = Proc(
-        "web",
-        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
-        pipeline.env,
-        ready_marker="Booting worker",
-    )
-    pipeline.procs.append(web)
-    return base
 
 
 def start_gateway(pipeline) -> None:

@@ -13,8 +13,8 @@ from django.utils import timezone
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.devprocs import BIN, Proc, free_port
 from tests.factories import messages_bulk, recipient, tenant_with_key
+from tests.integration.conftest import start_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)
@@ -22,15 +22,7 @@ FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)
 
 @pytest.fixture
 def with_web(pipeline):
-    port = free_port()
-    pipeline.env["SMSGW_PUBLIC_BASE_URL"] = f"http://127.0.0.1:{port}"
-    web = Proc(
-        "web",
-        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
-        pipeline.env,
-        ready_marker="Booting worker",
-    )
-    pipeline.procs.append(web)
+    start_web(pipeline)
     return pipeline
 
 
