@@ -8,9 +8,10 @@ the same scope would fail the same way. So instead of dead-lettering them one by
 * the send worker does not submit any other message in the scope: it parks them in ``queued`` with
   ``run_after`` at the hold's next probe, with one ``held`` timeline entry each;
 * an ERROR log line (once, when the hold opens) and an open ``ProviderHold`` row (admin) alert operators;
-* probes: an account-wide hold is probed by fetching the account (``adapter.probe``, no message spent),
-  from the beat task ``delivery.holds_probe``; a sender or destination hold lets one message through
-  per probe interval (doubling up to SMSGW_HOLD_PROBE_MAX_SECONDS). A probe that works, or an operator
+* probes: an account-wide hold is probed by fetching the account (``adapter.probe``, no message spent)
+  every SMSGW_HOLD_PROBE_FIRST_SECONDS, from the beat task ``delivery.holds_probe``; a sender or
+  destination hold lets one message through per probe interval (doubling up to
+  SMSGW_HOLD_PROBE_MAX_SECONDS after each refused probe message). A probe that works, or an operator
   in the admin, clears the hold and releases its messages at once.
 
 Only ``run_after`` and the reason move while a message is held; it stays cancellable throughout and its
@@ -52,6 +53,13 @@ class OpenHold:
     error_code: str
     reason: str
     next_probe_at: datetime
+    probe_interval_seconds: int = 0
+
+    def park_until(self, now: datetime) -> datetime:
+        """Where a held message waits: the next probe, and at least half a probe interval from now (a
+        worker's view of the hold may be a second old; parking a message for a moment only to
+        re-publish it at once would churn)."""
+        return max(self.next_probe_at, now + timedelta(seconds=max(1.0, self.probe_interval_seconds / 2)))
 
     def matches(self, *, to: str, from_number: str, messaging_service_sid: str) -> bool:
         if self.scope == HoldScope.ACCOUNT:
@@ -89,7 +97,9 @@ def holds_open(provider: str, account: str, *, fresh: bool = False) -> list[Open
     if cached is not None and cached[0] > now and not fresh:
         return cached[1]
     holds = [
-        OpenHold(h.id, h.scope, h.scope_value, h.error_code, h.reason, h.next_probe_at)
+        OpenHold(
+            h.id, h.scope, h.scope_value, h.error_code, h.reason, h.next_probe_at, h.probe_interval_seconds
+        )
         for h in ProviderHold.objects.filter(provider=provider, account=account, cleared_at__isnull=True)
     ]
     _cache[key] = (now + HOLD_CACHE_SECONDS, holds)
@@ -163,6 +173,7 @@ def hold_open(
         existing.error_code,
         existing.reason,
         existing.next_probe_at,
+        existing.probe_interval_seconds,
     )
 
 
@@ -295,6 +306,7 @@ def holds_probe_due(*, now: datetime | None = None) -> dict[str, int]:
         if ok:
             hold_clear(hold.id, by="probe", reason=f"probe succeeded: {detail}", now=timezone.now())
             cleared += 1
-        else:
-            hold_backoff(hold.id, detail=detail)
+        # A failed account probe costs one GET: it keeps its interval (hold_probe_take set the next one),
+        # so a fixed token is noticed within SMSGW_HOLD_PROBE_FIRST_SECONDS. Probes that spend a message
+        # (sender and destination holds) back off instead (hold_backoff).
     return {"probed": probed, "cleared": cleared}

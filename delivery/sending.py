@@ -209,7 +209,7 @@ def _park_held(held: list[tuple[dict, holds_service.OpenHold]], now: datetime) -
         (entry[2] if row["reason_code"] == holds_service.REASON_HELD else entry[1]).append(row["id"])
     total = 0
     for hold, fresh, again in by_hold.values():
-        until = max(hold.next_probe_at, now + timedelta(seconds=1))
+        until = hold.park_until(now)
         moved = transitions.transition_many(
             fresh,
             from_status=Status.QUEUED,
@@ -312,7 +312,7 @@ def outcomes_record(
                     mid,
                     version,
                     {
-                        "run_after": max(hold.next_probe_at, now + timedelta(seconds=1)),
+                        "run_after": hold.park_until(now),
                         "attempt_count": row["attempt_count"] - 1,  # not charged: not the message's fault
                         "error_code": res.error_code,
                         "reason_code": holds_service.REASON_HELD,

@@ -359,7 +359,7 @@ def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str,
         )
         values.update(
             {
-                "run_after": max(hold.next_probe_at, now + timedelta(seconds=1)),
+                "run_after": hold.park_until(now),
                 "attempt_count": max(0, msg["attempt_count"] - 1),
                 "provider_message_id": None,
                 "reason_code": holds_service.REASON_HELD,

@@ -76,7 +76,9 @@ def test_rotated_auth_token_holds_the_account_and_fails_no_message(
     make_probe_due(hold)
     assert holds.holds_probe_due() == {"probed": 1, "cleared": 0}
     hold.refresh_from_db()
-    assert hold.cleared_at is None and "20003" in hold.last_probe_detail and hold.probe_interval_seconds > 15
+    assert hold.cleared_at is None and "20003" in hold.last_probe_detail
+    # an account probe costs one GET, not a message: it keeps its interval
+    assert hold.probe_interval_seconds == 15 and hold.next_probe_at > timezone.now() + timedelta(seconds=10)
 
     # The token is fixed: the next probe clears the hold and releases every held message at once.
     settings.TWILIO_AUTH_TOKEN = real_token
