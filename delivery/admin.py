@@ -4,8 +4,17 @@ reported by the provider. Read-only; nothing here is added or deleted by hand.""
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from delivery import capacity, circuit
 from delivery.holds import hold_clear
-from delivery.models import DuplicateSubmission, OptOutSignal, ProviderHold
+from delivery.models import (
+    AccountCapacity,
+    DuplicateSubmission,
+    OptOutSignal,
+    ProviderCircuit,
+    ProviderHold,
+    RateBucket,
+    SenderCapacity,
+)
 from scheduling.phone import mask
 
 
@@ -98,3 +107,51 @@ class OptOutSignalAdmin(_ReadOnly):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name != "to"] + ["recipient"]
+
+
+@admin.register(SenderCapacity)
+class SenderCapacityAdmin(admin.ModelAdmin):
+    """Operators set any sender's rate here (a row with no tenant is the operator's: tenants cannot
+    change it through the API)."""
+
+    list_display = ("sender", "segments_per_second", "provider", "account", "tenant", "updated_at")
+    list_filter = ("provider",)
+    search_fields = ("=sender",)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        capacity.cache_clear()
+
+
+@admin.register(AccountCapacity)
+class AccountCapacityAdmin(admin.ModelAdmin):
+    list_display = ("provider", "account", "segments_per_second", "updated_at")
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        capacity.cache_clear()
+
+
+@admin.register(RateBucket)
+class RateBucketAdmin(_ReadOnly):
+    """The pacing state, shared by every sweeper: the adaptive rate shows backpressure at work."""
+
+    list_display = ("key", "kind", "rate_configured", "rate_effective", "throttles", "tat", "blocked_until")
+    list_filter = ("kind",)
+    search_fields = ("key",)
+
+
+@admin.register(ProviderCircuit)
+class ProviderCircuitAdmin(_ReadOnly):
+    list_display = ("provider", "account", "state", "opened_at", "next_probe_at", "probes", "last_error")
+    actions = ("close",)
+
+    @admin.action(description="Close selected circuits and release waiting messages")
+    def close(self, request, queryset):
+        released = 0
+        for row in queryset.filter(state=circuit.OPEN):
+            released += circuit.circuit_close(
+                row.provider, row.account, actor=f"admin:{request.user.get_username()}"
+            )
+            self.log_change(request, row, "closed the circuit")  # audit trail
+        self.message_user(request, f"Released {released} waiting messages.", messages.SUCCESS)

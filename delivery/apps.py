@@ -4,3 +4,16 @@ from django.apps import AppConfig
 class DeliveryConfig(AppConfig):
     name = "delivery"
     verbose_name = "Delivery: attempts and providers"
+
+    def ready(self) -> None:
+        # The sweep (scheduling) asks this gate which due messages may go: capacity, fairness, circuit;
+        # and gives the circuit breaker a tick per pass to send its probe.
+        from django.conf import settings
+
+        from delivery.circuit import circuit_tick
+        from delivery.pacing import release_gate
+        from scheduling.release import release_gate_register, release_tick_register
+
+        if settings.PACING_ENABLED:
+            release_gate_register(release_gate)
+        release_tick_register(circuit_tick)

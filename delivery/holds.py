@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from delivery.models import ProviderHold
 from delivery.providers import get_adapter
-from delivery.providers.base import HoldScope
+from delivery.providers.base import Scope
 from scheduling import transitions
 from scheduling.models import Message, Status
 
@@ -62,24 +62,24 @@ class OpenHold:
         return max(self.next_probe_at, now + timedelta(seconds=max(1.0, self.probe_interval_seconds / 2)))
 
     def matches(self, *, to: str, from_number: str, messaging_service_sid: str) -> bool:
-        if self.scope == HoldScope.ACCOUNT:
+        if self.scope == Scope.ACCOUNT:
             return True
-        if self.scope == HoldScope.SENDER:
+        if self.scope == Scope.SENDER:
             return self.scope_value in (from_number, messaging_service_sid)
         return to.startswith(self.scope_value)
 
     def describe(self) -> str:
         what = {"account": "the provider account", "sender": "sender", "destination": "destinations"}
         target = what.get(self.scope, self.scope)
-        if self.scope != HoldScope.ACCOUNT:
+        if self.scope != Scope.ACCOUNT:
             target = f"{target} {self.scope_value}"
         return f"held: {target} refused by the provider ({self.error_code} {self.reason})"[:255]
 
 
 def scope_value(scope: str, *, to: str, from_number: str, messaging_service_sid: str) -> str:
-    if scope == HoldScope.SENDER:
+    if scope == Scope.SENDER:
         return from_number or messaging_service_sid
-    if scope == HoldScope.DESTINATION:
+    if scope == Scope.DESTINATION:
         try:
             return f"+{phonenumbers.parse(to).country_code}"  # geo permissions are per country
         except phonenumbers.NumberParseException:
@@ -181,9 +181,9 @@ def hold_open_for(
     *, provider: str, account: str, info, error_code: str, message: dict, now: datetime | None = None
 ) -> OpenHold:
     """Open (or meet again) the hold an account fault calls for, scoped by the error table's row
-    (``ErrorInfo.hold_scope``) around the message that met it (``to``, ``from_number``,
+    (``ErrorInfo.scope``) around the message that met it (``to``, ``from_number``,
     ``messaging_service_sid``)."""
-    scope = info.hold_scope or HoldScope.ACCOUNT
+    scope = info.scope or Scope.ACCOUNT
     return hold_open(
         provider=provider,
         account=account,
@@ -292,7 +292,7 @@ def holds_probe_due(*, now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     probed = cleared = 0
     due = ProviderHold.objects.filter(
-        cleared_at__isnull=True, scope=HoldScope.ACCOUNT, next_probe_at__lte=now
+        cleared_at__isnull=True, scope=Scope.ACCOUNT, next_probe_at__lte=now
     ).order_by("next_probe_at")[:20]
     for hold in due:
         if not hold_probe_take(hold.id, now=now):

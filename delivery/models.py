@@ -66,7 +66,7 @@ class ProviderHold(models.Model):
 
     provider = models.CharField(max_length=32)
     account = models.CharField(max_length=64)
-    scope = models.CharField(max_length=16)  # delivery.providers.base.HoldScope
+    scope = models.CharField(max_length=16)  # delivery.providers.base.Scope
     scope_value = models.CharField(max_length=64, blank=True)  # sender, or destination prefix ("+98")
     error_code = models.CharField(max_length=32, blank=True)
     reason = models.CharField(max_length=255)
@@ -145,3 +145,93 @@ class OptOutSignal(models.Model):
 
     def __str__(self) -> str:
         return f"opt-out tenant {self.tenant_id}"
+
+
+class SenderCapacity(models.Model):
+    """How fast one sender may submit, in segments per second (Twilio counts throughput in segments).
+    Without a row, the default for the sender's type applies (delivery.capacity). Set by operators in the
+    admin, or by the tenant that uses the sender through the API (``tenant``: the owner; a row an
+    operator made, tenant null, is not a tenant's to change)."""
+
+    provider = models.CharField(max_length=32)
+    account = models.CharField(max_length=64)
+    sender = models.CharField(max_length=64)  # a From number, an alphanumeric sender, a messaging service
+    segments_per_second = models.FloatField()
+    tenant = models.ForeignKey(
+        "smsgw.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="sender_capacities"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "sender capacities"
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "account", "sender"], name="sendercapacity_unique"),
+            models.CheckConstraint(condition=Q(segments_per_second__gt=0), name="sendercapacity_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sender}: {self.segments_per_second:g} segments/s"
+
+
+class AccountCapacity(models.Model):
+    """A cap over every sender of one provider account, in segments per second."""
+
+    provider = models.CharField(max_length=32)
+    account = models.CharField(max_length=64)
+    segments_per_second = models.FloatField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "account capacities"
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "account"], name="accountcapacity_unique"),
+            models.CheckConstraint(condition=Q(segments_per_second__gt=0), name="accountcapacity_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.account}: {self.segments_per_second:g} segments/s"
+
+
+class RateBucket(models.Model):
+    """Shared pacing state of one limit (an account, a sender, a tenant), used by every sweeper on every
+    host: a GCRA "theoretical arrival time" plus the adaptive rate. Locked (SELECT ... FOR UPDATE) by the
+    release gate for the length of one short transaction (delivery.pacing)."""
+
+    key = models.CharField(max_length=200, unique=True)  # "<provider>|<account>|<kind>|<value>"
+    kind = models.CharField(max_length=16)  # account, sender, tenant
+    rate_configured = models.FloatField()  # segments/s, from the configuration at the last pass
+    rate_effective = models.FloatField()  # lowered on throttling, recovering gradually (AIMD)
+    tat = models.DateTimeField()  # when the next segment may go (GCRA)
+    projected_until = models.DateTimeField()  # the last slot promised to a paced message
+    blocked_until = models.DateTimeField(null=True, blank=True)  # Retry-After
+    last_decrease_at = models.DateTimeField(null=True, blank=True)
+    throttles = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class ProviderCircuit(models.Model):
+    """Circuit breaker of one provider account: closed (sending), open (nothing submitted but one probe
+    per interval). Failures are counted in a fixed window (delivery.circuit)."""
+
+    provider = models.CharField(max_length=32)
+    account = models.CharField(max_length=64)
+    state = models.CharField(max_length=12, default="closed")
+    window_started_at = models.DateTimeField()
+    window_ok = models.PositiveIntegerField(default=0)
+    window_failed = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    probes = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=255, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "account"], name="providercircuit_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.account}: {self.state}"

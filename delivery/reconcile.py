@@ -87,8 +87,8 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
     timeout = timedelta(seconds=float(settings.TWILIO_TIMEOUT_SECONDS))
     result = adapter.find_submissions(
         to=msg.to,
-        from_number=msg.from_number,
-        messaging_service_sid=msg.messaging_service_sid,
+        sender=msg.from_number,
+        sender_pool=msg.messaging_service_sid,
         created_after=started - CLOCK_SKEW,
         created_before=started + timeout + CLOCK_SKEW,
     )

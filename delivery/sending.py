@@ -29,17 +29,21 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from delivery import circuit, pacing
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
 from delivery.retry import retry_decide
-from scheduling import transitions
+from scheduling import release, transitions
 from scheduling.models import Message, Status
+from scheduling.release import Park
+from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
 
+TENANT_TABLE = Tenant._meta.db_table
 # Twilio's ValidityPeriod bounds ("integers from 1 to 36000", twilio-oai CreateMessageRequest).
 VALIDITY_MIN, VALIDITY_MAX = 1, 36000
 
@@ -56,6 +60,7 @@ CLAIM_RETURNING = (
     "provider_calls",
     "due_at",
     "expires_at",
+    "reason_code",
 )
 
 # Machine-readable reasons (Message.reason_code) set by the send worker.
@@ -86,7 +91,7 @@ def send_batch(message_ids: list[int]) -> BatchReport:
     adapter = get_adapter()
     now = timezone.now()
     open_holds = holds_service.holds_open(adapter.name, adapter.account)
-    held: list[tuple[dict, holds_service.OpenHold]] = []
+    circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
         expired = transitions.transition_many(
@@ -105,11 +110,13 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             now=now,
         )
         report.expired = len(expired)
-        if open_holds:
-            message_ids, held, probes = _holds_filter(message_ids, open_holds, now)
-            report.held = _park_held(held, now)
+        if open_holds or circuit_open:
+            message_ids, parks, probes = _admission_filter(message_ids, open_holds, circuit_open, now)
+            release.park_rows(parks, now)
+            report.held = len(parks)
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
-        # rows already past `queued` and claims nothing.
+        # rows already past `queued` and claims nothing. A disabled tenant's messages are not claimed
+        # (they wait in `queued`; the release step parks them until the tenant is enabled again).
         rows = transitions.transition_many(
             message_ids,
             from_status=Status.QUEUED,
@@ -122,6 +129,7 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             },
             bump_attempts=True,
             returning=CLAIM_RETURNING,
+            extra_where=f'"tenant_id" IN (SELECT "id" FROM "{TENANT_TABLE}" WHERE "is_active")',
             details=lambda mid: {"provider": adapter.name, **({"probe": True} if mid in probes else {})},
             now=now,
         )
@@ -138,8 +146,8 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             message_id=r["id"],
             to=r["to"],
             body=r["body"],
-            from_number=r["from_number"],
-            messaging_service_sid=r["messaging_service_sid"],
+            sender=r["from_number"],
+            sender_pool=r["messaging_service_sid"],
             status_callback=adapter.status_callback_url(base, r["public_id"].removeprefix("msg_"), a.number),
             idempotency_token=a.idempotency_token,
             validity_period=validity[r["id"]],
@@ -147,7 +155,8 @@ def send_batch(message_ids: list[int]) -> BatchReport:
         for r, a in zip(rows, attempts, strict=True)
     ]
     results = adapter.submit_many(submissions)
-    outcomes_record(adapter, rows, attempts, results)
+    state = _report_health(adapter, rows, results)
+    outcomes_record(adapter, rows, attempts, results, provider_down=state.is_open)
     for row, res in zip(rows, results, strict=True):
         report.outcomes[res.error_class or res.outcome] += 1
         hold = probes.get(row["id"])
@@ -158,20 +167,65 @@ def send_batch(message_ids: list[int]) -> BatchReport:
     return report
 
 
-def _holds_filter(
-    message_ids: list[int], open_holds: list[holds_service.OpenHold], now: datetime
-) -> tuple[list[int], list[tuple[dict, holds_service.OpenHold]], dict[int, holds_service.OpenHold]]:
-    """Split a batch into what may be submitted and what an open hold covers. A sender or destination
-    hold whose probe is due lets exactly one of its messages through (the probe); account-wide holds
-    are probed without a message (holds.holds_probe_due)."""
+def provider_failure(res: SubmitResult) -> bool:
+    """A failure that says the provider is unavailable (not the message's): a timeout, a connection
+    error, a 5xx. These open the circuit and, while it is open, cost the message no attempt."""
+    if res.outcome == Outcome.UNCERTAIN:
+        return True
+    if res.outcome != Outcome.TRANSIENT or res.error_class == ErrorClass.THROTTLED:
+        return False
+    return res.http_status is None or res.http_status >= 500 or res.http_status == 408
+
+
+def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[SubmitResult]):
+    """Tell the circuit breaker how the provider answered, and lower the rate of whatever it throttled
+    (AIMD), before the outcomes are recorded (they depend on the circuit's state)."""
+    failed = [r for r in results if provider_failure(r)]
+    probe_ok = any(
+        row["reason_code"] == circuit.REASON_PROBE and not provider_failure(res)
+        for row, res in zip(rows, results, strict=True)
+    )
+    state = circuit.circuit_report(
+        provider=adapter.name,
+        account=adapter.account,
+        ok=len(results) - len(failed),
+        failed=len(failed),
+        error=_reason(failed[0]) if failed else "",
+        probe_ok=probe_ok,
+    )
+    signals: dict[tuple[str, str], float | None] = {}
+    for row, res in zip(rows, results, strict=True):
+        if res.error_class == ErrorClass.THROTTLED:
+            scope = str(res.scope or "account")
+            value = (row["from_number"] or row["messaging_service_sid"]) if scope == "sender" else ""
+            key = (scope, value)
+            signals[key] = max(signals.get(key) or 0.0, res.retry_after or 0.0) or None
+    for (scope, value), retry_after in signals.items():
+        pacing.throttle_signal(
+            provider=adapter.name, account=adapter.account, scope=scope, value=value, retry_after=retry_after
+        )
+    return state
+
+
+def _admission_filter(
+    message_ids: list[int], open_holds: list[holds_service.OpenHold], circuit_open: bool, now: datetime
+) -> tuple[list[int], list[tuple[dict, Park]], dict[int, holds_service.OpenHold]]:
+    """Split a batch into what may be submitted and what must wait: everything but the probe while the
+    account's circuit is open; what an open hold covers (a sender or destination hold whose probe is due
+    lets exactly one of its messages through; account-wide holds are probed without a message)."""
     rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
-        "id", "to", "from_number", "messaging_service_sid", "reason_code"
+        "id", "version", "status", "to", "from_number", "messaging_service_sid", "reason_code", "expires_at"
     )
     allowed: list[int] = []
-    held: list[tuple[dict, holds_service.OpenHold]] = []
+    parks: list[tuple[dict, Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
     probing: set[int] = set()
     for row in rows:
+        if circuit_open and row["reason_code"] != circuit.REASON_PROBE:
+            until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+            text = "provider unavailable (circuit open); waiting"
+            parks.append((row, Park(until, circuit.REASON_UNAVAILABLE, text, "provider_unavailable", {})))
+            continue
         hold = next(
             (
                 h
@@ -196,35 +250,10 @@ def _holds_filter(
             probes[row["id"]] = hold
             allowed.append(row["id"])
         else:
-            held.append((row, hold))
-    return allowed, held, probes
-
-
-def _park_held(held: list[tuple[dict, holds_service.OpenHold]], now: datetime) -> int:
-    """Held messages wait in `queued` until the hold's next probe. The first time, the timeline says why;
-    after that only run_after moves (a long hold must not write an entry per probe interval)."""
-    by_hold: dict[int, tuple[holds_service.OpenHold, list[int], list[int]]] = {}
-    for row, hold in held:
-        entry = by_hold.setdefault(hold.id, (hold, [], []))
-        (entry[2] if row["reason_code"] == holds_service.REASON_HELD else entry[1]).append(row["id"])
-    total = 0
-    for hold, fresh, again in by_hold.values():
-        until = hold.park_until(now)
-        moved = transitions.transition_many(
-            fresh,
-            from_status=Status.QUEUED,
-            to_status=Status.QUEUED,
-            kind="held",
-            set_fields={
-                "run_after": until,
-                "reason_code": holds_service.REASON_HELD,
-                "status_reason": hold.describe(),
-            },
-            details={"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code},
-            now=now,
-        )
-        total += len(moved) + transitions.run_after_push(again, status=Status.QUEUED, run_after=until)
-    return total
+            details = {"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code}
+            park = Park(hold.park_until(now), holds_service.REASON_HELD, hold.describe(), "held", details)
+            parks.append((row, park))
+    return allowed, parks, probes
 
 
 def throttle_delay(*, uncharged_calls: int, retry_after: float | None = None) -> float:
@@ -248,8 +277,15 @@ def _reason(res: SubmitResult) -> str:
 
 
 def outcomes_record(
-    adapter: ProviderAdapter, rows: list[dict], attempts: list[Attempt], results: list[SubmitResult]
+    adapter: ProviderAdapter,
+    rows: list[dict],
+    attempts: list[Attempt],
+    results: list[SubmitResult],
+    *,
+    provider_down: bool = False,
 ) -> None:
+    """Record each answer. ``provider_down``: the account's circuit is open, so a failure of the
+    provider's own (timeout, connection error, 5xx) waits for it without costing the message an attempt."""
     now = timezone.now()
     sent, uncertain = [], []
     # (kind, to_status) -> [(id, version, per-row values)]: every per-row value set names the same columns
@@ -302,7 +338,7 @@ def outcomes_record(
             hold = holds_service.hold_open_for(
                 provider=adapter.name,
                 account=adapter.account,
-                info=ErrorInfo(ErrorClass.ACCOUNT_FAULT, res.error_title or _reason(res), res.hold_scope),
+                info=ErrorInfo(ErrorClass.ACCOUNT_FAULT, res.error_title or _reason(res), res.scope),
                 error_code=res.error_code or str(res.http_status or ""),
                 message=row,
                 now=now,
@@ -321,6 +357,23 @@ def outcomes_record(
                 )
             )
             details[mid].update({"hold_id": hold.id, "scope": hold.scope, "charged": False})
+        elif provider_down and provider_failure(res) and res.outcome == Outcome.TRANSIENT:
+            attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
+            until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+            moves[("provider_unavailable", Status.QUEUED)].append(
+                (
+                    mid,
+                    version,
+                    {
+                        "run_after": min(until, row["expires_at"]),
+                        "attempt_count": row["attempt_count"] - 1,  # an outage is not the message's attempt
+                        "error_code": res.error_code,
+                        "reason_code": circuit.REASON_UNAVAILABLE,
+                        "status_reason": f"provider unavailable (circuit open): {_reason(res)}"[:255],
+                    },
+                )
+            )
+            details[mid]["charged"] = False
         elif res.outcome == Outcome.TRANSIENT:
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
             decision = retry_decide(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from delivery import holds, reconcile, sending
+from delivery import circuit, holds, reconcile, sending
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
@@ -21,3 +21,8 @@ def reconcile_batch(message_ids: list[int]) -> None:
 @shared_task(name="delivery.holds_probe", ignore_result=True)
 def holds_probe() -> None:
     holds.holds_probe_due()
+
+
+@shared_task(name="delivery.circuit_probe", ignore_result=True)
+def circuit_probe() -> None:
+    circuit.circuit_probe_account()

@@ -160,6 +160,7 @@ class MessageOutput(serializers.Serializer):
     requested = serializers.SerializerMethodField()
     due_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
+    expected_send_at = serializers.DateTimeField(allow_null=True)
     provider = serializers.CharField()
     provider_message_id = serializers.CharField(allow_null=True)
     provider_status = serializers.CharField()
@@ -224,6 +225,18 @@ def _int(value):
     return None if value is None else int(value)
 
 
+def _expected(m: Message) -> str | None:
+    """When the message is expected to be handed to the provider: its due time, or the slot it waits
+    for (paced, provider unavailable, held, a retry's backoff). Null once it is on its way or done."""
+    if m.run_after is None:
+        return None
+    if m.status == Status.SCHEDULED or (
+        m.status == Status.QUEUED and m.reason_code not in ("", "circuit_probe")
+    ):
+        return _datetime(m.run_after)
+    return None
+
+
 def message_data(m: Message) -> dict:
     """``MessageOutput(m).data`` as a plain dict (same keys, order and values), without a serializer."""
     metadata = m.metadata
@@ -242,6 +255,7 @@ def message_data(m: Message) -> dict:
         "requested": _requested(m),
         "due_at": None if m.due_at is None else _datetime(m.due_at),
         "expires_at": None if m.expires_at is None else _datetime(m.expires_at),
+        "expected_send_at": _expected(m),
         "provider": _str(m.provider),
         "provider_message_id": _str(m.provider_message_id),
         "provider_status": _str(m.provider_status),

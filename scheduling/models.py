@@ -146,12 +146,19 @@ class Message(models.Model):
             models.Index(fields=["run_after"], name="msg_sending_lease", condition=Q(status="sending")),
             models.Index(fields=["tenant", "-id"], name="msg_tenant_recent"),
             models.Index(fields=["tenant", "to", "-id"], name="msg_tenant_recipient"),
-            # Sweep, execution-time quiet-hours check: due rows that carry a quiet window. Rows without
-            # one never enter this index, so it costs nothing for them.
+            # Release under a backlog: the tenants with due messages, walked per priority (two index
+            # probes per tenant), so each tenant's oldest are in every pass (scheduling.release).
             models.Index(
-                fields=["run_after"],
-                name="msg_quiet_due",
-                condition=Q(status="scheduled") & ~Q(quiet_timezone=""),
+                fields=["priority", "tenant", "run_after"],
+                name="msg_sched_tenant_due",
+                condition=Q(status="scheduled"),
+            ),
+            # Messages waiting for a reason (paced, provider_unavailable, provider_hold, ...), released at
+            # once when the reason ends (a circuit closes, a hold clears). Others never enter it.
+            models.Index(
+                fields=["reason_code", "run_after"],
+                name="msg_waiting_reason",
+                condition=Q(status__in=["scheduled", "queued"]) & ~Q(reason_code=""),
             ),
         ]
 

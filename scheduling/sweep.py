@@ -16,20 +16,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import transitions
-from scheduling.models import Message, Priority, Status
-from scheduling.quiet import QuietWindow
+from scheduling import release, transitions
+from scheduling.models import Priority, Status
 
 log = logging.getLogger(__name__)
 
-SEND_TASK = "delivery.send_batch"
 RECONCILE_TASK = "delivery.reconcile_batch"
-# Transactional first in every pass; bulk still gets a full batch per pass, so it never starves.
+# Report order; the release gate (delivery.pacing) decides who goes first.
 PRIORITY_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
-
-
-def send_queue(priority: str) -> str:
-    return f"send.{priority}"
 
 
 @dataclass
@@ -39,6 +33,8 @@ class SweepReport:
     republished: int = 0
     leases_expired: int = 0
     quiet_deferred: int = 0
+    paced: int = 0
+    unavailable: int = 0
     seconds: float = 0.0
 
     @property
@@ -49,6 +45,8 @@ class SweepReport:
             + self.republished
             + self.leases_expired
             + self.quiet_deferred
+            + self.paced
+            + self.unavailable
         )
 
 
@@ -66,149 +64,31 @@ def _publish_after_commit(task: str, queue: str, ids: list[int]) -> None:
 
 
 def due_expire(*, now: datetime | None = None, limit: int) -> int:
+    """Messages whose validity passed before they were submitted: `scheduled` (never sent, or waiting
+    for capacity) and `queued` (a retry or a held message) alike end `expired` at their time."""
     now = now or timezone.now()
-    rows = transitions.claim(
-        from_status=Status.SCHEDULED,
-        to_status=Status.EXPIRED,
-        kind="expired",
-        where_sql='"run_after" <= %s AND "expires_at" <= %s',
-        where_params=[now, now],
-        order_by='"run_after"',
-        limit=limit,
-        set_fields={
-            "expired_at": now,
-            "run_after": None,
-            "status_reason": "validity passed before submission",
-        },
-        now=now,
-    )
-    return len(rows)
-
-
-def due_messages_claim(*, priority: str, now: datetime | None = None, limit: int) -> list[int]:
-    """scheduled -> queued for up to ``limit`` due messages of one priority class; publishes after commit."""
-    now = now or timezone.now()
-    with transaction.atomic():
+    total = 0
+    for status, reason in (
+        (Status.SCHEDULED, "validity passed before submission"),
+        (Status.QUEUED, "validity passed while waiting to be sent again"),
+    ):
         rows = transitions.claim(
-            from_status=Status.SCHEDULED,
-            to_status=Status.QUEUED,
-            kind="queued",
-            # Rows with a quiet window are released by due_quiet_check, which looks at the clock first.
-            where_sql='"priority" = %s AND "run_after" <= %s AND "quiet_timezone" = \'\'',
-            where_params=[priority, now],
+            from_status=status,
+            to_status=Status.EXPIRED,
+            kind="expired",
+            where_sql='"run_after" <= %s AND "expires_at" <= %s',
+            where_params=[now, now],
             order_by='"run_after"',
             limit=limit,
             set_fields={
-                "queued_at": now,
-                "run_after": now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS),
+                "expired_at": now,
+                "run_after": None,
+                "status_reason": reason,
+                "reason_code": "expired",
             },
             now=now,
         )
-        ids = [r["id"] for r in rows]
-        _publish_after_commit(SEND_TASK, send_queue(priority), ids)
-    return ids
-
-
-_QUIET_COLUMNS = ("id", "version", "priority", "due_at", "quiet_start", "quiet_end", "quiet_timezone")
-
-
-def due_quiet_check(*, now: datetime | None = None, limit: int) -> tuple[dict[str, int], int]:
-    """Quiet hours at execution time: due messages that carry a quiet window (msg_quiet_due, which
-    holds no other row) are checked against the clock now, not against their due time. Outside the
-    window they go to ``queued`` like any due message; inside it (made due late by an outage, a retry
-    or a long backlog) they are moved to the window's end, and the move is recorded on the message
-    (quiet_deferred_from keeps the first due time) and in its timeline. Returns (queued per priority,
-    deferred)."""
-    now = now or timezone.now()
-    queued: dict[str, int] = {}
-    qs = (
-        Message.objects.filter(status=Status.SCHEDULED, run_after__lte=now)
-        .exclude(quiet_timezone="")
-        .order_by("run_after")
-    )
-    # Usually nothing carries a window: one probe of the (then empty) partial index, and no write
-    # transaction (on SQLite that would take the database's write lock every pass).
-    if not qs.exists():
-        return queued, 0
-    with transaction.atomic():
-        # SKIP LOCKED: concurrent sweeps check disjoint rows (ignored on SQLite, where the IMMEDIATE
-        # transaction serialises writers and the CAS below decides).
-        rows = list(
-            qs.select_for_update(skip_locked=True).values(*_QUIET_COLUMNS, "quiet_deferred_from")[:limit]
-        )
-        if not rows:
-            return queued, 0
-        deferred, details, release = [], {}, {}
-        for row in rows:
-            window = QuietWindow(row["quiet_start"], row["quiet_end"], row["quiet_timezone"])
-            end = window.defer(now)
-            if end is None:
-                release.setdefault(row["priority"], []).append(row["id"])
-                continue
-            first_due = row["quiet_deferred_from"] or row["due_at"]
-            deferred.append(
-                (
-                    row["id"],
-                    row["version"],
-                    {"due_at": end, "run_after": end, "quiet_deferred_from": first_due},
-                )
-            )
-            details[row["id"]] = {
-                "stage": "execution",
-                "reason": "due while inside quiet hours",
-                "quiet_hours": window.as_dict(),
-                "due_at": row["due_at"].isoformat(),
-                "new_due_at": end.isoformat(),
-                "note": window.describe_move(now, end),
-            }
-        moved = transitions.transition_versioned(
-            deferred,
-            from_status=Status.SCHEDULED,
-            to_status=Status.SCHEDULED,
-            kind="quiet_hours_deferred",
-            details=details.get,
-            per_row_columns=["due_at", "run_after", "quiet_deferred_from"],
-            now=now,
-        )
-        for priority, ids in release.items():
-            won = transitions.transition_many(
-                ids,
-                from_status=Status.SCHEDULED,
-                to_status=Status.QUEUED,
-                kind="queued",
-                set_fields={
-                    "queued_at": now,
-                    "run_after": now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS),
-                },
-                now=now,
-            )
-            won_ids = [r["id"] for r in won]
-            _publish_after_commit(SEND_TASK, send_queue(priority), won_ids)
-            queued[priority] = len(won_ids)
-    return queued, len(moved)
-
-
-def stale_queued_republish(*, now: datetime | None = None, limit: int) -> int:
-    """queued rows whose run_after passed: either a retry whose backoff elapsed, or a broker message
-    presumed lost. Re-publishing is harmless: the worker's queued->sending CAS lets one task win."""
-    now = now or timezone.now()
-    total = 0
-    for priority in PRIORITY_ORDER:
-        with transaction.atomic():
-            rows = transitions.claim(
-                from_status=Status.QUEUED,
-                to_status=Status.QUEUED,
-                kind="republished",
-                where_sql='"priority" = %s AND "run_after" <= %s',
-                where_params=[priority, now],
-                order_by='"run_after"',
-                limit=limit,
-                set_fields={"run_after": now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)},
-                now=now,
-            )
-            ids = [r["id"] for r in rows]
-            _publish_after_commit(SEND_TASK, send_queue(priority), ids)
-        total += len(ids)
+        total += len(rows)
     return total
 
 
@@ -240,11 +120,13 @@ def sweep_once(*, now: datetime | None = None, limit: int | None = None) -> Swee
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = SweepReport()
     report.expired = due_expire(now=now, limit=limit)
-    quiet_queued, report.quiet_deferred = due_quiet_check(now=now, limit=limit)
-    for priority in PRIORITY_ORDER:
-        claimed = len(due_messages_claim(priority=priority, now=now, limit=limit))
-        report.queued[priority] = claimed + quiet_queued.get(priority, 0)
-    report.republished = stale_queued_republish(now=now, limit=limit)
+    release.release_ticks(now or timezone.now())
+    released = release.due_release(now=now, limit=limit)
+    report.queued = {p: released.queued.get(p, 0) for p in PRIORITY_ORDER}
+    report.republished = released.republished
+    report.quiet_deferred = released.quiet_deferred
+    report.paced = released.paced
+    report.unavailable = released.unavailable
     report.leases_expired = sending_leases_expire(now=now, limit=limit)
     report.seconds = time.perf_counter() - started
     return report
@@ -267,6 +149,8 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
                 report.leases_expired,
                 report.seconds * 1000,
             )
+            if report.paced or report.unavailable:
+                log.info("sweep paced=%d provider_unavailable=%d", report.paced, report.unavailable)
             if report.quiet_deferred:
                 log.info("sweep quiet_hours_deferred=%d", report.quiet_deferred)
         if time.monotonic() >= deadline:

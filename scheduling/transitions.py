@@ -150,6 +150,11 @@ def _returning(columns: Sequence[str]) -> str:
     return ", ".join(f'"{Message._meta.get_field(c).column}"' for c in columns)
 
 
+def rows_from(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """A raw cursor's rows of Message columns as dicts, values as the ORM would give them."""
+    return _rows(cursor, columns)
+
+
 def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     fields = [Message._meta.get_field(c) for c in columns]
@@ -463,3 +468,27 @@ def run_after_push(ids: Sequence[int], *, status: str, run_after: datetime) -> i
     if not ids:
         return 0
     return Message.objects.filter(pk__in=list(ids), status=status).update(run_after=run_after)
+
+
+def run_after_set_many(items: Sequence[tuple[int, datetime]], *, status: str) -> int:
+    """Per-row ``run_after`` of rows still in ``status``, without a status change or timeline entry (a
+    message that keeps waiting for the same reason: its entry was written when it started to wait)."""
+    if not items:
+        return 0
+    field = Message._meta.get_field("run_after")
+    ids = [mid for mid, _ in items]
+    values = [field.get_db_prep_save(at, connection) for _, at in items]
+    if is_postgres():
+        source = "SELECT * FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(vid, vat)"
+        params: list[Any] = [ids, values]
+    else:
+        row_sql = "(CAST(%s AS BIGINT), %s)"
+        source = f"WITH v(vid, vat) AS (VALUES {', '.join([row_sql] * len(items))}) SELECT * FROM v"
+        params = [value for pair in zip(ids, values, strict=True) for value in pair]
+    with connection.cursor() as cur:
+        cur.execute(
+            f'UPDATE "{TABLE}" SET "run_after" = v.vat FROM ({source}) AS v '
+            f'WHERE "{TABLE}"."id" = v.vid AND "{TABLE}"."status" = %s',
+            [*params, status],
+        )
+        return cur.rowcount

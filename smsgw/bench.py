@@ -29,6 +29,11 @@ SWEEP_LOG = re.compile(
 )
 
 
+def sender_number(i: int) -> str:
+    """The i-th From number ``messages_load(senders=...)`` uses."""
+    return f"+1415556{i:04d}"
+
+
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -51,9 +56,11 @@ def messages_load(
     spread_seconds: float = 0.0,
     offset: int = 0,
     priority: str = "transactional",
+    senders: int = 0,
 ) -> None:
     """Insert n accepted messages in one statement (as the API would store them, minus the per-request
-    work). ``spread_seconds`` > 0 spreads due times evenly over that window."""
+    work). ``spread_seconds`` > 0 spreads due times evenly over that window; ``senders`` > 0 spreads
+    them round-robin over that many From numbers (``sender_number(i)``) instead of the tenant's one."""
     step = spread_seconds / n if spread_seconds else 0.0
     with connection.cursor() as cur:
         cur.execute(
@@ -64,7 +71,9 @@ def messages_load(
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,
                 request_fingerprint)
             SELECT 'msg_' || substr(md5(random()::text || g::text), 1, 24), %s,
-                   '+1415' || lpad((2000000 + g)::text, 7, '0'), '+14155550100', '',
+                   '+1415' || lpad((2000000 + g)::text, 7, '0'),
+                   CASE WHEN %s > 0 THEN '+1415556' || lpad((g %% GREATEST(%s, 1))::text, 4, '0')
+                        ELSE %s END, '',
                    'Benchmark message ' || g, 'GSM-7', 1, %s, '{}', '', '', 'earlier', 'none',
                    %s + make_interval(secs => (g - %s) * %s), %s + interval '2 days', 'scheduled', '', 1,
                    %s + make_interval(secs => (g - %s) * %s), 0, '', '', '', now(), now(), ''
@@ -72,6 +81,9 @@ def messages_load(
             """,
             [
                 tenant.pk,
+                senders,
+                senders,
+                tenant.default_from or "+14155550100",
                 priority,
                 first_due,
                 offset,
@@ -167,15 +179,35 @@ def _cpu_by_kind(worker_pids: list[int]) -> dict[str, float]:
     return out
 
 
+UNLIMITED_RATE_ENV = (
+    "SMSGW_RATE_LONG_CODE",
+    "SMSGW_RATE_TOLL_FREE",
+    "SMSGW_RATE_SHORT_CODE",
+    "SMSGW_RATE_ALPHANUMERIC",
+    "SMSGW_RATE_MESSAGING_SERVICE",
+    "SMSGW_ACCOUNT_RATE",
+)
+
+
 class Topology:
     """sandbox + beat + one sweep worker + send workers, as separate processes."""
 
     def __init__(
-        self, *, latency_ms: int, send_concurrency: int, send_workers: int = 1, pool: str = "prefork"
+        self,
+        *,
+        latency_ms: int,
+        send_concurrency: int,
+        send_workers: int = 1,
+        pool: str = "prefork",
+        env: dict[str, str] | None = None,
+        sandbox_args: list[str] | None = None,
+        control_port: int | None = None,
     ):
         from delivery.sandbox.process import SandboxProcess
 
-        self.sandbox = SandboxProcess(extra_args=["--latency-ms", str(latency_ms)]).start()
+        self.sandbox = SandboxProcess(
+            extra_args=["--latency-ms", str(latency_ms), *(sandbox_args or [])], control_port=control_port
+        ).start()
         self.env = dict(os.environ)
         self.env.update(
             TWILIO_API_BASE_URL=self.sandbox.base_url,
@@ -183,7 +215,10 @@ class Topology:
             TWILIO_AUTH_TOKEN=self.sandbox.auth_token,
             PYTHONUNBUFFERED="1",
             SMSGW_LOG_LEVEL="INFO",
+            # Scenarios that are not about pacing run with limits above what the machine can do.
+            **dict.fromkeys(UNLIMITED_RATE_ENV, "1000000"),
         )
+        self.env.update(env or {})
         self.procs: list[devprocs.Proc] = []
         self.sweeper = devprocs.celery_worker("sweeper", self.env, queues="sweep", concurrency=1)
         self.procs.append(self.sweeper)

@@ -212,6 +212,41 @@ HOLD_PROBE_FIRST_SECONDS = env_int("SMSGW_HOLD_PROBE_FIRST_SECONDS", 15, minimum
 HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
 HOLDS_PROBE_INTERVAL_SECONDS = env_int("SMSGW_HOLDS_PROBE_INTERVAL", 5, minimum=1)
 
+# --- capacity and pacing (delivery.capacity, delivery.pacing, delivery.circuit) -------------------
+# Defaults in segments per second by sender type, when a sender has no configured rate. Twilio's own
+# defaults for US/Canada: long code 1, toll-free 3, short code 100; account-wide 2,000 (error 63017).
+SENDER_RATE_DEFAULTS = {
+    "long_code": env_float("SMSGW_RATE_LONG_CODE", 1.0, minimum=0.01),
+    "toll_free": env_float("SMSGW_RATE_TOLL_FREE", 3.0, minimum=0.01),
+    "short_code": env_float("SMSGW_RATE_SHORT_CODE", 100.0, minimum=0.01),
+    "alphanumeric": env_float("SMSGW_RATE_ALPHANUMERIC", 10.0, minimum=0.01),
+    "messaging_service": env_float("SMSGW_RATE_MESSAGING_SERVICE", 10.0, minimum=0.01),
+}
+ACCOUNT_RATE_DEFAULT = env_float("SMSGW_ACCOUNT_RATE", 2000.0, minimum=0.01)
+# Off only to measure what pacing costs (bench limiter): every due message is then released at once.
+PACING_ENABLED = env_bool("SMSGW_PACING", True)
+# Pace a little under the configured rate: a released message reaches the provider after a variable
+# delay (broker, worker), and the provider counts what arrives, not what we released.
+PACING_HEADROOM = env_float("SMSGW_PACING_HEADROOM", 0.97, minimum=0.1)
+# How much a bucket may release at once after being idle (seconds of its rate).
+PACING_BURST_SECONDS = env_float("SMSGW_PACING_BURST_SECONDS", 0.2, minimum=0.0)
+# Within a constrained account, bulk keeps at least this share of each pass while transactional waits.
+PACING_BULK_MIN_SHARE = env_float("SMSGW_PACING_BULK_MIN_SHARE", 0.1, minimum=0.0)
+# Backpressure (AIMD): a throttle multiplies the rate by this (at most once per cooldown), and the rate
+# climbs back by this fraction of the configured rate per second, never above it or below the floor.
+AIMD_DECREASE = env_float("SMSGW_AIMD_DECREASE", 0.7, minimum=0.05)
+AIMD_INCREASE_PER_SECOND = env_float("SMSGW_AIMD_INCREASE_PER_SECOND", 0.03, minimum=0.0)
+AIMD_COOLDOWN_SECONDS = env_float("SMSGW_AIMD_COOLDOWN_SECONDS", 1.0, minimum=0.0)
+AIMD_FLOOR = env_float("SMSGW_AIMD_FLOOR", 0.05, minimum=0.0)
+# Circuit breaker per provider account: opens when, within the window, at least MIN_FAILURES requests
+# failed (timeouts, connection errors, 5xx) and they were at least RATIO of the answers; while open, one
+# probe message per PROBE_SECONDS; waiting messages are parked and released when it closes.
+CIRCUIT_WINDOW_SECONDS = env_float("SMSGW_CIRCUIT_WINDOW_SECONDS", 10.0, minimum=0.1)
+CIRCUIT_MIN_FAILURES = env_int("SMSGW_CIRCUIT_MIN_FAILURES", 5, minimum=1)
+CIRCUIT_FAILURE_RATIO = env_float("SMSGW_CIRCUIT_FAILURE_RATIO", 0.5, minimum=0.0)
+CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.1)
+CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
+
 # --- logging --------------------------------------------------------------------------------------
 LOGGING = {
     "version": 1,
@@ -227,6 +262,7 @@ CELERY_TASK_ROUTES = {
     "scheduling.materialize": {"queue": "sweep"},
     "delivery.reconcile_batch": {"queue": "reconcile"},
     "delivery.holds_probe": {"queue": "reconcile"},
+    "delivery.circuit_probe": {"queue": "reconcile"},
     "receipts.process": {"queue": "receipts"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
 }
@@ -255,6 +291,13 @@ CELERY_BEAT_SCHEDULE = {
     # Probes provider accounts held after an account fault (delivery.holds); idle: one indexed query.
     "smsgw-holds-probe": {
         "task": "delivery.holds_probe",
+        "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
+        "options": {"queue": "reconcile", "expires": max(2.0, HOLDS_PROBE_INTERVAL_SECONDS * 2)},
+    },
+    # An open provider circuit with no message waiting is probed by fetching the account (a waiting
+    # message is the probe otherwise, sent by the sweep). Idle: one indexed read.
+    "smsgw-circuit-probe": {
+        "task": "delivery.circuit_probe",
         "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
         "options": {"queue": "reconcile", "expires": max(2.0, HOLDS_PROBE_INTERVAL_SECONDS * 2)},
     },

@@ -15,3 +15,20 @@ def api(tenant_and_key):
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_and_key[1]}")
     client.tenant = tenant_and_key[0]
     return client
+
+
+# Tests about something else than pacing must not wait for Twilio's real per-sender rates (a long code
+# sends 1 segment/s): every default is set far above what a test sends. Pacing tests set their own.
+UNLIMITED = 100_000.0
+
+
+@pytest.fixture(autouse=True)
+def _fast_capacity_defaults(settings):
+    from delivery import capacity, holds
+
+    settings.SENDER_RATE_DEFAULTS = dict.fromkeys(settings.SENDER_RATE_DEFAULTS, UNLIMITED)
+    settings.ACCOUNT_RATE_DEFAULT = UNLIMITED
+    capacity.cache_clear()
+    holds._cache.clear()
+    yield
+    capacity.cache_clear()

@@ -33,11 +33,12 @@ class ErrorClass(enum.StrEnum):
     ACCOUNT_FAULT = "account_fault"  # our account or sender is misconfigured: hold that scope, alert
 
 
-class HoldScope(enum.StrEnum):
-    """How much an account fault stops: the whole account, one sender, or one destination prefix."""
+class Scope(enum.StrEnum):
+    """What an error concerns: the whole account, one sender, or one destination prefix. An account
+    fault holds that scope; a throttle lowers that scope's rate."""
 
-    ACCOUNT = "account"  # credentials rejected, account suspended
-    SENDER = "sender"  # a From number / messaging service that may not send (unregistered, not owned)
+    ACCOUNT = "account"  # credentials rejected, account suspended; the account's request or rate limit
+    SENDER = "sender"  # a From / messaging service that may not send, or whose queue is full
     DESTINATION = "destination"  # a destination the account may not reach (geo permissions)
 
 
@@ -47,7 +48,7 @@ class ErrorInfo:
 
     error_class: ErrorClass
     title: str
-    hold_scope: HoldScope | None = None  # for ACCOUNT_FAULT: what to hold
+    scope: Scope | None = None  # ACCOUNT_FAULT: what to hold; THROTTLED: whose rate to lower
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Submission:
     message_id: int  # internal pk, for correlation only; never sent to the provider
     to: str
     body: str
-    from_number: str = ""
-    messaging_service_sid: str = ""
+    sender: str = ""  # a From: a number, a short code, an alphanumeric sender id
+    sender_pool: str = ""  # a provider-side pool that picks the sender (Twilio: a Messaging Service sid)
     status_callback: str = ""
     idempotency_token: str = ""
     # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
@@ -78,7 +79,7 @@ class SubmitResult:
     # For REJECTED (and TRANSIENT answers that carried a code): the error table's verdict.
     error_class: ErrorClass | None = None
     error_title: str = ""
-    hold_scope: HoldScope | None = None
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class ProviderMessage:
     status: str
     date_created: datetime | None
     error_code: str = ""
-    messaging_service_sid: str = ""
+    sender_pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,8 @@ class ProviderAdapter:
         self,
         *,
         to: str,
-        from_number: str,
-        messaging_service_sid: str,
+        sender: str,
+        sender_pool: str,
         created_after: datetime,
         created_before: datetime,
     ) -> Lookup:

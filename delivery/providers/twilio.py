@@ -240,10 +240,10 @@ class TwilioAdapter(ProviderAdapter):
             call = Call()
             current_call.set(call)  # this coroutine runs in its own task, hence its own context
             kwargs: dict[str, Any] = {"to": submission.to, "body": submission.body}
-            if submission.from_number:
-                kwargs["from_"] = submission.from_number
-            if submission.messaging_service_sid:
-                kwargs["messaging_service_sid"] = submission.messaging_service_sid
+            if submission.sender:
+                kwargs["from_"] = submission.sender
+            if submission.sender_pool:
+                kwargs["messaging_service_sid"] = submission.sender_pool
             if submission.status_callback:
                 kwargs["status_callback"] = submission.status_callback
             if submission.validity_period:
@@ -305,7 +305,7 @@ class TwilioAdapter(ProviderAdapter):
             latency_ms=latency_ms,
             error_class=info.error_class,
             error_title=info.title,
-            hold_scope=info.hold_scope,
+            scope=info.scope,
             response={
                 "http_status": status or None,
                 "error_code": error_code,
@@ -332,8 +332,8 @@ class TwilioAdapter(ProviderAdapter):
         self,
         *,
         to: str,
-        from_number: str,
-        messaging_service_sid: str,
+        sender: str,
+        sender_pool: str,
         created_after: datetime,
         created_before: datetime,
     ) -> Lookup:
@@ -356,8 +356,8 @@ class TwilioAdapter(ProviderAdapter):
         client = self._sync()
         query = {
             "to": mask(to),
-            "from": from_number or None,
-            "messaging_service_sid": messaging_service_sid or None,
+            "from": sender or None,
+            "messaging_service_sid": sender_pool or None,
             "created_after": created_after.isoformat(),
             "created_before": created_before.isoformat(),
         }
@@ -372,10 +372,10 @@ class TwilioAdapter(ProviderAdapter):
                     scanned += 1
                     if m.to != to:
                         continue
-                    if from_number:
-                        if m.from_ != from_number:
+                    if sender:
+                        if m.from_ != sender:
                             continue
-                    elif messaging_service_sid and m.messaging_service_sid != messaging_service_sid:
+                    elif sender_pool and m.messaging_service_sid != sender_pool:
                         continue
                     if m.date_created is None or not (created_after <= m.date_created <= created_before):
                         continue
@@ -492,5 +492,5 @@ def _provider_message(m: Any) -> ProviderMessage:
         status=str(m.status or ""),
         date_created=m.date_created,
         error_code="" if m.error_code in (None, "", 0) else str(m.error_code),
-        messaging_service_sid=m.messaging_service_sid or "",
+        sender_pool=m.messaging_service_sid or "",
     )

@@ -7,8 +7,11 @@
         sandbox.message_info("SM...")  # what the client sent, and the message's timeline
 
 The process is started with ``--port 0`` and reports the port it bound in its first stdout line, so
-there is no free-port race. ``list_messages`` goes through the twilio SDK's synchronous client with its
-API domain pointed at the sandbox (independently of the adapter's own base-URL plumbing).
+there is no free-port race. With ``control_port`` (0: any free port) the control API is also served on
+a port of its own, which stays up during outages (``config(outage="refuse")`` closes the API port):
+every control call then goes there (``control_url``). ``list_messages`` goes through the twilio SDK's
+synchronous client with its API domain pointed at the sandbox (independently of the adapter's own
+base-URL plumbing).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
 DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
-_LISTENING = re.compile(r"sandbox listening on (http://\S+)")
+_LISTENING = re.compile(r"sandbox listening on (http://\S+)(?: control (http://\S+))?")
 
 
 def unused_port() -> int:
@@ -51,6 +54,7 @@ class SandboxProcess:
         start_timeout: float = 15.0,
         host: str = "127.0.0.1",
         command_prefix: list[str] | None = None,
+        control_port: int | None = None,
     ) -> None:
         # command_prefix: e.g. ["ip", "netns", "exec", "ns1"] to run the provider on another network
         # host (a test partitions the link between the send workers and it).
@@ -60,8 +64,11 @@ class SandboxProcess:
         self.auth_token = auth_token
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
+        self.control_port = control_port  # as asked: None (no control listener), 0 (any port) or a port
         self.process: subprocess.Popen | None = None
-        self.base_url = ""
+        self.base_url = ""  # the Twilio API (and the control API, unless there is a control listener)
+        self.control_url = ""  # where the control API is called: the control listener, else base_url
+        self.banner = ""  # the first stdout line
         self._stderr = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -69,6 +76,8 @@ class SandboxProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("SANDBOX_PORT", None)
+        env.pop("SANDBOX_CONTROL_PORT", None)
+        control = [] if self.control_port is None else ["--control-port", str(self.control_port)]
         self.process = subprocess.Popen(
             [
                 *self.command_prefix,
@@ -83,6 +92,7 @@ class SandboxProcess:
                 self.account_sid,
                 "--auth-token",
                 self.auth_token,
+                *control,
                 *self.extra_args,
             ],
             cwd=REPO_ROOT,
@@ -95,7 +105,11 @@ class SandboxProcess:
         match = _LISTENING.search(line)
         if not match:
             self._fail(f"sandbox did not start: {line!r}")
+        self.banner = line.strip()
         self.base_url = match.group(1)
+        self.control_url = match.group(2) or self.base_url
+        if self.control_port is not None and not match.group(2):
+            self._fail(f"sandbox started without its control listener: {line!r}")
         self._wait_healthy()
         return self
 
@@ -150,7 +164,7 @@ class SandboxProcess:
     # -- control API --------------------------------------------------------------------------------
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        url = self.base_url + path  # always http://127.0.0.1:port, read from the process
+        url = self.control_url + path  # always http://host:port, read from the process
         request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
         if data is not None:
             request.add_header("Content-Type", "application/json")
@@ -169,6 +183,11 @@ class SandboxProcess:
 
     def stats(self) -> dict:
         return self._request("GET", "/_sandbox/stats")
+
+    def submissions(self, since: float = 0.0) -> list[list]:
+        """``[created_unix, sender, segments, to]`` for each stored message created at or after ``since``,
+        oldest first (``GET /_sandbox/submissions``)."""
+        return self._request("GET", f"/_sandbox/submissions?since={since!r}")
 
     def message_info(self, sid: str) -> dict:
         """The sandbox's internals for one message: the form it received (StatusCallback, ValidityPeriod,

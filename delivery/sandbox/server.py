@@ -1,7 +1,8 @@
 """The sandbox provider: an aiohttp.web server speaking Twilio's Messages API, plus a control API.
 
 Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``; every call answers 401/20003 while
-``auth_fail`` is set):
+``auth_fail`` is set, and 503/20503 while ``outage`` is ``503``; with ``outage`` ``refuse`` its port is
+closed):
 
 * ``POST /2010-04-01/Accounts/{AccountSid}/Messages.json`` (form: To, From | MessagingServiceSid, Body,
   StatusCallback, ValidityPeriod, ...) -> 201 message resource, or a Twilio-shaped error.
@@ -14,14 +15,19 @@ Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``; every call answers 401
 
 A message's lifecycle (``lifecycle.py``) is fixed at create and derived from the clock at every read:
 queued | accepted -> (service sends: queued once a sender is assigned) -> sent at its release from the
-per-sender queue -> delivered | undelivered, or failed without ever being sent.
+per-sender and account queues -> delivered | undelivered, or failed without ever being sent.
 
-Control surface (JSON, unauthenticated: bind it to localhost):
+Control surface (JSON, unauthenticated: bind it to localhost), on the main port and, with
+``--control-port``, on a listener of its own that stays up in every outage mode:
 
 * ``GET/POST /_sandbox/config`` -- fault injection and queue settings (see ``SandboxConfig``); POST merges
   the given keys.
-* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "by_outcome": {...}, "rejections": {code: n},
-  "by_status": {...}, "senders": {...}, "callbacks": {"sent", "failed", "dropped", "pending", ...}}``.
+* ``GET /_sandbox/stats`` -- ``{"submissions": stored, "account": {...}, "by_outcome": {...},
+  "rejections": {code: n}, "by_status": {...}, "senders": {...}, "callbacks": {"sent", "failed",
+  "dropped", "pending", ...}}``; the most submissions and segments in any sliding second per sender and
+  for the account (``SlidingWindow``).
+* ``GET /_sandbox/submissions?since=<unix seconds>`` -- ``[[created, sender, segments, to], ...]`` of the
+  messages created since then, streamed.
 * ``GET /_sandbox/messages/{sid}`` -- a message's internals: the form received, ValidityPeriod, its
   assign / release / final instants and its timeline.
 * ``POST /_sandbox/callbacks/replay`` -- ``{"sid": "SM..."}`` or ``{"all": true}``: send a message's
@@ -49,7 +55,8 @@ import re
 import signal
 import time
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -91,6 +98,7 @@ MAX_BODY_CHARS = 1600
 # (twilio-oai spec/json/twilio_api_v2010.json, CreateMessageRequest)
 MAX_VALIDITY_PERIOD = 36000
 MORE_INFO = "https://www.twilio.com/docs/errors/"
+SUBMISSIONS_CHUNK = 10_000  # rows of /_sandbox/submissions encoded at a time, between which creates run
 
 RATE_KEYS = ("error_rate_5xx", "error_rate_429", "error_rate_400", "timeout_rate", "accept_then_hang_rate")
 CALLBACK_SHARE_KEYS = ("callback_delivered_share", "callback_undelivered_share", "callback_failed_share")
@@ -104,6 +112,9 @@ _INT_RANGES = {
 _BOOL_KEYS = frozenset(("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix"))
 _STR_KEYS = frozenset(("callback_retry_policy", "callback_shared_key_id", "callback_shared_key_secret"))
 _LIST_KEYS = frozenset(("opted_out",))
+# "none"; "503": every Twilio API call answers 503/20503; "refuse": the API listener is closed
+OUTAGE_MODES = ("none", "503", "refuse")
+_CHOICE_KEYS = {"outage": OUTAGE_MODES}
 RULE_ACTIONS = ("500", "503", "429", "400", "timeout", "accept_then_hang")
 OUTCOMES = (
     "accepted",
@@ -118,6 +129,7 @@ OUTCOMES = (
     "concurrency_limited",
     "queue_full",
     "opted_out",
+    "outage_503",
 )
 
 _E164ISH = re.compile(r"\+?[1-9][0-9]{4,14}")
@@ -146,8 +158,10 @@ class SandboxConfig:
     # the lifecycle (lifecycle.py) and each sender's queue
     queue_delay_ms: float = 0.0  # least time every message waits in the queue before "sent"
     sender_rate: float = 0.0  # segments per second per sender; 0 = unlimited
+    account_rate: float = 0.0  # segments per second across all senders of the account; 0 = unlimited
     # a sender's queue holds this many seconds of sending at sender_rate (Twilio: 10 h, support
-    # article 115002943027); past it a From send is refused (21611), a service send fails (30001)
+    # article 115002943027), and so does the account's at account_rate; past it a From send is refused
+    # (21611), a service send fails (30001)
     queue_max_seconds: float = 36000.0
     service_assign_delay_ms: float = 0.0  # service send without From: accepted -> queued (sender chosen)
     callback_delivered_share: float = 0.0  # final status shares (sum <= 1); the rest is delivered too
@@ -175,6 +189,9 @@ class SandboxConfig:
     auth_fail: bool = False  # every Twilio API call answers 401/20003
     opted_out: list[str] = field(default_factory=list)  # recipients who replied STOP (21610)
     trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
+    # "503": every Twilio API call answers 503/20503 at once; "refuse": the API listener is closed, so
+    # connections to its port are refused (the control API stays up on --control-port)
+    outage: str = "none"
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -205,6 +222,10 @@ class SandboxConfig:
                     raise ValueError(f"{key} must be a string")
             elif key in _LIST_KEYS:
                 values[key] = as_list(key, value)
+            elif key in _CHOICE_KEYS:
+                choices = _CHOICE_KEYS[key]
+                if value not in choices:
+                    raise ValueError(f"{key} must be one of {', '.join(choices)}")
             else:
                 values[key] = _as_float(key, value, 0.0, 1.0 if key in _UNIT_KEYS else math.inf)
         for group, what in ((RATE_KEYS, "rates"), (CALLBACK_SHARE_KEYS, "callback shares")):
@@ -339,6 +360,10 @@ def _parse_date_bound(key: str, raw: str) -> tuple[int, int]:
     return second, second
 
 
+def _created(m: SandboxMessage) -> float:
+    return m.created
+
+
 def _rank(now: float, m: SandboxMessage) -> tuple[int, int, int]:
     """A message's place in a list at ``now``, ascending: unsent ones first (newest created first), then
     by date_sent, newest first, then newest created first. Twilio documents only "sorted by DateSent, most
@@ -363,6 +388,32 @@ def _parse_page_token(token: str) -> tuple[bool, int, int, tuple[int, int, int]]
     return token[:2] == "PB", snapshot_us, upto, (group, -second, -seq)
 
 
+class SlidingWindow:
+    """The most submissions and segments within any sliding 1-second window ``[t, t + 1)`` so far (not
+    only whole clock seconds), for one sender or the account. ``add`` is O(1) amortised: the deque holds
+    the messages of the last second, in created order (never decreasing, see ``store``)."""
+
+    __slots__ = ("max_count", "max_segments", "recent", "segments")
+
+    def __init__(self) -> None:
+        self.recent: deque[SandboxMessage] = deque()
+        self.segments = 0  # segments of the messages in ``recent``
+        self.max_count = 0
+        self.max_segments = 0
+
+    def add(self, message: SandboxMessage) -> None:
+        recent = self.recent
+        t = message.created
+        while recent and t - recent[0].created >= 1.0:
+            self.segments -= recent.popleft().num_segments
+        recent.append(message)
+        self.segments += message.num_segments
+        if len(recent) > self.max_count:
+            self.max_count = len(recent)
+        if self.segments > self.max_segments:
+            self.max_segments = self.segments
+
+
 class SandboxState:
     def __init__(
         self,
@@ -385,6 +436,8 @@ class SandboxState:
         self.seed = seed
         self._service_senders: dict[str, str] = {}
         self.callbacks = StatusCallbackHook(self)
+        # the server's listeners (``Listeners``), when it runs them itself; None in process (unit tests)
+        self.listeners: Listeners | None = None
         self.reset()
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -394,6 +447,9 @@ class SandboxState:
         self.by_to: dict[str, list[SandboxMessage]] = {}
         self.by_from: dict[str, list[SandboxMessage]] = {}  # by sender (a service send's assigned one)
         self.next_free: dict[str, float] = {}  # per sender: when its queue is free (sender_rate > 0)
+        self.account_next_free = 0.0  # when the account's queue is free (account_rate > 0)
+        self.windows: dict[str, SlidingWindow] = {}  # per sender: submissions in any 1 s
+        self.account_window = SlidingWindow()
         self._next_seq = 0
         self._last_created = 0.0
         self._dates: dict[int, str] = {}
@@ -418,14 +474,30 @@ class SandboxState:
         self.opted_out = frozenset(config.opted_out)
         self.any_share = any(getattr(config, k) for k in CALLBACK_SHARE_KEYS)
         self.retry_policy = retry_policy_set(config.callback_retry_policy)
+        self.api_down = config.outage != "none"  # checked first by every Twilio API call
 
     def reject(self, status: int, code: int, message: str, headers: dict | None = None) -> web.Response:
         self.rejections[code] = self.rejections.get(code, 0) + 1
         return twilio_error(status, code, message, headers)
 
+    def outage_answer(self, request: web.Request, create: bool = False) -> web.Response:
+        """A Twilio API call during an outage (``api_down``). ``503``: 503/20503 at once, nothing stored.
+        ``refuse``: only a request already on a connection accepted before the listener closed gets here
+        (new connections are refused); it is dropped like a reset."""
+        if self.config.outage == "refuse":
+            transport = request.transport
+            if transport is not None:
+                transport.abort()
+            return twilio_error(503, 20503, "Service unavailable")
+        self.outcomes["outage_503"] += 1
+        if create:
+            return self.reject(503, 20503, "Service unavailable")
+        return twilio_error(503, 20503, "Service unavailable")
+
     def stats(self) -> dict:
         """Counters, plus ``by_status`` and per-sender figures derived from the store now (O(messages)).
-        A sender's ``max_*_per_second`` is the most messages in one whole wall-clock second."""
+        A sender's ``max_*_per_second`` is the most messages in one whole wall-clock second; its (and the
+        account's) ``max_*_in_any_1s`` the most in any sliding second, kept up to date at each create."""
         now = self.clock()
         by_status: dict[str, int] = {}
         per_sender: dict[str, list] = {}
@@ -441,8 +513,15 @@ class SandboxState:
             if second is not None:
                 row[1] += 1
                 row[3][second] = row[3].get(second, 0) + 1
+        windows = self.windows
+        account = self.account_window
         return {
             "submissions": len(self.all),
+            "account": {
+                "submitted": len(self.all),
+                "max_submitted_in_any_1s": account.max_count,
+                "max_segments_in_any_1s": account.max_segments,
+            },
             "by_outcome": dict(self.outcomes),
             "rejections": {str(code): n for code, n in sorted(self.rejections.items())},
             "by_status": by_status,
@@ -452,6 +531,8 @@ class SandboxState:
                     "sent": sent,
                     "max_submitted_per_second": max(per_second.values(), default=0),
                     "max_sent_per_second": max(sent_per_second.values(), default=0),
+                    "max_submitted_in_any_1s": windows[sender].max_count,
+                    "max_segments_in_any_1s": windows[sender].max_segments,
                 }
                 for sender, (submitted, sent, per_second, sent_per_second) in per_sender.items()
             },
@@ -530,8 +611,11 @@ class SandboxState:
         raw_form: bytes = b"",
     ) -> SandboxMessage:
         """Store a create and fix its lifecycle, or raise ``Refused`` (nothing stored) for a From send to an
-        opted-out recipient (21610) or past its sender's queue (21611). O(1); no timer unless it has a
-        StatusCallback."""
+        opted-out recipient (21610) or past its sender's or the account's queue (21611). O(1); no timer
+        unless it has a StatusCallback.
+
+        Release (leaving Twilio's queue, ``sent``) = the latest of assign + queue_delay, the sender's next
+        free time (sender_rate) and the account's (account_rate); each then moves on by segments / rate."""
         cfg = self.config
         now = self.clock()
         if now < self._last_created:  # wall clock stepped back: keep created ordered with seq
@@ -570,12 +654,16 @@ class SandboxState:
                 free = self.next_free.get(sender)
                 if free is not None and free > release:
                     release = free
+            account_rate = cfg.account_rate
+            if account_rate > 0 and self.account_next_free > release:
+                release = self.account_next_free
             message.release_at = release
             expires = now + validity_period
-            if rate > 0 and release - assign_at > cfg.queue_max_seconds:
+            if (rate > 0 or account_rate > 0) and release - assign_at > cfg.queue_max_seconds:
                 # Twilio: a sender queues at most 10 h of segments; past it a From send is refused with
                 # 21611, a Messaging Service send "will instead fail after creation with error 30001"
-                # (twilio.com/docs/api/errors/21611, /30001)
+                # (twilio.com/docs/api/errors/21611, /30001). The account's queue is bounded the same way
+                # (release - assign <= queue_max_seconds holds iff it holds for each queue)
                 if from_given:
                     raise Refused(21611, "queue_full")
                 self._fail(message, 30001, assign_at)
@@ -589,6 +677,8 @@ class SandboxState:
             else:
                 if rate > 0:
                     self.next_free[sender] = release + segments / rate
+                if account_rate > 0:
+                    self.account_next_free = release + segments / account_rate
                 self._decide_final(message, release)
         self._last_created = now
         self._next_seq += 1
@@ -604,6 +694,11 @@ class SandboxState:
             self.by_from[sender] = [message]
         else:
             bucket.append(message)
+        window = self.windows.get(sender)
+        if window is None:
+            window = self.windows[sender] = SlidingWindow()
+        window.add(message)
+        self.account_window.add(message)
         if status_callback:
             self.callbacks.message_accepted(message)
         return message
@@ -715,6 +810,22 @@ class SandboxState:
             "callbacks": m.has_callbacks,
             "now": now,
         }
+
+    def submission_chunks(self, since: float, chunk: int = SUBMISSIONS_CHUNK) -> Iterator[bytes]:
+        """``GET /_sandbox/submissions``: the JSON list ``[[created, sender, segments, to], ...]`` of the
+        stored messages created at or after ``since`` (unix seconds), oldest first, in pieces of ``chunk``
+        rows. The messages are those stored when the first piece is taken (``created`` never decreases
+        along ``all``, so the start is a bisection)."""
+        messages = self.all
+        start = bisect_left(messages, since, key=_created)
+        stop = len(messages)
+        yield b"["
+        dumps = json.dumps
+        for i in range(start, stop, chunk):
+            rows = [(m.created, m.sender, m.num_segments, m.to) for m in messages[i : min(i + chunk, stop)]]
+            text = dumps(rows, separators=(",", ":"))[1:-1]
+            yield (text if i == start else "," + text).encode()
+        yield b"]"
 
     # -- list ---------------------------------------------------------------------------------------
     def query(
@@ -855,6 +966,8 @@ class SandboxApp:
     # -- Twilio API ---------------------------------------------------------------------------------
     async def create_message(self, request: web.Request) -> web.Response:
         st = self.state
+        if st.api_down:
+            return st.outage_answer(request, create=True)
         cap = st.config.max_concurrent_requests
         if cap and st.in_flight >= cap:
             # Twilio 20429: "your account exceeds allowed concurrency ... Requests that receive 429
@@ -958,6 +1071,8 @@ class SandboxApp:
 
     async def fetch_message(self, request: web.Request) -> web.Response:
         st = self.state
+        if st.api_down:
+            return st.outage_answer(request)
         if not st.authorized(request, request.match_info["account_sid"]):
             return _unauthorized()
         message = st.messages.get(request.match_info["sid"])
@@ -969,6 +1084,8 @@ class SandboxApp:
         """Twilio's Account fetch (``GET /2010-04-01/Accounts/{Sid}.json``), without ``auth_token``: lets a
         client check its credentials without sending a message."""
         st = self.state
+        if st.api_down:
+            return st.outage_answer(request)
         if not st.authorized(request, request.match_info["account_sid"]):
             return _unauthorized()
         created = st._date(int(st.started))
@@ -992,6 +1109,8 @@ class SandboxApp:
 
     async def list_messages(self, request: web.Request) -> web.Response:
         st = self.state
+        if st.api_down:
+            return st.outage_answer(request)
         if not st.authorized(request, request.match_info["account_sid"]):
             return _unauthorized()
         q = request.query
@@ -1063,13 +1182,32 @@ class SandboxApp:
         return _json(self.state.config.to_json())
 
     async def post_config(self, request: web.Request) -> web.Response:
+        st = self.state
         try:
             changes = await request.json()
-            config = self.state.config.updated(changes)
+            config = st.config.updated(changes)
         except (ValueError, TypeError) as exc:
             return _json({"error": str(exc)}, 400)
-        self.state.set_config(config)
-        return _json(config.to_json())
+        if config.outage == "refuse" and (st.listeners is None or not st.listeners.has_control):
+            return _json({"error": REFUSE_NEEDS_CONTROL}, 400)
+        st.set_config(config)
+        error = await self._apply_outage()
+        if error is not None:
+            return error
+        return _json(st.config.to_json())
+
+    async def _apply_outage(self) -> web.Response | None:
+        """Open or close the API listener for ``outage`` before answering, so that the next call sees
+        the new state. None, or a 500 when the API port could not be bound again (left ``refuse``)."""
+        st = self.state
+        if st.listeners is None:
+            return None
+        try:
+            await st.listeners.apply(st.config.outage)
+        except OSError as exc:
+            st.set_config(st.config.updated({"outage": "refuse"}))
+            return _json({"error": f"could not listen on the API port again: {exc}"}, 500)
+        return None
 
     async def get_stats(self, request: web.Request) -> web.Response:
         return _json(self.state.stats())
@@ -1097,13 +1235,37 @@ class SandboxApp:
 
     async def post_reset(self, request: web.Request) -> web.Response:
         self.state.reset()
+        error = await self._apply_outage()
+        if error is not None:
+            return error
         return _json({"reset": True, "config": self.state.config.to_json()})
+
+    async def get_submissions(self, request: web.Request) -> web.StreamResponse:
+        """``[[created_unix, sender, segments, to], ...]`` for the stored messages created at or after
+        ``since`` (default 0: all), streamed: creates go on between pieces."""
+        try:
+            since = float(request.query.get("since", "0"))
+        except ValueError:
+            since = math.nan
+        if math.isnan(since):
+            return _json({"error": "since must be a number (unix seconds)"}, 400)
+        pieces = self.state.submission_chunks(since)
+        first = next(pieces)  # fixes the messages listed
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        await response.prepare(request)
+        await response.write(first)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0)
+        await response.write_eof()
+        return response
 
     async def health(self, request: web.Request) -> web.Response:
         return _json({"status": "ok", "submissions": len(self.state.all)})
 
 
 def build_app(state: SandboxState) -> web.Application:
+    """The main app: Twilio's API and the control API. Its cleanup closes the status callbacks."""
     handlers = SandboxApp(state)
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
@@ -1113,6 +1275,19 @@ def build_app(state: SandboxState) -> web.Application:
     app.router.add_post(f"{base}/Messages.json", handlers.create_message)
     app.router.add_get(f"{base}/Messages.json", handlers.list_messages, allow_head=False)
     app.router.add_get(f"{base}/Messages/{{sid}}.json", handlers.fetch_message, allow_head=False)
+    _add_control_routes(app, handlers)
+    return app
+
+
+def build_control_app(state: SandboxState) -> web.Application:
+    """The control API alone, for ``--control-port`` (up in every outage mode)."""
+    app = web.Application(client_max_size=1024 * 1024)
+    app["sandbox_state"] = state
+    _add_control_routes(app, SandboxApp(state))
+    return app
+
+
+def _add_control_routes(app: web.Application, handlers: SandboxApp) -> None:
     app.router.add_get("/_sandbox/config", handlers.get_config, allow_head=False)
     app.router.add_post("/_sandbox/config", handlers.post_config)
     app.router.add_get("/_sandbox/stats", handlers.get_stats, allow_head=False)
@@ -1120,7 +1295,87 @@ def build_app(state: SandboxState) -> web.Application:
     app.router.add_post("/_sandbox/reset", handlers.post_reset)
     app.router.add_post("/_sandbox/callbacks/replay", handlers.post_callbacks_replay)
     app.router.add_get("/_sandbox/health", handlers.health)
-    return app
+    app.router.add_get("/_sandbox/submissions", handlers.get_submissions, allow_head=False)
+
+
+REFUSE_NEEDS_CONTROL = "outage refuse closes the API port: it needs a separate control port (--control-port)"
+
+
+class Listeners:
+    """The server's sockets: the API listener (Twilio's API and the control API, on ``host:port``) and,
+    with ``control_port``, a control-only listener that stays up in every outage mode.
+
+    ``outage=refuse`` closes the API listening socket (the port is released: connects get
+    ECONNREFUSED) and closes its idle keep-alive connections (one being answered closes after its
+    answer). Leaving it binds the same host and port again. The app, the store and the status
+    callbacks (outgoing) are untouched throughout."""
+
+    def __init__(self, state: SandboxState, host: str, port: int, control_port: int | None = None) -> None:
+        self.state = state
+        self.host = host
+        self.port = port
+        self.control_port = control_port
+        self.api_runner: web.AppRunner | None = None
+        self.api_site: web.TCPSite | None = None
+        self.control_runner: web.AppRunner | None = None
+
+    @property
+    def has_control(self) -> bool:
+        return self.control_runner is not None
+
+    async def start(self) -> None:
+        self.api_runner = _runner(build_app(self.state))
+        await self.api_runner.setup()
+        await self._open_api()
+        self.port = self.api_site.port  # the port bound (for --port 0), kept for re-opening
+        if self.control_port is not None:
+            self.control_runner = _runner(build_control_app(self.state))
+            await self.control_runner.setup()
+            site = _site(self.control_runner, self.host, self.control_port)
+            await site.start()
+            self.control_port = site.port
+        self.state.listeners = self
+        await self.apply(self.state.config.outage)
+
+    async def apply(self, outage: str) -> None:
+        if outage == "refuse":
+            await self._close_api()
+        else:
+            await self._open_api()
+
+    async def _open_api(self) -> None:
+        if self.api_site is None:
+            site = _site(self.api_runner, self.host, self.port)
+            await site.start()
+            self.api_site = site
+
+    async def _close_api(self) -> None:
+        site, self.api_site = self.api_site, None
+        if site is None:
+            return
+        await site.stop()  # closes the listening socket: new connections are refused
+        for connection in self.api_runner.server.connections:
+            if getattr(connection, "_request_in_progress", False):
+                connection.close()  # closed once this answer is written (the config call's own, say)
+            else:
+                # an idle keep-alive connection: closed now. (close() would only cancel its wait for the
+                # next request and leave the socket open, unread, in aiohttp 3.14.)
+                connection.force_close()
+
+    async def cleanup(self) -> None:
+        if self.control_runner is not None:
+            await self.control_runner.cleanup()
+        if self.api_runner is not None:
+            await self.api_runner.cleanup()  # the main app's cleanup closes the status callbacks
+        self.state.listeners = None
+
+
+def _runner(app: web.Application) -> web.AppRunner:
+    return web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handle_signals=False)
+
+
+def _site(runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
+    return web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
 
 
 # --- entry point -----------------------------------------------------------------------------------
@@ -1143,12 +1398,21 @@ def _flag_list(value: Any) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _flag_port(value: Any) -> int | None:
+    if value is None or str(value).strip().lower() in ("", "none"):
+        return None
+    try:
+        return _as_int("port", value, 0, 65535)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _flag_kind(name: str) -> Any:
     if name in _INT_RANGES:
         return int
     if name in _BOOL_KEYS:
         return _flag_bool
-    if name in _STR_KEYS:
+    if name in _STR_KEYS or name in _CHOICE_KEYS:
         return str
     if name in _LIST_KEYS:
         return _flag_list
@@ -1162,6 +1426,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--host", default=_env("SANDBOX_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("SANDBOX_PORT", 8081)), help="0 = any free port")
+    p.add_argument(
+        "--control-port",
+        type=_flag_port,
+        default=_env("SANDBOX_CONTROL_PORT", None),
+        help="also serve /_sandbox/ on this port, up in every outage mode; 0 = any free port; default: "
+        "none (the control API only on --port) (env SANDBOX_CONTROL_PORT)",
+    )
     p.add_argument("--account-sid", default=_env("TWILIO_ACCOUNT_SID", DEFAULT_ACCOUNT_SID))
     p.add_argument("--auth-token", default=_env("TWILIO_AUTH_TOKEN", DEFAULT_AUTH_TOKEN))
     for f in fields(SandboxConfig):
@@ -1181,18 +1452,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def serve(state: SandboxState, host: str, port: int, stop: asyncio.Event) -> None:
-    runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=0.5, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
-    await site.start()
-    sockets = getattr(site._server, "sockets", None) or []
-    bound_port = sockets[0].getsockname()[1] if sockets else port
-    print(f"sandbox listening on http://{host}:{bound_port}", flush=True)
+async def serve(
+    state: SandboxState, host: str, port: int, stop: asyncio.Event, control_port: int | None = None
+) -> None:
+    listeners = Listeners(state, host, port, control_port)
     try:
+        await listeners.start()
+        line = f"sandbox listening on http://{host}:{listeners.port}"
+        if listeners.control_port is not None:
+            line += f" control http://{host}:{listeners.control_port}"
+        print(line, flush=True)  # the first stdout line, once every listener is up
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await listeners.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1207,6 +1479,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         raise SystemExit(f"sandbox: bad configuration: {exc}") from None
+    if config.outage == "refuse" and args.control_port is None:
+        raise SystemExit(f"sandbox: bad configuration: {REFUSE_NEEDS_CONTROL}")
     state = SandboxState(
         account_sid=args.account_sid, auth_token=args.auth_token, config=config, seed=args.seed
     )
@@ -1216,7 +1490,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(state, args.host, args.port, stop)
+        await serve(state, args.host, args.port, stop, args.control_port)
 
     asyncio.run(run())
     return 0

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from delivery import holds, sending
 from delivery.models import AttemptOutcome, OptOutSignal, ProviderHold
-from scheduling import sweep, transitions
+from scheduling import release, transitions
 from scheduling.models import Message, Status
 from tests.factories import message, recipient, tenant_with_key
 
@@ -91,7 +91,7 @@ def test_rotated_auth_token_holds_the_account_and_fails_no_message(
         m.refresh_from_db()
         assert m.status == Status.QUEUED and m.reason_code == "" and m.run_after <= timezone.now()
         assert m.events.filter(kind="hold_released").count() == 1
-    assert sweep.stale_queued_republish(limit=100) == 5
+    assert release.due_release(limit=100).republished == 5
     sending.send_batch([m.pk for m in everyone])
     assert set(statuses(everyone).values()) == {Status.SENT}
     assert sandbox.stats()["submissions"] == 5

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from twilio.request_validator import RequestValidator
 
-from delivery.providers.base import CallbackInvalid, ErrorClass, HoldScope
+from delivery.providers.base import CallbackInvalid, ErrorClass, Scope
 from delivery.providers.twilio_callbacks import body_matches, parse, parse_raw_dlr_done_date, validate
 from delivery.providers.twilio_errors import classify
 from delivery.providers.twilio_http import abortable_socket_factory
@@ -22,28 +22,28 @@ C = ErrorClass
 @pytest.mark.parametrize(
     ("code", "http", "cls", "scope"),
     [
-        ("20003", 401, C.ACCOUNT_FAULT, HoldScope.ACCOUNT),
-        ("20429", 429, C.THROTTLED, None),
+        ("20003", 401, C.ACCOUNT_FAULT, Scope.ACCOUNT),
+        ("20429", 429, C.THROTTLED, Scope.ACCOUNT),
         ("21211", 400, C.PERMANENT, None),
         ("21217", 400, C.PERMANENT, None),
-        ("21408", 400, C.ACCOUNT_FAULT, HoldScope.DESTINATION),
-        ("21606", 400, C.ACCOUNT_FAULT, HoldScope.SENDER),
+        ("21408", 400, C.ACCOUNT_FAULT, Scope.DESTINATION),
+        ("21606", 400, C.ACCOUNT_FAULT, Scope.SENDER),
         ("21610", 400, C.OPTED_OUT, None),
-        ("21611", 400, C.THROTTLED, None),
+        ("21611", 400, C.THROTTLED, Scope.SENDER),
         ("21614", 400, C.PERMANENT, None),
-        ("30001", None, C.THROTTLED, None),
-        ("30002", None, C.ACCOUNT_FAULT, HoldScope.ACCOUNT),
+        ("30001", None, C.THROTTLED, Scope.SENDER),
+        ("30002", None, C.ACCOUNT_FAULT, Scope.ACCOUNT),
         ("30003", None, C.PERMANENT, None),
         ("30004", None, C.PERMANENT, None),
         ("30005", None, C.PERMANENT, None),
         ("30006", None, C.PERMANENT, None),
         ("30007", None, C.PERMANENT, None),
         ("30008", None, C.TRANSIENT, None),
-        ("30034", None, C.ACCOUNT_FAULT, HoldScope.SENDER),
+        ("30034", None, C.ACCOUNT_FAULT, Scope.SENDER),
         ("30036", None, C.TRANSIENT, None),
         # unknown codes: by HTTP status at submission, "permanent" in a callback (never resent blindly)
-        ("99999", 429, C.THROTTLED, None),
-        ("99999", 401, C.ACCOUNT_FAULT, HoldScope.ACCOUNT),
+        ("99999", 429, C.THROTTLED, Scope.ACCOUNT),
+        ("99999", 401, C.ACCOUNT_FAULT, Scope.ACCOUNT),
         ("99999", 503, C.TRANSIENT, None),
         ("99999", 400, C.PERMANENT, None),
         ("", 500, C.TRANSIENT, None),
@@ -52,7 +52,7 @@ C = ErrorClass
 )
 def test_error_table(code, http, cls, scope):
     info = classify(code, http)
-    assert info.error_class == cls and info.hold_scope == scope and info.title
+    assert info.error_class == cls and info.scope == scope and info.title
 
 
 def test_validity_period_is_expires_minus_now_clamped_to_twilio_bounds():

@@ -217,7 +217,7 @@ def test_latency_is_added_without_blocking_other_requests(adapter, sandbox):
     sandbox.config(latency_ms=300)
     started = time.monotonic()
     results = adapter.submit_many(
-        [Submission(i, f"+1555040{i:04d}", "x", from_number=FROM) for i in range(40)]
+        [Submission(i, f"+1555040{i:04d}", "x", sender=FROM) for i in range(40)]
     )
     elapsed = time.monotonic() - started
     assert all(r.outcome == Outcome.ACCEPTED for r in results)

@@ -312,5 +312,7 @@ def test_stats_derive_statuses_and_per_sender_rates(state, clock):
         "sent": 3,
         "max_submitted_per_second": 4,
         "max_sent_per_second": 2,
+        "max_submitted_in_any_1s": 4,  # all four created at T0
+        "max_segments_in_any_1s": 4,
     }
     assert stats["senders"][OTHER]["sent"] == 1

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from delivery import reconcile, sending
 from delivery.models import Attempt, AttemptOutcome
-from scheduling import sweep, transitions
+from scheduling import release, transitions
 from scheduling.models import Message, Status
 from tests.factories import message, recipient, tenant_with_key
 
@@ -72,7 +72,7 @@ def test_429_is_throttled_resent_after_retry_after_and_not_charged(adapter, sand
     assert kinds(msg)[-1] == "throttled"
     # When the retry time comes, the sweep re-publishes it and the next attempt succeeds.
     Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
-    assert sweep.stale_queued_republish(limit=10) == 1
+    assert release.due_release(limit=10).republished == 1
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
     assert msg.status == Status.SENT and (msg.attempt_count, msg.provider_calls) == (1, 2)

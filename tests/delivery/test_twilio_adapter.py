@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from delivery.providers import ProviderQueryError, get_adapter
-from delivery.providers.base import ErrorClass, HoldScope, Outcome, Submission
+from delivery.providers.base import ErrorClass, Outcome, Scope, Submission
 from delivery.providers.twilio import TwilioAdapter, parse_retry_after, redact, rewrite_url
 from tests.sandbox_process import SandboxProcess, unused_port
 
@@ -18,7 +18,7 @@ SERVICE = "MG" + "a" * 32
 
 
 def sub(to: str, body: str = "hello", i: int = 0, **kwargs) -> Submission:
-    kwargs.setdefault("from_number", FROM)
+    kwargs.setdefault("sender", FROM)
     return Submission(message_id=i, to=to, body=body, **kwargs)
 
 
@@ -174,7 +174,7 @@ def test_real_validation_errors_are_rejected(adapter, sandbox):
 
 def test_messaging_service_submission_is_accepted(adapter, sandbox):
     sandbox.config(service_assign_delay_ms=60_000)  # the service has not picked a sender yet
-    [result] = adapter.submit_many([sub("+15550101000", from_number="", messaging_service_sid=SERVICE)])
+    [result] = adapter.submit_many([sub("+15550101000", sender="", sender_pool=SERVICE)])
     assert result.outcome == Outcome.ACCEPTED
     assert result.provider_status == "accepted"
     assert adapter.normalize_status(result.provider_status) == "queued"
@@ -189,7 +189,7 @@ def test_wrong_auth_token_is_rejected(adapter, sandbox, settings):
     [result] = adapter.submit_many([sub("+15550101100")])
 
     assert result.outcome == Outcome.REJECTED
-    assert (result.error_class, result.hold_scope) == (ErrorClass.ACCOUNT_FAULT, HoldScope.ACCOUNT)
+    assert (result.error_class, result.scope) == (ErrorClass.ACCOUNT_FAULT, Scope.ACCOUNT)
     assert result.http_status == 401
     assert result.error_code == "20003"
     stats = sandbox.stats()
@@ -242,7 +242,7 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     to = "+15550101500"
     since = datetime.now(UTC) - timedelta(seconds=2)
     # an older message to the same number and one from another sender must not be returned
-    [other_sender] = adapter.submit_many([sub(to, "other sender", from_number="+15005550009")])
+    [other_sender] = adapter.submit_many([sub(to, "other sender", sender="+15005550009")])
     assert other_sender.outcome == Outcome.ACCEPTED
     # Twilio queues it for a while (a slow sender): the listing must still find it, unsent.
     sandbox.config(
@@ -258,7 +258,7 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     assert sandbox.stats()["submissions"] == 2
 
     window = {"created_after": since, "created_before": datetime.now(UTC) + timedelta(seconds=5)}
-    lookup = adapter.find_submissions(to=to, from_number=FROM, messaging_service_sid="", **window)
+    lookup = adapter.find_submissions(to=to, sender=FROM, sender_pool="", **window)
     assert lookup.complete and lookup.pages == 1 and lookup.scanned == 2
     assert len(lookup.candidates) == 1
     [message] = lookup.candidates
@@ -275,7 +275,7 @@ def test_accept_then_hang_is_uncertain_and_reconciles(adapter, sandbox, settings
     later = datetime.now(UTC) + timedelta(minutes=5)
     assert (
         adapter.find_submissions(
-            to=to, from_number=FROM, messaging_service_sid="", created_after=later, created_before=later
+            to=to, sender=FROM, sender_pool="", created_after=later, created_before=later
         ).candidates
         == []
     )
@@ -286,8 +286,8 @@ def test_find_submissions_by_messaging_service(adapter, sandbox):
     since = datetime.now(UTC) - timedelta(seconds=2)
     results = adapter.submit_many(
         [
-            sub(to, "mine", from_number="", messaging_service_sid=SERVICE),
-            sub(to, "other service", from_number="", messaging_service_sid="MG" + "b" * 32),
+            sub(to, "mine", sender="", sender_pool=SERVICE),
+            sub(to, "other service", sender="", sender_pool="MG" + "b" * 32),
             sub(to, "direct"),
         ]
     )
@@ -295,8 +295,8 @@ def test_find_submissions_by_messaging_service(adapter, sandbox):
 
     found = adapter.find_submissions(
         to=to,
-        from_number="",
-        messaging_service_sid=SERVICE,
+        sender="",
+        sender_pool=SERVICE,
         created_after=since,
         created_before=datetime.now(UTC) + timedelta(seconds=5),
     ).candidates
@@ -316,16 +316,16 @@ def test_find_submissions_converts_aware_since_to_utc(adapter, sandbox):
     one_hour_later = (datetime.now(UTC) + timedelta(hours=1)).astimezone(new_york)
     found = adapter.find_submissions(
         to=to,
-        from_number=FROM,
-        messaging_service_sid="",
+        sender=FROM,
+        sender_pool="",
         created_after=just_before,
         created_before=just_after,
     ).candidates
     assert [m.provider_message_id for m in found] == [result.provider_message_id]
     later = adapter.find_submissions(
         to=to,
-        from_number=FROM,
-        messaging_service_sid="",
+        sender=FROM,
+        sender_pool="",
         created_after=one_hour_later,
         created_before=one_hour_later + timedelta(hours=1),
     )
@@ -343,8 +343,8 @@ def test_lookups_raise_provider_query_error_when_unreachable(adapter, settings):
     with pytest.raises(ProviderQueryError):
         adapter.find_submissions(
             to="+15550101800",
-            from_number=FROM,
-            messaging_service_sid="",
+            sender=FROM,
+            sender_pool="",
             created_after=datetime.now(UTC),
             created_before=datetime.now(UTC),
         )

@@ -28,6 +28,14 @@ FAST = {
     "SMSGW_HOLD_PROBE_FIRST_SECONDS": "2",
     "SMSGW_HOLD_PROBE_MAX_SECONDS": "4",
     "SMSGW_HOLDS_PROBE_INTERVAL": "1",
+    # Twilio's real per-sender defaults (1 segment/s for a long code) would make every test wait: set far
+    # above what a test sends. Pacing tests set their own rates.
+    "SMSGW_RATE_LONG_CODE": "100000",
+    "SMSGW_RATE_TOLL_FREE": "100000",
+    "SMSGW_RATE_SHORT_CODE": "100000",
+    "SMSGW_RATE_ALPHANUMERIC": "100000",
+    "SMSGW_RATE_MESSAGING_SERVICE": "100000",
+    "SMSGW_ACCOUNT_RATE": "100000",
 }
 
 

@@ -59,6 +59,32 @@ class Command(BaseCommand):
         p = sub.add_parser("preview", help="GET /v1/schedules/{id}/occurrences for several rules")
         p.add_argument("--count", type=int, default=100)
         p.add_argument("--repeats", type=int, default=50)
+        p = sub.add_parser("paced", help="a burst paced by sender and account rates the sandbox enforces")
+        p.add_argument("--messages", type=int, default=100_000)
+        p.add_argument("--senders", type=int, default=50)
+        p.add_argument("--rate", type=float, default=20.0, help="segments/s per sender (both sides)")
+        p.add_argument("--queue-seconds", type=float, default=2.0, help="the sandbox's queue per sender")
+        p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("adaptive", help="backpressure: the real sender rate is below the configured")
+        p.add_argument("--senders", type=int, default=5)
+        p.add_argument("--rate", type=float, default=20.0, help="what the gateway is told")
+        p.add_argument("--real-rate", type=float, default=10.0, help="what the sandbox really sends")
+        p.add_argument("--seconds", type=int, default=60)
+        p.add_argument("--queue-seconds", type=float, default=2.0)
+        p = sub.add_parser("fairness", help="one tenant's backlog against another tenant's stream")
+        p.add_argument("--a-messages", type=int, default=200_000)
+        p.add_argument("--account-rate", type=float, default=1000.0)
+        p.add_argument("--stream-rate", type=float, default=10.0)
+        p.add_argument("--seconds", type=int, default=60)
+        p.add_argument("--timeout", type=float, default=120.0)
+        p = sub.add_parser("outage", help="the provider fails mid-drain: 503, then refused connections")
+        p.add_argument("--messages", type=int, default=20_000)
+        p.add_argument("--outage-seconds", type=int, default=60)
+        p.add_argument("--refuse-share", type=float, default=0.5)
+        p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("limiter", help="the 50,000 burst with pacing off and on, same run")
+        p.add_argument("--messages", type=int, default=50_000)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -122,6 +148,42 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
             )
+        elif scenario in ("paced", "adaptive", "fairness", "outage", "limiter"):
+            from smsgw import bench_pacing
+
+            if scenario == "paced":
+                result = bench_pacing.paced(
+                    n=opts["messages"],
+                    senders=opts["senders"],
+                    rate=opts["rate"],
+                    queue_seconds=opts["queue_seconds"],
+                    timeout=opts["timeout"],
+                )
+            elif scenario == "adaptive":
+                result = bench_pacing.adaptive(
+                    senders=opts["senders"],
+                    rate=opts["rate"],
+                    real_rate=opts["real_rate"],
+                    seconds=opts["seconds"],
+                    queue_seconds=opts["queue_seconds"],
+                )
+            elif scenario == "fairness":
+                result = bench_pacing.fairness(
+                    a_messages=opts["a_messages"],
+                    account_rate=opts["account_rate"],
+                    stream_rate=opts["stream_rate"],
+                    seconds=opts["seconds"],
+                    timeout=opts["timeout"],
+                )
+            elif scenario == "outage":
+                result = bench_pacing.outage(
+                    n=opts["messages"],
+                    outage_seconds=opts["outage_seconds"],
+                    refuse_share=opts["refuse_share"],
+                    timeout=opts["timeout"],
+                )
+            else:
+                result = bench_pacing.limiter(n=opts["messages"], timeout=opts["timeout"])
         elif scenario == "uncertain":
             from receipts import bench as receipts_bench
 

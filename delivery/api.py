@@ -1,0 +1,72 @@
+"""The tenant's sending capacity: `GET /v1/capacity`, `PUT|DELETE /v1/capacity/senders/<sender>`."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from delivery import capacity
+from smsgw.errors import field_error
+
+MAX_RATE = 10_000.0
+
+
+class SenderRateInput(serializers.Serializer):
+    segments_per_second = serializers.FloatField(min_value=0.001, max_value=MAX_RATE)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        return super().to_internal_value(data)
+
+
+CapacityOutput = inline_serializer(
+    "Capacity",
+    {
+        "provider": serializers.CharField(),
+        "provider_status": serializers.DictField(),
+        "tenant": serializers.DictField(),
+        "senders": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+class CapacityApi(APIView):
+    @extend_schema(responses=CapacityOutput, summary="Sending limits: senders' rates, provider status")
+    def get(self, request):
+        return Response(capacity.tenant_capacity_view(request.user.tenant))
+
+
+class SenderCapacityApi(APIView):
+    @extend_schema(request=SenderRateInput, responses=CapacityOutput, summary="Set a sender's rate")
+    def put(self, request, sender: str):
+        _check_sender(sender)
+        data = SenderRateInput(data=request.data if isinstance(request.data, dict) else {})
+        data.is_valid(raise_exception=True)
+        _set(request, sender, data.validated_data["segments_per_second"])
+        return Response(capacity.tenant_capacity_view(request.user.tenant))
+
+    @extend_schema(request=None, responses=CapacityOutput, summary="Back to the default rate")
+    def delete(self, request, sender: str):
+        _check_sender(sender)
+        _set(request, sender, None)
+        return Response(capacity.tenant_capacity_view(request.user.tenant))
+
+
+def _check_sender(sender: str) -> None:
+    if not capacity.is_valid_sender(sender):
+        raise field_error(
+            "sender", "an E.164 number, a short code, an alphanumeric sender id or a messaging service sid"
+        )
+
+
+def _set(request, sender: str, rate: float | None) -> None:
+    try:
+        capacity.sender_capacity_set(tenant=request.user.tenant, sender=sender, segments_per_second=rate)
+    except capacity.CapacityNotYours:
+        raise PermissionDenied("This sender's rate is set by the operator or another tenant.") from None

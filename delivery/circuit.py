@@ -1,0 +1,254 @@
+"""Circuit breaker per provider account: an outage costs one probe per second, never the messages.
+
+Send workers report each batch's answers (``circuit_report``): requests that failed for the provider's
+reasons (timeouts, connection errors, 5xx) against those it answered. Within a fixed window of
+SMSGW_CIRCUIT_WINDOW_SECONDS, at least SMSGW_CIRCUIT_MIN_FAILURES failures making at least
+SMSGW_CIRCUIT_FAILURE_RATIO of the answers open the circuit. While it is open:
+
+* the release gate submits nothing but one probe message per SMSGW_CIRCUIT_PROBE_SECONDS (``probe_take``,
+  a compare-and-set, so one sweeper on one host sends it);
+* due messages wait where they are, reason ``provider_unavailable`` (one timeline entry each), and workers
+  park what was already queued instead of submitting it;
+* a message whose request failed because of the outage is not charged an attempt: an outage of any
+  length ends a message only by its validity running out.
+
+The first probe that gets an answer closes the circuit and releases every waiting message at once, so
+sending resumes within about a probe interval of the provider's recovery. Its state is in the admin
+(Provider circuits), the tenant API (``GET /v1/capacity``) and the affected messages' timelines.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from delivery.models import ProviderCircuit
+from scheduling import transitions
+from scheduling.models import Message, Status
+
+log = logging.getLogger(__name__)
+
+CLOSED, OPEN = "closed", "open"
+REASON_UNAVAILABLE = "provider_unavailable"
+REASON_PROBE = "circuit_probe"
+RELEASE_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class CircuitState:
+    state: str
+    opened_at: datetime | None = None
+    next_probe_at: datetime | None = None
+    last_error: str = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == OPEN
+
+
+def _row(provider: str, account: str, now: datetime) -> ProviderCircuit:
+    row = ProviderCircuit.objects.filter(provider=provider, account=account).first()
+    if row is not None:
+        return row
+    try:
+        with transaction.atomic():
+            return ProviderCircuit.objects.create(
+                provider=provider, account=account, state=CLOSED, window_started_at=now, updated_at=now
+            )
+    except IntegrityError:
+        return ProviderCircuit.objects.get(provider=provider, account=account)
+
+
+def circuit_state(provider: str, account: str) -> CircuitState:
+    row = ProviderCircuit.objects.filter(provider=provider, account=account).first()
+    if row is None:
+        return CircuitState(CLOSED)
+    return CircuitState(row.state, row.opened_at, row.next_probe_at, row.last_error)
+
+
+def probe_take(provider: str, account: str, *, now: datetime | None = None) -> bool:
+    """Claim the open circuit's due probe: exactly one caller wins it and sends one message."""
+    now = now or timezone.now()
+    row = ProviderCircuit.objects.filter(provider=provider, account=account, state=OPEN).first()
+    if row is None or (row.next_probe_at and row.next_probe_at > now):
+        return False
+    won = ProviderCircuit.objects.filter(pk=row.pk, state=OPEN, next_probe_at=row.next_probe_at).update(
+        next_probe_at=now + timedelta(seconds=settings.CIRCUIT_PROBE_SECONDS), probes=row.probes + 1
+    )
+    return won == 1
+
+
+def circuit_report(
+    *,
+    provider: str,
+    account: str,
+    ok: int,
+    failed: int,
+    error: str = "",
+    probe_ok: bool = False,
+    now: datetime | None = None,
+) -> CircuitState:
+    """Count a batch's answers; open the circuit, or close it when a probe got an answer. Returns the
+    state after the report. (While open, other answers are late ones from requests sent before it
+    opened: they prove nothing about now.)"""
+    now = now or timezone.now()
+    if not ok and not failed:
+        return circuit_state(provider, account)
+    row = _row(provider, account, now)
+    closed = False
+    with transaction.atomic():
+        row = ProviderCircuit.objects.select_for_update().get(pk=row.pk)
+        if row.state == OPEN:
+            if probe_ok:  # the provider answers again: close, and release everything that waited
+                _close(row, now)
+                closed = True
+            else:
+                row.last_error = (error or row.last_error)[:255]
+                row.updated_at = now
+                row.save(update_fields=["last_error", "updated_at"])
+        else:
+            _count(row, ok, failed, error, now)
+    if closed:
+        circuit_release(now=timezone.now())  # outside the row lock: may touch many messages
+        return CircuitState(CLOSED)
+    return CircuitState(row.state, row.opened_at, row.next_probe_at, row.last_error)
+
+
+def _count(row: ProviderCircuit, ok: int, failed: int, error: str, now: datetime) -> None:
+    if (now - row.window_started_at).total_seconds() > settings.CIRCUIT_WINDOW_SECONDS:
+        row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
+    row.window_ok += ok
+    row.window_failed += failed
+    if error:
+        row.last_error = error[:255]
+    answers = row.window_ok + row.window_failed
+    if (
+        row.window_failed >= settings.CIRCUIT_MIN_FAILURES
+        and row.window_failed >= settings.CIRCUIT_FAILURE_RATIO * answers
+    ):
+        row.state = OPEN
+        row.opened_at = now
+        row.next_probe_at = now + timedelta(seconds=settings.CIRCUIT_PROBE_SECONDS)
+        log.error(
+            "provider circuit opened for %s/%s: %d of %d requests failed (%s)",
+            row.provider,
+            row.account,
+            row.window_failed,
+            answers,
+            row.last_error,
+        )
+    row.updated_at = now
+    row.save()
+
+
+def _close(row: ProviderCircuit, now: datetime) -> None:
+    row.state = CLOSED
+    row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
+    row.next_probe_at = None
+    row.updated_at = now
+    row.save()
+    log.warning("provider circuit closed for %s/%s after %s", row.provider, row.account, now - row.opened_at)
+
+
+def circuit_close(provider: str, account: str, *, actor: str = "system") -> int:
+    """Close by hand (an operator in the admin): release what waited. Returns how many were released."""
+    now = timezone.now()
+    with transaction.atomic():
+        row = ProviderCircuit.objects.select_for_update().filter(provider=provider, account=account).first()
+        if row is None or row.state != OPEN:
+            return 0
+        row.state = CLOSED
+        row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
+        row.next_probe_at = None
+        row.updated_at = now
+        row.save()
+    log.warning("provider circuit closed for %s/%s by %s", provider, account, actor)
+    return circuit_release(now=now, actor=actor)
+
+
+def circuit_release(*, now: datetime, actor: str = "system") -> int:
+    """Every message waiting for the provider becomes due now (the next sweep releases it within the
+    limits). No timeline entry: the next step (queued / attempt) is the entry."""
+    released = 0
+    for status in (Status.SCHEDULED, Status.QUEUED):
+        while True:
+            ids = list(
+                Message.objects.filter(
+                    status=status, reason_code=REASON_UNAVAILABLE, run_after__gt=now
+                ).values_list("pk", flat=True)[:RELEASE_BATCH]
+            )
+            if not ids:
+                break
+            released += transitions.run_after_push(ids, status=status, run_after=now)
+    return released
+
+
+def circuit_tick(now: datetime) -> str:
+    """Once per sweep pass: if the circuit is open and its probe is due, release one waiting message (the
+    oldest parked as provider_unavailable) as the probe. Database work only; the send worker makes the
+    request, and its answer closes the circuit (circuit_report)."""
+    from delivery.providers import get_adapter
+
+    adapter = get_adapter()
+    provider, account = adapter.name, adapter.account
+    state = circuit_state(provider, account)
+    if not state.is_open or (state.next_probe_at and state.next_probe_at > now):
+        return "none"
+    with transaction.atomic():
+        for status in (Status.QUEUED, Status.SCHEDULED):
+            waiting = list(
+                Message.objects.filter(status=status, reason_code=REASON_UNAVAILABLE)
+                .order_by("run_after")
+                .select_for_update(skip_locked=True)
+                .values("id", "version", "priority")[:1]
+            )
+            if not waiting:
+                continue
+            if not probe_take(provider, account, now=now):
+                return "none"
+            row = waiting[0]
+            recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
+            moved = transitions.transition_versioned(
+                [(row["id"], row["version"], {"run_after": recovery})],
+                from_status=status,
+                to_status=Status.QUEUED,
+                kind="queued" if status == Status.SCHEDULED else "republished",
+                per_row_columns=("run_after",),
+                set_fields={"reason_code": REASON_PROBE, "status_reason": "probe: is the provider back?"},
+                details={"probe": True},
+                now=now,
+            )
+            if moved:
+                from scheduling.release import publish_after_commit
+
+                publish_after_commit(row["priority"], moved)
+                return "message"
+    return "nothing_waiting"
+
+
+def circuit_probe_account(*, now: datetime | None = None) -> str:
+    """Beat task body: an open circuit with no message waiting to probe it is probed by fetching the
+    account (no message spent), so it does not stay open for ever on an idle gateway."""
+    from delivery.providers import get_adapter
+
+    now = now or timezone.now()
+    adapter = get_adapter()
+    provider, account = adapter.name, adapter.account
+    if not circuit_state(provider, account).is_open:
+        return "closed"
+    if Message.objects.filter(
+        status__in=[Status.QUEUED, Status.SCHEDULED], reason_code=REASON_UNAVAILABLE
+    ).exists():
+        return "messages_waiting"  # a message probe (circuit_tick) is the truer test
+    if not probe_take(provider, account, now=now):
+        return "not_due"
+    ok, _detail = adapter.probe()
+    if ok:
+        circuit_report(provider=provider, account=account, ok=1, failed=0, probe_ok=True, now=timezone.now())
+        return "closed_by_account_probe"
+    return "still_down"

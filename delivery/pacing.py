@@ -1,0 +1,343 @@
+"""The release gate: which due messages may go to the provider now, and where the rest wait.
+
+The sweep hands the gate the messages it has claimed as due (locked, still ``scheduled`` or ``queued``);
+the gate answers which to release now and, for the others, until when they wait. A message that waits is
+still ours: it stays in its status, cancellable, with ``run_after`` at its expected send time, reason
+``paced`` (or ``provider_unavailable``) and one timeline entry saying so. Nothing is claimed and then
+held in a worker, and nothing waits in the provider's queue where it could no longer be cancelled.
+
+Limits, all in segments per second (a 3-segment SMS costs 3), each a shared ``RateBucket`` row:
+
+* the provider account's cap (``AccountCapacity`` or SMSGW_ACCOUNT_RATE);
+* each sender's rate (``SenderCapacity`` or the default for its type, delivery.capacity);
+* the tenant's ``send_rate_per_second``, when set.
+
+Why rows in the database (GCRA: one "theoretical arrival time" per limit) rather than token buckets in
+Redis: the database is the one component every mode has (SQLite in the embedded mode, PostgreSQL in
+production, with Redis or RabbitMQ as the broker, or neither), the claim already runs in a database
+transaction, and locking the few bucket rows of a pass (SELECT ... FOR UPDATE, in key order) makes any
+number of sweepers on any number of hosts share each limit exactly. The cost is one small locked read and
+write per pass, not per message.
+
+Fairness: within a priority class, candidates are taken round-robin by tenant (deficit round robin with
+equal weights), so a tenant's backlog takes its turn instead of the whole capacity; transactional goes
+first, but bulk keeps at least SMSGW_PACING_BULK_MIN_SHARE of each pass.
+
+Expected send times: a message that does not fit is parked at its projected slot: behind its sender's
+earlier paced messages and behind its own tenant's (per-tenant cursors, so one tenant's backlog never
+pushes another tenant's messages back). The projection is a promise of order, not of capacity: when the
+time comes the message competes again, and if it slips it is parked at the front of the line, with no new
+timeline entry.
+
+Backpressure (``throttle_signal``): a 429 or a full provider queue lowers the rate of the scope the
+error names (sender or account) by SMSGW_AIMD_DECREASE, at most once per cooldown, and honours
+Retry-After; the rate climbs back by SMSGW_AIMD_INCREASE_PER_SECOND of the configured rate per second,
+never above it (AIMD).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from delivery import capacity, circuit
+from delivery.models import RateBucket
+from delivery.providers import get_adapter
+from scheduling.release import Candidate, Decision, Park
+from smsgw.models import Tenant
+
+log = logging.getLogger(__name__)
+
+REASON_PACED = "paced"
+REASON_UNAVAILABLE = circuit.REASON_UNAVAILABLE
+REASON_PROBE = circuit.REASON_PROBE
+TRANSACTIONAL = "transactional"
+IDLE_RESET_SECONDS = 1.0  # a bucket unused this long forgets the slots it promised (cancelled, gone)
+MIN_PARK_SECONDS = 0.05  # never park a message for less: it would only come straight back
+
+
+def bucket_key(provider: str, account: str, kind: str, value: str = "") -> str:
+    return f"{provider}|{account}|{kind}|{value}"[:200]
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _dt(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+class _Bucket:
+    """One limit during one pass, in epoch seconds (cheap arithmetic per candidate)."""
+
+    def __init__(self, row: RateBucket, configured: float, now: float, label: str) -> None:
+        self.row = row
+        self.label = label
+        self.configured = configured
+        effective = row.rate_effective
+        last = _epoch(row.last_decrease_at)
+        if last is None or now - last > 60 or row.rate_configured != configured:
+            effective = configured  # not throttled lately (or reconfigured): the configured rate
+        else:
+            elapsed = max(0.0, now - _epoch(row.updated_at))
+            effective = min(configured, effective + settings.AIMD_INCREASE_PER_SECOND * configured * elapsed)
+        self.effective = max(effective, configured * settings.AIMD_FLOOR, 1e-6)
+        self.interval = 1.0 / (self.effective * settings.PACING_HEADROOM)  # seconds per segment
+        self.tolerance = max(settings.PACING_BURST_SECONDS, self.interval)
+        self.tat = _epoch(row.tat)
+        self.cursor = _epoch(row.projected_until)
+        if self.tat < now - IDLE_RESET_SECONDS:
+            self.cursor = now
+        self.blocked = _epoch(row.blocked_until) or 0.0
+
+    def admit_at(self, now: float) -> float:
+        return max(now, self.tat - self.tolerance, self.blocked)
+
+    def take(self, cost: int, now: float) -> None:
+        self.tat = max(self.tat, now) + cost * self.interval
+
+    def project(self, cost: int, now: float, first: bool) -> float:
+        """The slot of a message that waits: behind the slots promised before (first wait), or at the
+        front of the line (a message that already waited and slipped)."""
+        if not first:
+            return self.admit_at(now)
+        slot = max(self.cursor, self.admit_at(now))
+        self.cursor = slot + cost * self.interval
+        return slot
+
+    def save(self, now: datetime) -> None:
+        row = self.row
+        row.rate_configured = self.configured
+        row.rate_effective = self.effective
+        row.tat = _dt(self.tat)
+        row.projected_until = _dt(max(self.cursor, self.tat))
+        row.updated_at = now
+
+
+class _Cursor:
+    """A tenant's own projection cursor on the account (no limit of its own): its backlog's expected
+    slots, at the account's rate, without pushing other tenants back."""
+
+    def __init__(self, row: RateBucket, account: _Bucket, now: float) -> None:
+        self.row = row
+        self.account = account
+        cursor = _epoch(row.projected_until)
+        self.cursor = now if cursor < now else cursor
+
+    def project(self, cost: int, now: float, first: bool) -> float:
+        if not first:
+            return now
+        slot = max(self.cursor, now)
+        self.cursor = slot + cost * self.account.interval
+        return slot
+
+    def save(self, now: datetime) -> None:
+        self.row.projected_until = _dt(self.cursor)
+        self.row.updated_at = now
+
+
+def _rows(keys: list[tuple[str, str, float]], now: datetime) -> dict[str, RateBucket]:
+    """The bucket rows for ``(key, kind, rate)``, created when new, locked in key order (so two
+    sweepers never wait on each other in a cycle)."""
+    wanted = sorted({k for k, _, _ in keys})
+    rows = {r.key: r for r in RateBucket.objects.select_for_update().filter(key__in=wanted).order_by("key")}
+    missing = [(k, kind, rate) for k, kind, rate in keys if k not in rows]
+    if missing:
+        RateBucket.objects.bulk_create(
+            [
+                RateBucket(
+                    key=k,
+                    kind=kind,
+                    rate_configured=rate,
+                    rate_effective=rate,
+                    tat=now,
+                    projected_until=now,
+                    updated_at=now,
+                )
+                for k, kind, rate in {m[0]: m for m in missing}.values()
+            ],
+            ignore_conflicts=True,
+        )
+        rows = {
+            r.key: r for r in RateBucket.objects.select_for_update().filter(key__in=wanted).order_by("key")
+        }
+    return rows
+
+
+def fair_order(candidates: list[Candidate]) -> list[Candidate]:
+    """Transactional before bulk (bulk keeps its minimum share); round-robin by tenant within a class;
+    each tenant's own candidates oldest first."""
+    classes: dict[bool, OrderedDict[int, deque[Candidate]]] = {True: OrderedDict(), False: OrderedDict()}
+    for c in sorted(candidates, key=lambda c: (c.run_after, c.id)):
+        classes[c.priority == TRANSACTIONAL].setdefault(c.tenant_id, deque()).append(c)
+
+    def round_robin(queues: OrderedDict[int, deque[Candidate]]):
+        while queues:
+            for tenant in list(queues):
+                queue = queues[tenant]
+                yield queue.popleft()
+                if not queue:
+                    del queues[tenant]
+
+    tx, bulk = round_robin(classes[True]), round_robin(classes[False])
+    out: list[Candidate] = []
+    credit = 0.0
+    share = settings.PACING_BULK_MIN_SHARE
+    tx_next, bulk_next = next(tx, None), next(bulk, None)
+    while tx_next is not None or bulk_next is not None:
+        credit += share
+        if bulk_next is not None and (tx_next is None or credit >= 1.0):
+            out.append(bulk_next)
+            bulk_next = next(bulk, None)
+            credit = max(0.0, credit - 1.0)
+        else:
+            out.append(tx_next)
+            tx_next = next(tx, None)
+    return out
+
+
+def release_gate(candidates: list[Candidate], now: datetime | None = None) -> Decision:
+    """Decide a pass's candidates (called inside the sweep's transaction, rows locked)."""
+    decision = Decision()
+    if not candidates:
+        return decision
+    now = now or timezone.now()
+    now_s = now.timestamp()
+    adapter = get_adapter()
+    provider, account = adapter.name, adapter.account
+    ordered = fair_order(candidates)
+
+    state = circuit.circuit_state(provider, account)
+    if state.is_open:  # nothing goes but the probe, which circuit_tick sends from the waiting messages
+        until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+        text = f"provider unavailable (circuit open since {state.opened_at:%H:%M:%S} UTC); waiting"
+        for c in ordered:
+            park = Park(until, REASON_UNAVAILABLE, text, "provider_unavailable", {"circuit": "open"})
+            decision.park.append((c, park))
+        return decision
+
+    senders = sorted({c.sender for c in ordered})
+    sender_rates = capacity.sender_rates(provider, account, senders)
+    account_rate = capacity.account_rate(provider, account).segments_per_second
+    tenant_ids = sorted({c.tenant_id for c in ordered})
+    tenant_rates = {
+        tid: float(rate)
+        for tid, rate in Tenant.objects.filter(pk__in=tenant_ids, send_rate_per_second__gt=0).values_list(
+            "pk", "send_rate_per_second"
+        )
+    }
+    keys = [(bucket_key(provider, account, "account"), "account", account_rate)]
+    keys += [
+        (bucket_key(provider, account, "sender", s), "sender", sender_rates[s].segments_per_second)
+        for s in senders
+    ]
+    keys += [(bucket_key(provider, account, "share", str(t)), "share", account_rate) for t in tenant_ids]
+    keys += [(bucket_key(provider, account, "tenant", str(t)), "tenant", r) for t, r in tenant_rates.items()]
+    rows = _rows(keys, now)
+    account_bucket = _Bucket(rows[keys[0][0]], account_rate, now_s, "account")
+    sender_buckets = {
+        s: _Bucket(
+            rows[bucket_key(provider, account, "sender", s)],
+            sender_rates[s].segments_per_second,
+            now_s,
+            "sender",
+        )
+        for s in senders
+    }
+    shares = {
+        t: _Cursor(rows[bucket_key(provider, account, "share", str(t))], account_bucket, now_s)
+        for t in tenant_ids
+    }
+    tenant_buckets = {
+        t: _Bucket(rows[bucket_key(provider, account, "tenant", str(t))], r, now_s, "tenant")
+        for t, r in tenant_rates.items()
+    }
+
+    for c in ordered:
+        cost = max(1, int(c.segments or 1))
+        limits = [account_bucket, sender_buckets[c.sender]]
+        if c.tenant_id in tenant_buckets:
+            limits.append(tenant_buckets[c.tenant_id])
+        if max(b.admit_at(now_s) for b in limits) <= now_s:
+            for b in limits:
+                b.take(cost, now_s)
+            decision.release.append(c)
+            continue
+        first = c.reason_code != REASON_PACED
+        slots = [(b.project(cost, now_s, first), b) for b in limits]
+        slots.append((shares[c.tenant_id].project(cost, now_s, first), None))
+        slot, binding = max(slots, key=lambda pair: pair[0])
+        until = _dt(max(slot, now_s + MIN_PARK_SECONDS))
+        binding = binding or account_bucket
+        limited_by = f"{binding.label} {c.sender}" if binding.label == "sender" else binding.label
+        rate = binding.effective * settings.PACING_HEADROOM
+        decision.park.append(
+            (
+                c,
+                Park(
+                    until,
+                    REASON_PACED,
+                    f"paced: {limited_by} at {rate:.3g} segments/s; expected at {until:%H:%M:%S} UTC"[:255],
+                    "paced",
+                    {
+                        "expected_send_at": until.isoformat(),
+                        "limited_by": limited_by,
+                        "segments_per_second": rate,
+                    },
+                ),
+            )
+        )
+
+    for bucket in [account_bucket, *sender_buckets.values(), *tenant_buckets.values(), *shares.values()]:
+        bucket.save(now)
+    RateBucket.objects.bulk_update(
+        [
+            b.row
+            for b in [account_bucket, *sender_buckets.values(), *tenant_buckets.values(), *shares.values()]
+        ],
+        ["rate_configured", "rate_effective", "tat", "projected_until", "updated_at"],
+    )
+    return decision
+
+
+def throttle_signal(
+    *,
+    provider: str,
+    account: str,
+    scope: str,
+    value: str,
+    retry_after: float | None,
+    now: datetime | None = None,
+) -> None:
+    """The provider said "too fast" for a sender (its queue is full) or the account (429): lower that
+    bucket's rate for every worker and sweeper at once (multiplicative decrease, at most once per
+    cooldown so one burst of refusals is one signal), and honour Retry-After."""
+    now = now or timezone.now()
+    kind = "sender" if scope == "sender" else "account"
+    key = bucket_key(provider, account, kind, value if kind == "sender" else "")
+    cooldown = now - timedelta(seconds=settings.AIMD_COOLDOWN_SECONDS)
+    with transaction.atomic():
+        decreased = (
+            RateBucket.objects.filter(key=key)
+            .exclude(last_decrease_at__gt=cooldown)
+            .update(
+                rate_effective=Greatest(
+                    F("rate_effective") * settings.AIMD_DECREASE, F("rate_configured") * settings.AIMD_FLOOR
+                ),
+                last_decrease_at=now,
+                throttles=F("throttles") + 1,
+            )
+        )
+        if retry_after:
+            until = now + timedelta(seconds=retry_after)
+            RateBucket.objects.filter(key=key).exclude(blocked_until__gt=until).update(blocked_until=until)
+    if decreased:
+        log.warning("provider throttled %s %s: rate lowered", kind, "(account)" if kind == "account" else "")

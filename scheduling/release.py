@@ -1,0 +1,371 @@
+"""Releasing due messages: the one hand-off from the store to the send queues, for first sends and retries.
+
+Every message that is due, whether ``scheduled`` (its time came) or ``queued`` with ``run_after`` passed
+(a retry's backoff elapsed, a broker message presumed lost, a held or paced message whose wait ended),
+goes through the same steps in one transaction:
+
+1. claimed in bounded batches (FOR UPDATE SKIP LOCKED on PostgreSQL, so sweepers take disjoint rows);
+   under a backlog, each other tenant with due work is claimed too (its oldest few), so a tenant's
+   backlog never hides another tenant's messages from the pass;
+2. the tenant's state: a disabled tenant's messages wait (``tenant_disabled``) until it is enabled;
+3. quiet hours, checked against the clock now (a message made due late, or a retry, must not go out at
+   night): inside the window it waits for the window's end;
+4. the release gate registered by the delivery app (capacity, fairness, circuit breaker): it says which
+   go now and until when the others wait (``scheduling`` knows nothing of providers);
+5. the released ones move to ``queued`` and are published after commit; the others stay where they are
+   with ``run_after`` at their expected time and the reason, and a timeline entry the first time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling import transitions
+from scheduling.models import Message, Status
+from scheduling.quiet import QuietWindow
+from smsgw.db import is_postgres
+from smsgw.models import Tenant
+
+REASON_DISABLED = "tenant_disabled"
+# Reasons a released message keeps: the send worker looks at them again (an account hold that is still
+# open parks the message once more, without a second timeline entry).
+KEEP_ON_RELEASE = frozenset({"provider_hold"})
+REASON_QUIET = "quiet_hours"
+DISABLED_WAIT_SECONDS = 30  # a disabled tenant's due messages are looked at again this often
+PRIORITIES = ("transactional", "bulk")
+# Under a backlog: other tenants with due work get this many of their oldest claimed per pass, and at
+# most this many tenants are looked at (the rest on later passes: the walk starts after the last one).
+TENANT_HEAD = 50
+TENANT_WALK = 200
+
+_COLUMNS = (
+    "id",
+    "version",
+    "status",
+    "tenant_id",
+    "priority",
+    "from_number",
+    "messaging_service_sid",
+    "segments",
+    "run_after",
+    "reason_code",
+    "expires_at",
+    "due_at",
+    "quiet_start",
+    "quiet_end",
+    "quiet_timezone",
+    "quiet_deferred_from",
+    "status_reason",
+)
+
+
+@dataclass
+class Candidate:
+    id: int
+    version: int
+    status: str
+    tenant_id: int
+    priority: str
+    sender: str
+    segments: int
+    run_after: datetime
+    reason_code: str
+    expires_at: datetime | None = None
+
+
+@dataclass
+class Park:
+    until: datetime
+    reason_code: str
+    status_reason: str
+    kind: str  # the timeline entry written the first time a message waits for this reason
+    details: dict
+
+
+@dataclass
+class Decision:
+    release: list[Candidate] = field(default_factory=list)
+    park: list[tuple[Candidate, Park]] = field(default_factory=list)
+    probes: set[int] = field(default_factory=set)
+
+
+Gate = Callable[[list[Candidate], datetime], Decision]
+_gates: list[Gate] = []
+
+
+def release_gate_register(gate: Gate) -> None:
+    """The delivery app registers its capacity gate here at start-up (delivery.apps)."""
+    if gate not in _gates:
+        _gates.append(gate)
+
+
+_ticks: list[Callable[[datetime], object]] = []
+
+
+def release_tick_register(tick: Callable[[datetime], object]) -> None:
+    """Called once per sweep pass (delivery: the circuit breaker's probe, database work only)."""
+    if tick not in _ticks:
+        _ticks.append(tick)
+
+
+def release_ticks(now: datetime) -> None:
+    for tick in _ticks:
+        tick(now)
+
+
+@dataclass
+class ReleaseReport:
+    queued: dict[str, int] = field(default_factory=dict)
+    republished: int = 0
+    paced: int = 0
+    unavailable: int = 0
+    quiet_deferred: int = 0
+    disabled: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            sum(self.queued.values()) + self.republished + self.paced + self.unavailable + self.quiet_deferred
+        )
+
+
+def _select(where: str, params: list, order: str, limit: int) -> list[dict]:
+    cols = ", ".join(f'"{Message._meta.get_field(c).column}"' for c in _COLUMNS)
+    lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    table = Message._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f'SELECT {cols} FROM "{table}" WHERE {where} ORDER BY {order} LIMIT %s{lock}',  # noqa: S608
+            [*params, limit],
+        )
+        return transitions.rows_from(cur, _COLUMNS)
+
+
+def _due_tenants(priority: str, now: datetime, exclude: set[int]) -> list[int]:
+    """Tenants with due ``scheduled`` messages of a priority, walked over the (priority, tenant, run_after)
+    index: two index probes per tenant that has scheduled messages, whatever their number."""
+    table = Message._meta.db_table
+    if not is_postgres():
+        rows = (
+            Message.objects.filter(status=Status.SCHEDULED, priority=priority, run_after__lte=now)
+            .values_list("tenant_id", flat=True)
+            .distinct()
+        )
+        return [t for t in rows if t not in exclude][:TENANT_WALK]
+    sql = f"""
+        WITH RECURSIVE t(tid) AS (
+            (SELECT "tenant_id" FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+             ORDER BY "tenant_id" LIMIT 1)
+            UNION ALL
+            SELECT (SELECT "tenant_id" FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+                    AND "tenant_id" > t.tid ORDER BY "tenant_id" LIMIT 1)
+            FROM t WHERE t.tid IS NOT NULL
+        )
+        SELECT tid FROM t WHERE tid IS NOT NULL AND EXISTS (
+            SELECT 1 FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+            AND "tenant_id" = t.tid AND "run_after" <= %(now)s)
+        LIMIT %(walk)s
+    """  # noqa: S608 - table name from model metadata
+    with connection.cursor() as cur:
+        cur.execute(sql, {"p": priority, "now": now, "walk": TENANT_WALK + len(exclude)})
+        return [r[0] for r in cur.fetchall() if r[0] not in exclude][:TENANT_WALK]
+
+
+def _claim_candidates(now: datetime, limit: int) -> list[dict]:
+    rows: list[dict] = []
+    for priority in PRIORITIES:
+        head = _select(
+            '"status" = %s AND "priority" = %s AND "run_after" <= %s',
+            [Status.SCHEDULED, priority, now],
+            '"run_after"',
+            limit,
+        )
+        rows += head
+        if len(head) == limit:  # a backlog: make sure every other tenant with due work is in the pass
+            for tenant_id in _due_tenants(priority, now, {r["tenant_id"] for r in head}):
+                rows += _select(
+                    '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s',
+                    [Status.SCHEDULED, priority, tenant_id, now],
+                    '"run_after"',
+                    TENANT_HEAD,
+                )
+    rows += _select('"status" = %s AND "run_after" <= %s', [Status.QUEUED, now], '"run_after"', limit)
+    return rows
+
+
+def _inactive(tenant_ids: set[int]) -> set[int]:
+    return set(Tenant.objects.filter(pk__in=tenant_ids, is_active=False).values_list("pk", flat=True))
+
+
+def due_release(*, now: datetime | None = None, limit: int | None = None) -> ReleaseReport:
+    now = now or timezone.now()
+    limit = limit or settings.SWEEP_BATCH_SIZE
+    report = ReleaseReport()
+    published: dict[str, list[int]] = {}
+    with transaction.atomic():
+        rows = _claim_candidates(now, limit)
+        if not rows:
+            return report
+        by_id = {r["id"]: r for r in rows}
+        inactive = _inactive({r["tenant_id"] for r in rows})
+        parks: list[tuple[dict, Park]] = []
+        quiet: list[tuple[dict, datetime, QuietWindow]] = []
+        candidates: list[Candidate] = []
+        for r in rows:
+            if r["tenant_id"] in inactive:
+                until = now + timedelta(seconds=DISABLED_WAIT_SECONDS)
+                text = "tenant disabled: waiting until it is enabled again"
+                parks.append((r, Park(until, REASON_DISABLED, text, "tenant_disabled", {})))
+                continue
+            if r["quiet_timezone"]:
+                window = QuietWindow(r["quiet_start"], r["quiet_end"], r["quiet_timezone"])
+                end = window.defer(now)
+                if end is not None:
+                    quiet.append((r, end, window))
+                    continue
+            candidates.append(
+                Candidate(
+                    id=r["id"],
+                    version=r["version"],
+                    status=r["status"],
+                    tenant_id=r["tenant_id"],
+                    priority=r["priority"],
+                    sender=r["from_number"] or r["messaging_service_sid"],
+                    segments=r["segments"],
+                    run_after=r["run_after"],
+                    reason_code=r["reason_code"],
+                    expires_at=r["expires_at"],
+                )
+            )
+        decision = Decision(release=candidates)
+        for gate in _gates:
+            decision = gate(decision.release, now)
+            parks += [(by_id[c.id], p) for c, p in decision.park]
+        report.quiet_deferred = _quiet_defer(quiet, now)
+        park_rows(parks, now, report)
+        _release(decision, by_id, now, report, published)
+        for priority, ids in published.items():
+            publish_after_commit(priority, ids)
+    return report
+
+
+def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseReport, published: dict) -> None:
+    recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
+    groups: dict[tuple[str, str], list[tuple[int, int, dict]]] = {}
+    for c in decision.release:
+        reason = "circuit_probe" if c.id in decision.probes else ""
+        status_reason = ""
+        if c.reason_code in KEEP_ON_RELEASE:  # the send worker checks it again (a hold still open)
+            reason, status_reason = c.reason_code, by_id[c.id].get("status_reason", "")
+        values = {"run_after": recovery, "reason_code": reason, "status_reason": status_reason}
+        if c.status == Status.SCHEDULED:
+            values["queued_at"] = now
+        groups.setdefault((c.status, c.priority), []).append((c.id, by_id[c.id]["version"], values))
+    for (status, priority), items in groups.items():
+        first = status == Status.SCHEDULED
+        moved = transitions.transition_versioned(
+            items,
+            from_status=status,
+            to_status=Status.QUEUED,
+            kind="queued" if first else "republished",
+            per_row_columns=("run_after", "reason_code", "status_reason", *(("queued_at",) if first else ())),
+            details=lambda mid: {"probe": True} if mid in decision.probes else {},
+            now=now,
+        )
+        if first:
+            report.queued[priority] = report.queued.get(priority, 0) + len(moved)
+        else:
+            report.republished += len(moved)
+        published.setdefault(priority, []).extend(moved)
+
+
+def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseReport | None = None) -> None:
+    """Messages that wait stay in their status: run_after at the expected time (never past their validity,
+    so they expire on time), the reason, and a timeline entry only when the reason is new."""
+    again: dict[str, list[tuple[int, datetime]]] = {}
+    fresh: dict[tuple[str, str], list[tuple[int, int, dict]]] = {}
+    details: dict[int, dict] = {}
+    for row, park in parks:
+        until = min(park.until, row["expires_at"]) if row["expires_at"] else park.until
+        if report is not None and park.reason_code == "paced":
+            report.paced += 1
+        elif report is not None and park.reason_code == "provider_unavailable":
+            report.unavailable += 1
+        if row["reason_code"] == park.reason_code:
+            again.setdefault(row["status"], []).append((row["id"], until))
+            continue
+        values = {"run_after": until, "reason_code": park.reason_code, "status_reason": park.status_reason}
+        fresh.setdefault((row["status"], park.kind), []).append((row["id"], row["version"], values))
+        details[row["id"]] = {**park.details, "expected_send_at": until.isoformat()}
+    for (status, kind), items in fresh.items():
+        transitions.transition_versioned(
+            items,
+            from_status=status,
+            to_status=status,
+            kind=kind,
+            per_row_columns=("run_after", "reason_code", "status_reason"),
+            details=details.get,
+            now=now,
+        )
+    for status, items in again.items():
+        transitions.run_after_set_many(items, status=status)
+
+
+def _quiet_defer(quiet: list[tuple[dict, datetime, QuietWindow]], now: datetime) -> int:
+    """Inside its quiet window now: a scheduled message moves to the window's end (its due time too, the
+    first due time kept); a queued retry waits for it. One timeline entry each time."""
+    moved = 0
+    by_status: dict[str, list[tuple[int, int, dict]]] = {}
+    details: dict[int, dict] = {}
+    for row, end, window in quiet:
+        if row["status"] == Status.SCHEDULED:
+            first_due = row["quiet_deferred_from"] or row["due_at"]
+            values = {"due_at": end, "run_after": end, "quiet_deferred_from": first_due}
+        else:
+            values = {"run_after": end, "reason_code": REASON_QUIET}
+        by_status.setdefault(row["status"], []).append((row["id"], row["version"], values))
+        details[row["id"]] = {
+            "stage": "execution" if row["status"] == Status.SCHEDULED else "retry",
+            "reason": "due while inside quiet hours",
+            "quiet_hours": window.as_dict(),
+            "due_at": row["due_at"].isoformat(),
+            "new_due_at": end.isoformat(),
+            "note": window.describe_move(now, end),
+        }
+    for status, items in by_status.items():
+        moved += len(
+            transitions.transition_versioned(
+                items,
+                from_status=status,
+                to_status=status,
+                kind="quiet_hours_deferred",
+                details=details.get,
+                per_row_columns=tuple(items[0][2]),
+                now=now,
+            )
+        )
+    return moved
+
+
+def send_queue(priority: str) -> str:
+    return f"send.{priority}"
+
+
+def _publish(queue: str, ids: list[int]) -> None:
+    from smsgw.celery import app
+
+    size = settings.SEND_BATCH_SIZE
+    for start in range(0, len(ids), size):
+        app.send_task("delivery.send_batch", args=[ids[start : start + size]], queue=queue)
+
+
+def publish_after_commit(priority: str, ids: list[int]) -> None:
+    """Send work for these ids to their priority's queue once the transaction that queued them commits."""
+    if ids:
+        transaction.on_commit(lambda: _publish(send_queue(priority), ids))

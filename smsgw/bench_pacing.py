@@ -1,0 +1,392 @@
+"""Benchmarks for sending within provider and tenant limits (``manage.py bench paced|adaptive|fairness|
+outage|limiter``). Each starts its own sandbox (enforcing the limits like the provider), sweeper, send
+workers and beat as real processes, prints figures and asserts nothing."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter, defaultdict
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from delivery.models import AccountCapacity, RateBucket, SenderCapacity
+from delivery.sandbox.process import DEFAULT_ACCOUNT_SID
+from scheduling import services
+from scheduling.models import Message
+from smsgw import bench
+from smsgw.models import Tenant
+
+PROVIDER = "twilio"
+
+
+def _reset_capacity() -> None:
+    SenderCapacity.objects.all().delete()
+    AccountCapacity.objects.all().delete()
+    RateBucket.objects.all().delete()
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM delivery_providercircuit")
+
+
+def _sliding_max(times: list[float], window: float = 1.0) -> int:
+    """The most events in any half-open window [t, t + window)."""
+    best = start = 0
+    for end, t in enumerate(times):
+        while times[start] <= t - window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def _tenant(slug: str) -> Tenant:
+    tenant, _ = Tenant.objects.get_or_create(
+        slug=slug, defaults={"name": slug, "default_from": "+14155550100"}
+    )
+    return tenant
+
+
+def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: float) -> dict:
+    """n messages due at one moment from ``senders`` From numbers; the sandbox sends ``rate`` segments/s
+    per sender and refuses (21611) what overflows a queue of ``queue_seconds``. The gateway is told the
+    same rates: nothing should be refused, no sender should go over its rate, and the account's whole
+    capacity should be used. One paced message is cancelled while it waits."""
+    tenant = bench.bench_reset()
+    _reset_capacity()
+    account_rate = senders * rate
+    for i in range(senders):
+        SenderCapacity.objects.create(
+            provider=PROVIDER,
+            account=DEFAULT_ACCOUNT_SID,
+            sender=bench.sender_number(i),
+            segments_per_second=rate,
+        )
+    AccountCapacity.objects.create(
+        provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
+    )
+    topo = bench.Topology(
+        latency_ms=0,
+        send_concurrency=3,
+        sandbox_args=[
+            "--sender-rate",
+            str(rate),
+            "--account-rate",
+            str(account_rate),
+            "--queue-max-seconds",
+            str(queue_seconds),
+        ],
+    )
+    try:
+        due = timezone.now() + timedelta(seconds=15)
+        bench.messages_load(tenant, n, first_due=due, senders=senders)
+        with connection.cursor() as cur:
+            cur.execute("ANALYZE scheduling_message")
+        bench._say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
+        cancelled = None
+        deadline = time.monotonic() + timeout + 30
+        while time.monotonic() < deadline:
+            if cancelled is None and timezone.now() > due + timedelta(seconds=10):
+                victim = (
+                    Message.objects.filter(tenant=tenant, status="scheduled", reason_code="paced")
+                    .order_by("-run_after")
+                    .first()
+                )
+                if victim is not None:
+                    services.message_cancel(tenant=tenant, public_id=victim.public_id, actor="bench")
+                    cancelled = (victim.to, victim.run_after)
+            done = Message.objects.filter(tenant=tenant, status__in=["sent", "cancelled"]).count()
+            if done >= n:
+                break
+            time.sleep(1.0)
+        stats = topo.sandbox.stats()
+        rows = topo.sandbox.submissions(0)
+        times = sorted(r[0] for r in rows)
+        per_sender: dict[str, list[float]] = defaultdict(list)
+        for created, sender, _segments, _to in rows:
+            per_sender[sender].append(created)
+        worst = max(_sliding_max(sorted(v)) for v in per_sender.values()) if per_sender else 0
+        drain = times[-1] - due.timestamp() if times else float("nan")
+        cancelled_submitted = sum(1 for r in rows if cancelled and r[3] == cancelled[0])
+        return {
+            "scenario": "paced",
+            "messages": n,
+            "senders": senders,
+            "sender_rate": rate,
+            "account_rate": account_rate,
+            "submitted": len(rows),
+            "rejections": stats.get("rejections", {}),
+            "drain_seconds": round(drain, 1),
+            "capacity_used": round(len(rows) / (drain * account_rate), 3) if times else None,
+            "max_per_sender_in_any_1s": worst,
+            "max_over_limit": round(worst / rate - 1, 3),
+            "sandbox_max_per_sender_in_any_1s": max(
+                (s.get("max_submitted_in_any_1s", 0) for s in stats.get("senders", {}).values()), default=0
+            ),
+            "account_max_in_any_1s": _sliding_max(times),
+            "cancelled_while_paced": bool(cancelled),
+            "cancelled_expected_at": cancelled[1].isoformat() if cancelled else None,
+            "cancelled_then_submitted": cancelled_submitted,
+            "paced_events": _count_events("paced"),
+            "sweep": bench._sweep_summary(topo.sweep_passes()),
+        }
+    finally:
+        topo.stop()
+
+
+def _count_events(kind: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM scheduling_messageevent WHERE kind = %s", [kind])
+        return cur.fetchone()[0]
+
+
+def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue_seconds: float) -> dict:
+    """The gateway believes each sender takes ``rate`` segments/s; the sandbox really sends
+    ``real_rate`` and refuses what overflows ``queue_seconds`` of queue (21611). Backpressure must find the
+    real rate: the share of refused submissions per 10-s window, and the accepted rate against the real
+    limit."""
+    tenant = bench.bench_reset()
+    _reset_capacity()
+    for i in range(senders):
+        SenderCapacity.objects.create(
+            provider=PROVIDER,
+            account=DEFAULT_ACCOUNT_SID,
+            sender=bench.sender_number(i),
+            segments_per_second=rate,
+        )
+    topo = bench.Topology(
+        latency_ms=0,
+        send_concurrency=2,
+        sandbox_args=["--sender-rate", str(real_rate), "--queue-max-seconds", str(queue_seconds)],
+    )
+    try:
+        n = int(senders * real_rate * (seconds + 20))
+        due = timezone.now() + timedelta(seconds=10)
+        bench.messages_load(tenant, n, first_due=due, senders=senders)
+        bench._say(f"adaptive: {senders} senders configured {rate}/s, really {real_rate}/s, {seconds} s")
+        samples = []
+        while timezone.now() < due:
+            time.sleep(0.2)
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            s = topo.sandbox.stats()
+            samples.append(
+                (time.monotonic() - start, s["submissions"], sum(s.get("rejections", {}).values()))
+            )
+            time.sleep(1.0)
+        windows = []
+        for i in range(0, len(samples) - 10, 10):
+            t0, acc0, rej0 = samples[i]
+            t1, acc1, rej1 = samples[i + 10]
+            accepted, rejected = acc1 - acc0, rej1 - rej0
+            windows.append(
+                {
+                    "from_s": round(t0),
+                    "accepted_per_s": round(accepted / (t1 - t0), 1),
+                    "rejected_share": round(rejected / max(1, accepted + rejected), 4),
+                }
+            )
+        limit = senders * real_rate
+        steady = [w for w in windows if w["from_s"] >= 10]
+        return {
+            "scenario": "adaptive",
+            "senders": senders,
+            "configured_rate": rate,
+            "real_rate": real_rate,
+            "real_limit_per_s": limit,
+            "windows": windows,
+            "rejected_share_after_10s_max": max((w["rejected_share"] for w in steady), default=None),
+            "throughput_vs_real_limit_min": round(min(w["accepted_per_s"] for w in steady) / limit, 3)
+            if steady
+            else None,
+            "throughput_vs_real_limit_mean": round(
+                statistics.mean(w["accepted_per_s"] for w in steady) / limit, 3
+            )
+            if steady
+            else None,
+            "effective_rates_now": dict(
+                RateBucket.objects.filter(kind="sender").values_list("key", "rate_effective")[:senders]
+            ),
+        }
+    finally:
+        topo.stop()
+
+
+def fairness(
+    *, a_messages: int, account_rate: float, stream_rate: float, seconds: int, timeout: float
+) -> dict:
+    """One account capped at ``account_rate``; tenant A has ``a_messages`` bulk messages due at once;
+    tenant B sends ``stream_rate`` bulk messages/s for ``seconds``, and tenant A itself a transactional
+    stream at the same rate. Reports B's and A's transactional lag (sent_at - due_at)."""
+    bench.bench_reset()
+    _reset_capacity()
+    AccountCapacity.objects.create(
+        provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
+    )
+    a, b = _tenant("bench"), _tenant("bench-b")
+    topo = bench.Topology(
+        latency_ms=0, send_concurrency=3, sandbox_args=["--account-rate", str(account_rate)]
+    )
+    try:
+        due = timezone.now() + timedelta(seconds=15)
+        stream = int(stream_rate * seconds)
+        bench.messages_load(a, a_messages, first_due=due, priority="bulk", senders=50)
+        bench.messages_load(
+            b,
+            stream,
+            first_due=due + timedelta(seconds=5),
+            spread_seconds=seconds,
+            priority="bulk",
+            offset=a_messages,
+        )
+        bench.messages_load(
+            a,
+            stream,
+            first_due=due + timedelta(seconds=5),
+            spread_seconds=seconds,
+            priority="transactional",
+            offset=a_messages + stream,
+        )
+        with connection.cursor() as cur:
+            cur.execute("ANALYZE scheduling_message")
+        bench._say(
+            f"fairness: A {a_messages} bulk due at once; B {stream_rate}/s bulk and A {stream_rate}/s tx"
+        )
+        deadline = time.monotonic() + seconds + timeout
+        while time.monotonic() < deadline:
+            waiting = Message.objects.filter(
+                tenant__in=[a, b], status__in=["scheduled", "queued", "sending"]
+            ).exclude(tenant=a, priority="bulk")
+            if not waiting.exists():
+                break
+            time.sleep(1.0)
+        b_stats = bench._percentiles("tenant_id = %s", [b.pk])
+        tx_stats = bench._percentiles("tenant_id = %s AND priority = 'transactional'", [a.pk])
+        a_sent = Message.objects.filter(tenant=a, priority="bulk", status="sent").count()
+        span = (b_stats["last_sent"] - due).total_seconds() if b_stats["last_sent"] else None
+        return {
+            "scenario": "fairness",
+            "account_rate": account_rate,
+            "a_backlog": a_messages,
+            "stream_rate": stream_rate,
+            "seconds": seconds,
+            "b_sent": b_stats["sent"],
+            "b_lag_p50_s": b_stats["lag_p50_s"],
+            "b_lag_p99_s": b_stats["lag_p99_s"],
+            "b_lag_max_s": b_stats["lag_max_s"],
+            "a_tx_sent": tx_stats["sent"],
+            "a_tx_lag_p50_s": tx_stats["lag_p50_s"],
+            "a_tx_lag_p99_s": tx_stats["lag_p99_s"],
+            "a_tx_lag_max_s": tx_stats["lag_max_s"],
+            "a_bulk_sent_meanwhile": a_sent,
+            "a_bulk_rate_meanwhile": round(a_sent / span, 1) if span else None,
+            "account_max_in_any_1s": _sliding_max(sorted(r[0] for r in topo.sandbox.submissions(0))),
+        }
+    finally:
+        topo.stop()
+
+
+def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) -> dict:
+    """n messages due at once; once a quarter is sent, the sandbox answers 503 for part of
+    ``outage_seconds`` and then refuses connections for the rest (``refuse_share``), then recovers. No
+    message may fail or be sent twice; requests during the outage are counted; resumption is the time
+    from recovery to the next accepted submission."""
+    tenant = bench.bench_reset()
+    _reset_capacity()
+    topo = bench.Topology(latency_ms=5, send_concurrency=3, control_port=0)
+    try:
+        due = timezone.now() + timedelta(seconds=10)
+        bench.messages_load(tenant, n, first_due=due, senders=20)
+        bench._say(f"outage: {n} messages due at {due.isoformat()}; {outage_seconds} s outage mid-drain")
+        while Message.objects.filter(tenant=tenant, status="sent").count() < n // 4:
+            time.sleep(0.2)
+        down_at = time.time()
+        topo.sandbox.config(outage="503")
+        refuse = outage_seconds * refuse_share
+        time.sleep(outage_seconds - refuse)
+        during_503 = topo.sandbox.stats()["by_outcome"].get("outage_503", 0)
+        refuse_at = time.time()
+        if refuse:
+            topo.sandbox.config(outage="refuse")
+            time.sleep(refuse)
+        up_at = time.time()
+        topo.sandbox.config(outage="none")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not Message.objects.filter(
+                tenant=tenant, status__in=["scheduled", "queued", "sending"]
+            ).exists():
+                break
+            time.sleep(1.0)
+        rows = topo.sandbox.submissions(0)
+        per_to = Counter(r[3] for r in rows)
+        after = sorted(r[0] for r in rows if r[0] >= up_at)
+        with connection.cursor() as cur:
+            # Requests our workers made while connections were refused (the sandbox cannot count them).
+            cur.execute(
+                "SELECT count(*) FROM delivery_attempt WHERE started_at >= to_timestamp(%s) "
+                "AND started_at < to_timestamp(%s)",
+                [refuse_at, up_at],
+            )
+            attempts_refused = cur.fetchone()[0]
+            cur.execute("SELECT status, count(*) FROM scheduling_message GROUP BY status")
+            final = dict(cur.fetchall())
+            cur.execute("SELECT max(attempt_count) FROM scheduling_message")
+            max_attempts = cur.fetchone()[0]
+        return {
+            "scenario": "outage",
+            "messages": n,
+            "outage_seconds": outage_seconds,
+            "final_statuses": final,
+            "failed": final.get("failed", 0),
+            "duplicates": sum(c - 1 for c in per_to.values() if c > 1),
+            "requests_during_503": during_503,
+            "requests_during_503_per_s": round(during_503 / (refuse_at - down_at), 2),
+            "requests_while_refused": attempts_refused,
+            "requests_while_refused_per_s": round(attempts_refused / refuse, 2) if refuse else None,
+            "resumed_after_s": round(after[0] - up_at, 2) if after else None,
+            "max_attempts_charged": max_attempts,
+            "unavailable_events": _count_events("provider_unavailable"),
+        }
+    finally:
+        topo.stop()
+
+
+def limiter(*, n: int, timeout: float) -> dict:
+    """The 50,000 burst twice in one run: with pacing off (the baseline) and on with limits far above
+    what the machine can do. Reports both rates, their ratio and the limiter's CPU per message (the
+    sweeper's CPU, both runs)."""
+    out = {"scenario": "limiter", "messages": n}
+    for label, env in (("baseline_pacing_off", {"SMSGW_PACING": "0"}), ("pacing_on", {})):
+        tenant = bench.bench_reset()
+        _reset_capacity()
+        topo = bench.Topology(latency_ms=0, send_concurrency=3, env=env)
+        try:
+            due = timezone.now() + timedelta(seconds=20)
+            bench.messages_load(tenant, n, first_due=due)
+            with connection.cursor() as cur:
+                cur.execute("ANALYZE scheduling_message")
+            with bench.MemorySampler(topo.worker_pids()) as mem:
+                bench._wait_sent(n, timeout)
+                cpu = mem.cpu_seconds()
+            stats = bench._percentiles("tenant_id = %s", [tenant.pk])
+            span = (stats["last_sent"] - due).total_seconds()
+            out[label] = {
+                "throughput_msg_s": round(n / span, 1),
+                "lag_p99_s": stats["lag_p99_s"],
+                "sweeper_cpu_ms_per_msg": round(1000 * cpu.get("sweeper", 0.0) / n, 4),
+                "sender_cpu_ms_per_msg": round(1000 * cpu.get("sender0", 0.0) / n, 4),
+                "postgres_cpu_ms_per_msg": round(1000 * cpu.get("postgres", 0.0) / n, 4),
+            }
+        finally:
+            topo.stop()
+    base, on = out["baseline_pacing_off"], out["pacing_on"]
+    out["throughput_ratio_on_vs_off"] = round(on["throughput_msg_s"] / base["throughput_msg_s"], 3)
+    out["limiter_cpu_ms_per_msg"] = round(
+        on["sweeper_cpu_ms_per_msg"]
+        - base["sweeper_cpu_ms_per_msg"]
+        + on["postgres_cpu_ms_per_msg"]
+        - base["postgres_cpu_ms_per_msg"],
+        4,
+    )
+    return out
