@@ -336,13 +336,14 @@ def schedules_materialize(*, now: datetime | None = None, limit: int | None = No
     horizon_end = now + timedelta(seconds=settings.SCHEDULE_HORIZON_SECONDS)
     report = MaterializeReport()
     with transaction.atomic():
+        # A disabled tenant's schedules make nothing until it is enabled again (their cursors wait).
         qs = Schedule.objects.filter(
-            status=ScheduleStatus.ACTIVE, next_occurrence_at__lte=horizon_end
+            status=ScheduleStatus.ACTIVE, next_occurrence_at__lte=horizon_end, tenant__is_active=True
         ).order_by("next_occurrence_at")
         if connection.vendor == "postgresql":
             # SKIP LOCKED: two materializers take disjoint batches; a schedule being edited (its row
-            # locked by the service) is simply left for the next run.
-            qs = qs.select_for_update(skip_locked=True)
+            # locked by the service) is simply left for the next run. Only the schedule rows are locked.
+            qs = qs.select_for_update(skip_locked=True, of=("self",))
         schedules = list(qs[:limit])
         if not schedules:
             report.seconds = time.perf_counter() - started

@@ -33,6 +33,7 @@ from smsgw.db import is_postgres
 from smsgw.models import Tenant
 
 REASON_DISABLED = "tenant_disabled"
+PACED = "paced"
 # Reasons a released message keeps: the send worker looks at them again (an account hold that is still
 # open parks the message once more, without a second timeline entry).
 KEEP_ON_RELEASE = frozenset({"provider_hold"})
@@ -179,10 +180,19 @@ def _due_tenants(priority: str, now: datetime, exclude: set[int]) -> list[int]:
 
 def _claim_candidates(now: datetime, limit: int) -> list[dict]:
     rows: list[dict] = []
+    # Messages whose paced slot has come first (an index of their own: msg_waiting_reason), then the
+    # others due: a large backlog due at one moment is older than every slot promised from it and must
+    # not keep those slots from being served while it is being paced.
+    rows += _select(
+        '"status" = %s AND "reason_code" = %s AND "run_after" <= %s',
+        [Status.SCHEDULED, PACED, now],
+        '"run_after"',
+        limit,
+    )
     for priority in PRIORITIES:
         head = _select(
-            '"status" = %s AND "priority" = %s AND "run_after" <= %s',
-            [Status.SCHEDULED, priority, now],
+            '"status" = %s AND "priority" = %s AND "run_after" <= %s AND "reason_code" <> %s',
+            [Status.SCHEDULED, priority, now, PACED],
             '"run_after"',
             limit,
         )
@@ -190,8 +200,9 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
         if len(head) == limit:  # a backlog: make sure every other tenant with due work is in the pass
             for tenant_id in _due_tenants(priority, now, {r["tenant_id"] for r in head}):
                 rows += _select(
-                    '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s',
-                    [Status.SCHEDULED, priority, tenant_id, now],
+                    '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s '
+                    'AND "reason_code" <> %s',
+                    [Status.SCHEDULED, priority, tenant_id, now, PACED],
                     '"run_after"',
                     TENANT_HEAD,
                 )

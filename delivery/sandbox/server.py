@@ -648,15 +648,20 @@ class SandboxState:
             message.release_at = None
         else:
             segments = message.num_segments
-            release = assign_at + cfg.queue_delay_ms / 1000.0
+            base = assign_at + cfg.queue_delay_ms / 1000.0
+            release = base
             rate = cfg.sender_rate
             if rate > 0:
                 free = self.next_free.get(sender)
                 if free is not None and free > release:
                     release = free
             account_rate = cfg.account_rate
-            if account_rate > 0 and self.account_next_free > release:
-                release = self.account_next_free
+            # The account's capacity is taken in arrival order, at the account's own next free slot:
+            # a message that then waits longer for its sender must not push every other sender's
+            # messages behind it (the two limits are separate resources, not one queue).
+            account_slot = max(self.account_next_free, base)
+            if account_rate > 0 and account_slot > release:
+                release = account_slot
             message.release_at = release
             expires = now + validity_period
             if (rate > 0 or account_rate > 0) and release - assign_at > cfg.queue_max_seconds:
@@ -678,7 +683,7 @@ class SandboxState:
                 if rate > 0:
                     self.next_free[sender] = release + segments / rate
                 if account_rate > 0:
-                    self.account_next_free = release + segments / account_rate
+                    self.account_next_free = account_slot + segments / account_rate
                 self._decide_final(message, release)
         self._last_created = now
         self._next_seq += 1

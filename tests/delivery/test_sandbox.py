@@ -216,9 +216,7 @@ def test_random_rates_and_stats(sandbox):
 def test_latency_is_added_without_blocking_other_requests(adapter, sandbox):
     sandbox.config(latency_ms=300)
     started = time.monotonic()
-    results = adapter.submit_many(
-        [Submission(i, f"+1555040{i:04d}", "x", sender=FROM) for i in range(40)]
-    )
+    results = adapter.submit_many([Submission(i, f"+1555040{i:04d}", "x", sender=FROM) for i in range(40)])
     elapsed = time.monotonic() - started
     assert all(r.outcome == Outcome.ACCEPTED for r in results)
     assert all(r.latency_ms >= 290 for r in results)

@@ -74,14 +74,14 @@ def test_account_rate_spaces_releases_across_all_senders(state, clock):
 
 def test_release_is_the_latest_of_queue_delay_sender_and_account(state):
     configure(state, sender_rate=1, account_rate=4)
-    m1 = send(state, from_=FROM)  # FROM free at +1, account at +0.25
-    m2 = send(state, from_=OTHER)  # the account holds it: +0.25
-    m3 = send(state, from_=FROM)  # its sender holds it: +1 (account +0.5)
-    m4 = send(state, from_=OTHER)  # both hold it until +1.25
-    m5 = send(state, from_=THIRD)  # the account: +1.5
-    assert [m.release_at - T0 for m in (m1, m2, m3, m4, m5)] == [0, 0.25, 1, 1.25, 1.5]
-    assert state.next_free == {FROM: T0 + 2, OTHER: T0 + 2.25, THIRD: T0 + 2.5}
-    assert state.account_next_free == T0 + 1.75
+    m1 = send(state, from_=FROM)  # FROM free at +1; the account's next slot +0.25
+    m2 = send(state, from_=OTHER)  # the account holds it: +0.25 (account next +0.5)
+    m3 = send(state, from_=FROM)  # its sender holds it: +1; it took the account's +0.5 slot
+    m4 = send(state, from_=OTHER)  # its sender holds it: +1.25; it took the +0.75 slot
+    m5 = send(state, from_=THIRD)  # the account's next slot, +1: not behind the others' senders
+    assert [m.release_at - T0 for m in (m1, m2, m3, m4, m5)] == [0, 0.25, 1, 1.25, 1]
+    assert state.next_free == {FROM: T0 + 2, OTHER: T0 + 2.25, THIRD: T0 + 2}
+    assert state.account_next_free == T0 + 1.25
 
     configure(state, queue_delay_ms=5000)  # the least time in the queue wins over both
     m6 = send(state, from_=THIRD)

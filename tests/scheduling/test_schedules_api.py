@@ -397,3 +397,17 @@ def test_patch_of_the_sender_replaces_the_old_one_whatever_its_kind(api):
     assert (resp.json()["from"], resp.json()["messaging_service_sid"]) == ("", service)
     live = occurrences(sid, status=Status.SCHEDULED)
     assert {(m.from_number, m.messaging_service_sid) for m in live} == {("", service)}
+
+
+def test_a_disabled_tenant_materializes_nothing_until_enabled(api):
+    from scheduling.materialize import schedules_materialize
+    from smsgw.models import Tenant
+
+    data = create(api).json()
+    assert data["occurrences"]["materialized"] == 4
+    Tenant.objects.filter(pk=api.tenant.pk).update(is_active=False)
+    later = timezone.now() + timedelta(hours=30)  # the next occurrence (+25 h) is inside the horizon now
+    assert schedules_materialize(now=later).created == 0
+    assert occurrences(data["id"]).count() == 4
+    Tenant.objects.filter(pk=api.tenant.pk).update(is_active=True)
+    assert schedules_materialize(now=later).created >= 1

@@ -94,6 +94,6 @@ def test_an_empty_sweep_runs_a_fixed_number_of_statements(tenant):
             q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
         ]
         counts.append(len(statements))
-    # expire (scheduled, queued), the circuit's tick, a claim per priority and one for retries, the lease
-    # check: the same few statements whatever the number of pending messages
-    assert counts[0] == counts[1] == 7, counts
+    # expire (scheduled, queued), the circuit's tick, paced slots due, a claim per priority, one for
+    # retries, the lease check: the same few statements whatever the number of pending messages
+    assert counts[0] == counts[1] == 8, counts
