@@ -92,16 +92,23 @@ class _Bucket:
             effective = min(configured, effective + settings.AIMD_INCREASE_PER_SECOND * configured * elapsed)
         self.effective = max(effective, configured * settings.AIMD_FLOOR, 1e-6)
         self.interval = 1.0 / (self.effective * settings.PACING_HEADROOM)  # seconds per segment
-        self.tolerance = max(settings.PACING_BURST_SECONDS, self.interval)
+        # Capacity left unused is kept for at most this long (so a pass that comes a little late does
+        # not lose what accrued), which is also the most an idle limit releases at once. Small on
+        # purpose: the provider counts arrivals in any one-second window.
+        self.catch_up = settings.PACING_BURST_SECONDS
         self.tat = _epoch(row.tat)
         self.cursor = max(_epoch(row.projected_until), now)
         self.blocked = _epoch(row.blocked_until) or 0.0
 
     def admit_at(self, now: float) -> float:
-        return max(now, self.tat - self.tolerance, self.blocked)
+        """When the next message may start: the limit's theoretical arrival time (a token bucket that
+        keeps at most ``catch_up`` of unused capacity), and never before a Retry-After."""
+        return max(now, self.tat, self.blocked)
 
     def take(self, cost: int, now: float) -> None:
-        self.tat = max(self.tat, now) + cost * self.interval
+        # A multi-segment message may start as soon as one segment's worth is there; it then pushes the
+        # next start back by all its segments.
+        self.tat = max(self.tat, now - self.catch_up) + cost * self.interval
 
     def project(self, cost: int, now: float, first: bool) -> float:
         """The slot of a message that waits: behind the slots promised before (first wait), or at the
@@ -122,19 +129,19 @@ class _Bucket:
 
 
 class _Cursor:
-    """A tenant's own projection cursor on the account (no limit of its own): its backlog's expected
-    slots, at the account's rate, without pushing other tenants back."""
+    """A tenant's own line on a limit (the account, or a sender), with no capacity of its own: its
+    waiting messages' expected slots at that limit's rate, without pushing other tenants back."""
 
-    def __init__(self, row: RateBucket, account: _Bucket, now: float) -> None:
+    def __init__(self, row: RateBucket, limit: _Bucket, now: float) -> None:
         self.row = row
-        self.account = account
+        self.account = limit
         cursor = _epoch(row.projected_until)
         self.cursor = now if cursor < now else cursor
 
     def project(self, cost: int, now: float, first: bool) -> float:
         if not first:
             return now
-        slot = max(self.cursor, now)
+        slot = max(self.cursor, self.account.admit_at(now))
         self.cursor = slot + cost * self.account.interval
         return slot
 
@@ -157,7 +164,7 @@ def _rows(keys: list[tuple[str, str, float]], now: datetime) -> dict[str, RateBu
                     kind=kind,
                     rate_configured=rate,
                     rate_effective=rate,
-                    tat=now,
+                    tat=now - timedelta(seconds=settings.PACING_BURST_SECONDS),  # starts with its allowance
                     projected_until=now,
                     updated_at=now,
                 )
@@ -239,6 +246,11 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
         for s in senders
     ]
     keys += [(bucket_key(provider, account, "share", str(t)), "share", account_rate) for t in tenant_ids]
+    pairs = sorted({(c.sender, c.tenant_id) for c in ordered})
+    keys += [
+        (bucket_key(provider, account, "line", f"{s}|{t}"), "line", sender_rates[s].segments_per_second)
+        for s, t in pairs
+    ]
     keys += [(bucket_key(provider, account, "tenant", str(t)), "tenant", r) for t, r in tenant_rates.items()]
     rows = _rows(keys, now)
     account_bucket = _Bucket(rows[keys[0][0]], account_rate, now_s, "account")
@@ -259,6 +271,12 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
         t: _Bucket(rows[bucket_key(provider, account, "tenant", str(t))], r, now_s, "tenant")
         for t, r in tenant_rates.items()
     }
+    # Each tenant's own line on each sender: a sender several tenants share (a messaging service, a
+    # short code) still serves them in turn, its capacity shared, one tenant's backlog not in front.
+    sender_lines = {
+        (s, t): _Cursor(rows[bucket_key(provider, account, "line", f"{s}|{t}")], sender_buckets[s], now_s)
+        for s, t in pairs
+    }
 
     for c in ordered:
         cost = max(1, int(c.segments or 1))
@@ -266,7 +284,7 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
         limits = [account_bucket, sender]
         # The lines a new message joins: its sender's, and its own tenant's on the account (each tenant
         # has its own, so one tenant's backlog never lengthens another's line).
-        lines: list[_Bucket | _Cursor] = [sender, shares[c.tenant_id]]
+        lines: list[_Bucket | _Cursor] = [sender_lines[(c.sender, c.tenant_id)], shares[c.tenant_id]]
         if c.tenant_id in tenant_buckets:
             limits.append(tenant_buckets[c.tenant_id])
             lines.append(tenant_buckets[c.tenant_id])
@@ -287,7 +305,7 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
         slot, binding = max(slots, key=lambda pair: pair[0])
         until = _dt(max(slot, now_s + MIN_PARK_SECONDS))
         if isinstance(binding, _Cursor):
-            binding = account_bucket
+            binding = binding.account
         limited_by = f"{binding.label} {c.sender}" if binding.label == "sender" else binding.label
         rate = binding.effective * settings.PACING_HEADROOM
         decision.park.append(
@@ -307,7 +325,13 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
             )
         )
 
-    buckets = [account_bucket, *sender_buckets.values(), *tenant_buckets.values(), *shares.values()]
+    buckets = [
+        account_bucket,
+        *sender_buckets.values(),
+        *tenant_buckets.values(),
+        *shares.values(),
+        *sender_lines.values(),
+    ]
     for bucket in buckets:
         bucket.save(now)
     _rows_save([b.row for b in buckets])

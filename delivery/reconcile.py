@@ -235,8 +235,11 @@ def _absent_once(
 
 
 def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, *, why: str) -> str:
+    # The provider never got it: like a connection that failed, not the message's attempt (uncharged;
+    # only its validity and the retry window can end it).
+    uncharged = max(0, msg.attempt_count - 1)
     decision = retry_decide(
-        attempt_number=msg.attempt_count,
+        attempt_number=uncharged,
         now=now,
         first_due=msg.due_at,
         expires_at=msg.expires_at,
@@ -253,6 +256,7 @@ def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, 
                 details={"lookup": lookup, "decision": "retry is safe", "why": why},
                 set_fields={
                     "run_after": now,
+                    "attempt_count": uncharged,
                     "reason_code": "",
                     "status_reason": "reconciled: not at provider, retrying",
                 },

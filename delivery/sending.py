@@ -271,6 +271,16 @@ def _throttle_delay(row: dict, res: SubmitResult) -> float:
     return throttle_delay(uncharged_calls=uncharged, retry_after=res.retry_after)
 
 
+def _unavailable_delay(row: dict, res: SubmitResult) -> float:
+    """Backoff after the provider failed for its own reasons: exponential (from SMSGW_RETRY_BASE_SECONDS,
+    capped by SMSGW_RETRY_MAX_DELAY_SECONDS) in this message's earlier uncharged calls, full jitter, never
+    sooner than a Retry-After."""
+    uncharged = max(0, row["provider_calls"] - row["attempt_count"])
+    cap = min(settings.RETRY_MAX_DELAY_SECONDS, settings.RETRY_BASE_SECONDS * 2 ** min(uncharged, 16))
+    delay = random.uniform(cap / 2, cap) if cap > 0 else 0.0
+    return max(delay, res.retry_after or 0.0)
+
+
 def _reason(res: SubmitResult) -> str:
     title = f" ({res.error_title})" if res.error_title else ""
     return f"{res.http_status or 'network'} {res.error_code}{title} {res.error_message}".strip()[:200]
@@ -357,23 +367,34 @@ def outcomes_record(
                 )
             )
             details[mid].update({"hold_id": hold.id, "scope": hold.scope, "charged": False})
-        elif provider_down and provider_failure(res) and res.outcome == Outcome.TRANSIENT:
+        elif provider_failure(res) and res.outcome == Outcome.TRANSIENT:
+            # The provider is unavailable (5xx, a connection error, a timeout before sending), not the
+            # message wrong: no attempt is charged, so an outage of any length ends a message only by
+            # its validity. Backoff still grows with its earlier failures; while the circuit is open
+            # it waits for the circuit to close instead.
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
-            until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
-            moves[("provider_unavailable", Status.QUEUED)].append(
+            if provider_down:
+                kind, reason_code = "provider_unavailable", circuit.REASON_UNAVAILABLE
+                until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+                text = f"provider unavailable (circuit open): {_reason(res)}"
+            else:
+                kind, reason_code = "retry_scheduled", REASON_RETRY
+                until = now + timedelta(seconds=_unavailable_delay(row, res))
+                text = f"provider unavailable: {_reason(res)}; retry at {until:%H:%M:%S}"
+            moves[(kind, Status.QUEUED)].append(
                 (
                     mid,
                     version,
                     {
                         "run_after": min(until, row["expires_at"]),
-                        "attempt_count": row["attempt_count"] - 1,  # an outage is not the message's attempt
+                        "attempt_count": row["attempt_count"] - 1,  # not the message's attempt
                         "error_code": res.error_code,
-                        "reason_code": circuit.REASON_UNAVAILABLE,
-                        "status_reason": f"provider unavailable (circuit open): {_reason(res)}"[:255],
+                        "reason_code": reason_code,
+                        "status_reason": text[:255],
                     },
                 )
             )
-            details[mid]["charged"] = False
+            details[mid].update({"charged": False, "retry_at": min(until, row["expires_at"]).isoformat()})
         elif res.outcome == Outcome.TRANSIENT:
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
             decision = retry_decide(

@@ -228,8 +228,9 @@ PACING_ENABLED = env_bool("SMSGW_PACING", True)
 # Pace a little under the configured rate: a released message reaches the provider after a variable
 # delay (broker, worker), and the provider counts what arrives, not what we released.
 PACING_HEADROOM = env_float("SMSGW_PACING_HEADROOM", 0.97, minimum=0.1)
-# How much a bucket may release at once after being idle (seconds of its rate).
-PACING_BURST_SECONDS = env_float("SMSGW_PACING_BURST_SECONDS", 0.2, minimum=0.0)
+# Unused capacity kept for a pass that comes late (seconds of a rate), and so the most an idle limit
+# releases at once. The provider counts arrivals per one-second window: keep it small.
+PACING_BURST_SECONDS = env_float("SMSGW_PACING_BURST_SECONDS", 0.05, minimum=0.0)
 # Within a constrained account, bulk keeps at least this share of each pass while transactional waits.
 PACING_BULK_MIN_SHARE = env_float("SMSGW_PACING_BULK_MIN_SHARE", 0.1, minimum=0.0)
 # Backpressure (AIMD): a throttle multiplies the rate by this (at most once per cooldown), and the rate

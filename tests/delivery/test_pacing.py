@@ -59,13 +59,13 @@ def test_a_sender_releases_at_its_rate_and_the_rest_wait_paced_with_an_expected_
     t0 = timezone.now()
     pks = messages_bulk(tenant, 50, due_at=t0 - timedelta(seconds=1))
     first = release.due_release(now=t0)
-    assert sum(first.queued.values()) == 3  # one, plus the burst allowance (0.2 s at 10/s), no more
+    assert sum(first.queued.values()) == 3  # one, plus the idle allowance (0.2 s at 10/s), no more
     assert first.paced == 47
     waiting = list(Message.objects.filter(pk__in=pks, status=Status.SCHEDULED).order_by("run_after"))
     assert all(m.reason_code == "paced" for m in waiting)
     slots = [m.run_after for m in waiting]
     assert slots == sorted(slots) and len(set(slots)) == 47, "each waits for its own slot"
-    assert (slots[-1] - t0).total_seconds() == pytest.approx(47 / 10 + 0.1, abs=0.25)
+    assert (slots[-1] - t0).total_seconds() == pytest.approx(47 / 10, abs=0.25)
     event = MessageEvent.objects.get(message=waiting[10], kind="paced")
     assert event.details["limited_by"] == f"sender {SENDER}" and event.details["segments_per_second"] == 10
     # The API shows it: still scheduled (cancellable), with the expected send time and the reason.
@@ -75,7 +75,7 @@ def test_a_sender_releases_at_its_rate_and_the_rest_wait_paced_with_an_expected_
 
     # Over the next 5 simulated seconds they leave at 10/s, and waiting longer writes no new entry.
     queued = run(5.0, t0 + timedelta(seconds=0.05))
-    assert 45 <= queued <= 47
+    assert 46 <= queued <= 47
     assert MessageEvent.objects.filter(message_id__in=pks, kind="paced").count() == 47
 
 
@@ -119,7 +119,11 @@ def test_a_tenants_backlog_does_not_delay_another_tenant(adapter, settings):
     backlog = messages_bulk(big, 400, due_at=t0 - timedelta(seconds=60))  # older than anything else
     others = [message(small, due_in=-1) for _ in range(5)]
     release.due_release(now=t0, limit=100)  # a backlog: the pass still reaches the other tenant
-    assert Message.objects.filter(pk__in=[m.pk for m in others], status=Status.QUEUED).count() >= 2
+    waiting = Message.objects.filter(pk__in=[m.pk for m in others], status=Status.SCHEDULED)
+    expected = list(waiting.values_list("run_after", flat=True))
+    assert not expected or max(expected) <= t0 + timedelta(seconds=0.5), (
+        "its own line, not behind the backlog"
+    )
     run(0.5, t0 + timedelta(seconds=0.05))
     assert statuses([m.pk for m in others]) == {Status.QUEUED: 5}, "within half a second, not behind 400"
     assert Message.objects.filter(pk__in=backlog, status=Status.QUEUED).count() > 0

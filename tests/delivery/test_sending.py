@@ -83,7 +83,8 @@ def test_429_is_throttled_resent_after_retry_after_and_not_charged(adapter, sand
     assert sandbox.stats()["submissions"] == 1
 
 
-def test_transient_500_is_retried_with_backoff_and_charged(adapter, sandbox, tenant, settings):
+def test_a_500_is_retried_with_backoff_and_not_charged(adapter, sandbox, tenant, settings):
+    """A 5xx is the provider's failure, not the message's: backoff, no attempt charged."""
     settings.RETRY_BASE_SECONDS = 4
     to = recipient(11)
     sandbox.config(rules=[{"to": to, "action": "500", "times": 1}])
@@ -91,7 +92,8 @@ def test_transient_500_is_retried_with_backoff_and_charged(adapter, sandbox, ten
     before = timezone.now()
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
-    assert msg.status == Status.QUEUED and msg.reason_code == "provider_error" and msg.attempt_count == 1
+    assert msg.status == Status.QUEUED and msg.reason_code == "provider_error"
+    assert (msg.attempt_count, msg.provider_calls) == (0, 1)
     assert before + timedelta(seconds=2) <= msg.run_after <= timezone.now() + timedelta(seconds=4)
     assert kinds(msg)[-1] == "retry_scheduled"
     assert msg.attempts.get().outcome == AttemptOutcome.TRANSIENT_ERROR
@@ -111,10 +113,12 @@ def test_permanent_400_fails_with_code_and_keeps_attempt_history(adapter, sandbo
 
 
 def test_retries_exhausted_end_failed(adapter, sandbox, tenant, settings):
+    """An error the provider answered and classified transient (here 30008 on submission) is charged;
+    after SMSGW_RETRY_MAX_ATTEMPTS the message is dead-lettered."""
     settings.RETRY_MAX_ATTEMPTS = 2
     settings.RETRY_BASE_SECONDS = 0.0
     to = recipient(3)
-    sandbox.config(rules=[{"to": to, "action": "500"}])
+    sandbox.config(rules=[{"to": to, "action": "400", "error_code": 30008}])
     msg = queued(tenant, to)
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
@@ -124,6 +128,23 @@ def test_retries_exhausted_end_failed(adapter, sandbox, tenant, settings):
     assert msg.status == Status.FAILED and "gave up after 2 attempts" in msg.status_reason
     assert msg.attempts.count() == 2
     assert sandbox.stats()["submissions"] == 0
+
+
+def test_provider_failures_never_exhaust_attempts_only_validity_ends_them(adapter, sandbox, tenant, settings):
+    settings.RETRY_MAX_ATTEMPTS = 2
+    settings.RETRY_BASE_SECONDS = 0.0
+    to = recipient(12)
+    sandbox.config(rules=[{"to": to, "action": "503"}])
+    msg = queued(tenant, to)
+    for _ in range(4):
+        Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
+        sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED and msg.attempt_count == 0 and msg.provider_calls == 4
+    Message.objects.filter(pk=msg.pk).update(expires_at=timezone.now())
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.EXPIRED
 
 
 def test_expired_while_queued_is_not_sent(adapter, sandbox, tenant):
