@@ -114,7 +114,7 @@ def circuit_report(
         else:
             _count(row, ok, failed, error, now)
     if closed:
-        circuit_release(now=timezone.now())  # outside the row lock: may touch many messages
+        circuit_release(provider=provider, now=timezone.now())  # outside the row lock: many messages
         return CircuitState(CLOSED)
     return CircuitState(row.state, row.opened_at, row.next_probe_at, row.last_error)
 
@@ -168,10 +168,10 @@ def circuit_close(provider: str, account: str, *, actor: str = "system") -> int:
         row.updated_at = now
         row.save()
     log.warning("provider circuit closed for %s/%s by %s", provider, account, actor)
-    return circuit_release(now=now, actor=actor)
+    return circuit_release(provider=provider, now=now, actor=actor)
 
 
-def circuit_release(*, now: datetime, actor: str = "system") -> int:
+def circuit_release(*, provider: str, now: datetime, actor: str = "system") -> int:
     """Every message waiting for the provider becomes due now (the next sweep releases it within the
     limits). No timeline entry: the next step (queued / attempt) is the entry."""
     released = 0
@@ -179,7 +179,7 @@ def circuit_release(*, now: datetime, actor: str = "system") -> int:
         while True:
             ids = list(
                 Message.objects.filter(
-                    status=status, reason_code=REASON_UNAVAILABLE, run_after__gt=now
+                    status=status, reason_code=REASON_UNAVAILABLE, provider=provider, run_after__gt=now
                 ).values_list("pk", flat=True)[:RELEASE_BATCH]
             )
             if not ids:
@@ -189,20 +189,21 @@ def circuit_release(*, now: datetime, actor: str = "system") -> int:
 
 
 def circuit_tick(now: datetime) -> str:
-    """Once per sweep pass: if the circuit is open and its probe is due, release one waiting message (the
-    oldest parked as provider_unavailable) as the probe. Database work only; the send worker makes the
-    request, and its answer closes the circuit (circuit_report)."""
-    from delivery.providers import get_adapter
+    """Once per sweep pass: for each open circuit whose probe is due, release one waiting message of that
+    provider (the oldest parked as provider_unavailable) as the probe. Database work only; the send
+    worker makes the request, and its answer closes the circuit (circuit_report). Idle: one indexed
+    query over a handful of circuit rows."""
+    result = "none"
+    for row in ProviderCircuit.objects.filter(state=OPEN).exclude(next_probe_at__gt=now):
+        result = _probe_message(row.provider, row.account, now)
+    return result
 
-    adapter = get_adapter()
-    provider, account = adapter.name, adapter.account
-    state = circuit_state(provider, account)
-    if not state.is_open or (state.next_probe_at and state.next_probe_at > now):
-        return "none"
+
+def _probe_message(provider: str, account: str, now: datetime) -> str:
     with transaction.atomic():
         for status in (Status.QUEUED, Status.SCHEDULED):
             waiting = list(
-                Message.objects.filter(status=status, reason_code=REASON_UNAVAILABLE)
+                Message.objects.filter(status=status, reason_code=REASON_UNAVAILABLE, provider=provider)
                 .order_by("run_after")
                 .select_for_update(skip_locked=True)
                 .values("id", "version", "priority")[:1]
@@ -226,7 +227,7 @@ def circuit_tick(now: datetime) -> str:
             if moved:
                 from scheduling.release import publish_after_commit
 
-                publish_after_commit(row["priority"], moved)
+                publish_after_commit(row["priority"], moved, provider=provider)
                 return "message"
     return "nothing_waiting"
 
@@ -234,15 +235,22 @@ def circuit_tick(now: datetime) -> str:
 def circuit_probe_account(*, now: datetime | None = None) -> str:
     """Beat task body: an open circuit with no message waiting to probe it is probed by fetching the
     account (no message spent), so it does not stay open for ever on an idle gateway."""
-    from delivery.providers import get_adapter
+    from delivery.providers import PROVIDERS, get_adapter
 
     now = now or timezone.now()
-    adapter = get_adapter()
+    result = "closed"
+    for row in ProviderCircuit.objects.filter(state=OPEN, provider__in=list(PROVIDERS)):
+        adapter = get_adapter(row.provider)
+        if adapter.account != row.account:
+            continue  # an account this process has no credentials for
+        result = _probe_account(adapter, now)
+    return result
+
+
+def _probe_account(adapter, now: datetime) -> str:
     provider, account = adapter.name, adapter.account
-    if not circuit_state(provider, account).is_open:
-        return "closed"
     if Message.objects.filter(
-        status__in=[Status.QUEUED, Status.SCHEDULED], reason_code=REASON_UNAVAILABLE
+        status__in=[Status.QUEUED, Status.SCHEDULED], reason_code=REASON_UNAVAILABLE, provider=provider
     ).exists():
         return "messages_waiting"  # a message probe (circuit_tick) is the truer test
     if not probe_take(provider, account, now=now):

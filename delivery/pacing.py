@@ -211,14 +211,24 @@ def fair_order(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def release_gate(candidates: list[Candidate], now: datetime | None = None) -> Decision:
-    """Decide a pass's candidates (called inside the sweep's transaction, rows locked)."""
+    """Decide a pass's candidates (called inside the sweep's transaction, rows locked). Each message is
+    paced against the limits and circuit of its own provider account (``message.provider``)."""
     decision = Decision()
     if not candidates:
         return decision
     now = now or timezone.now()
+    by_provider: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_provider.setdefault(c.provider or settings.SMSGW_PROVIDER, []).append(c)
+    for provider, group in sorted(by_provider.items()):
+        _account_gate(provider, get_adapter(provider).account, group, now, decision)
+    return decision
+
+
+def _account_gate(
+    provider: str, account: str, candidates: list[Candidate], now: datetime, decision: Decision
+) -> None:
     now_s = now.timestamp()
-    adapter = get_adapter()
-    provider, account = adapter.name, adapter.account
     ordered = fair_order(candidates)
 
     state = circuit.circuit_state(provider, account)
@@ -228,7 +238,7 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
         for c in ordered:
             park = Park(until, REASON_UNAVAILABLE, text, "provider_unavailable", {"circuit": "open"})
             decision.park.append((c, park))
-        return decision
+        return
 
     senders = sorted({c.sender for c in ordered})
     sender_rates = capacity.sender_rates(provider, account, senders)
@@ -335,7 +345,6 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
     for bucket in buckets:
         bucket.save(now)
     _rows_save([b.row for b in buckets])
-    return decision
 
 
 def _rows_save(rows: list[RateBucket]) -> None:

@@ -84,7 +84,7 @@ def _by_sid(msg: Message, attempt: Attempt, adapter: ProviderAdapter, now: datet
 
 def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter, now: datetime) -> str:
     started = attempt.started_at if attempt else (msg.sending_at or msg.created_at)
-    timeout = timedelta(seconds=float(settings.TWILIO_TIMEOUT_SECONDS))
+    timeout = timedelta(seconds=adapter.request_timeout)
     result = adapter.find_submissions(
         to=msg.to,
         sender=msg.from_number,

@@ -86,11 +86,19 @@ def validity_period(expires_at: datetime, now: datetime) -> int:
     return min(max(seconds, VALIDITY_MIN), VALIDITY_MAX)
 
 
-def send_batch(message_ids: list[int]) -> BatchReport:
+def send_batch(message_ids: list[int], *, provider: str | None = None) -> BatchReport:
+    """Submit a batch of one provider's messages (the release step publishes a batch per provider; a
+    task published before batches named their provider uses the default one, which every message then
+    had)."""
     report = BatchReport()
-    adapter = get_adapter()
+    adapter = get_adapter(provider)
     now = timezone.now()
     open_holds = holds_service.holds_open(adapter.name, adapter.account)
+    if open_holds:
+        # The per-process cache may be a second old, and another process may just have cleared the hold
+        # and released its messages: parking them again on a stale view would hold them twice (and write
+        # a second "held" entry). Holding is the rare path; it can afford a fresh read.
+        open_holds = holds_service.holds_open(adapter.name, adapter.account, fresh=True)
     circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
@@ -125,11 +133,13 @@ def send_batch(message_ids: list[int]) -> BatchReport:
             set_fields={
                 "sending_at": now,
                 "run_after": now + timedelta(seconds=settings.SENDING_LEASE_SECONDS),
-                "provider": adapter.name,
             },
             bump_attempts=True,
             returning=CLAIM_RETURNING,
-            extra_where=f'"tenant_id" IN (SELECT "id" FROM "{TENANT_TABLE}" WHERE "is_active")',
+            # Only this adapter's messages: a message is sent through the provider it was born with.
+            extra_where=f'"provider" = %s AND "tenant_id" IN '
+            f'(SELECT "id" FROM "{TENANT_TABLE}" WHERE "is_active")',
+            extra_params=[adapter.name],
             details=lambda mid: {"provider": adapter.name, **({"probe": True} if mid in probes else {})},
             now=now,
         )

@@ -8,8 +8,8 @@ from delivery import circuit, holds, reconcile, sending
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
-def send_batch(message_ids: list[int]) -> None:
-    sending.send_batch(message_ids)
+def send_batch(message_ids: list[int], provider: str | None = None) -> None:
+    sending.send_batch(message_ids, provider=provider)
 
 
 @shared_task(name="delivery.reconcile_batch", ignore_result=True)

@@ -49,7 +49,7 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     params = {key: request.POST.get(key, "") for key in request.POST}
     if not adapter.validate_callback(callback_url(request), params, request.headers):
         # Nothing is written for an unsigned or tampered callback.
-        return _error(403, "X-Twilio-Signature", "missing or invalid signature")
+        return _error(403, adapter.signature_header, "missing or invalid signature")
     try:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from smsgw.models import Tenant
+
+
+def provider_default() -> str:
+    """The provider a new message is sent through (SMSGW_PROVIDER). Set when the message is born and
+    never changed: capacity, circuit state, the adapter and its callbacks all hang on it."""
+    return settings.SMSGW_PROVIDER
 
 
 class Status(models.TextChoices):
@@ -79,7 +86,7 @@ class Message(models.Model):
     attempt_count = models.PositiveSmallIntegerField(default=0)
     provider_calls = models.PositiveSmallIntegerField(default=0, db_default=0)
 
-    provider = models.CharField(max_length=32, blank=True)
+    provider = models.CharField(max_length=32, default=provider_default)
     provider_message_id = models.CharField(max_length=64, null=True, blank=True)
     provider_status = models.CharField(max_length=32, blank=True)
     error_code = models.CharField(max_length=32, blank=True)

@@ -63,6 +63,7 @@ _COLUMNS = (
     "quiet_timezone",
     "quiet_deferred_from",
     "status_reason",
+    "provider",
 )
 
 
@@ -78,6 +79,7 @@ class Candidate:
     run_after: datetime
     reason_code: str
     expires_at: datetime | None = None
+    provider: str = ""  # the message's provider key: the gate resolves its account, limits and circuit
 
 
 @dataclass
@@ -218,7 +220,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
     now = now or timezone.now()
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = ReleaseReport()
-    published: dict[str, list[int]] = {}
+    published: dict[tuple[str, str], list[int]] = {}
     with transaction.atomic():
         rows = _claim_candidates(now, limit)
         if not rows:
@@ -252,6 +254,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
                     run_after=r["run_after"],
                     reason_code=r["reason_code"],
                     expires_at=r["expires_at"],
+                    provider=r["provider"],
                 )
             )
         decision = Decision(release=candidates)
@@ -261,14 +264,14 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         report.quiet_deferred = _quiet_defer(quiet, now)
         park_rows(parks, now, report)
         _release(decision, by_id, now, report, published)
-        for priority, ids in published.items():
-            publish_after_commit(priority, ids)
+        for (priority, provider), ids in published.items():
+            publish_after_commit(priority, ids, provider=provider)
     return report
 
 
 def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseReport, published: dict) -> None:
     recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
-    groups: dict[tuple[str, str], list[tuple[int, int, dict]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[int, int, dict]]] = {}
     for c in decision.release:
         reason = "circuit_probe" if c.id in decision.probes else ""
         status_reason = ""
@@ -277,8 +280,10 @@ def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseRepo
         values = {"run_after": recovery, "reason_code": reason, "status_reason": status_reason}
         if c.status == Status.SCHEDULED:
             values["queued_at"] = now
-        groups.setdefault((c.status, c.priority), []).append((c.id, by_id[c.id]["version"], values))
-    for (status, priority), items in groups.items():
+        groups.setdefault((c.status, c.priority, c.provider), []).append(
+            (c.id, by_id[c.id]["version"], values)
+        )
+    for (status, priority, provider), items in groups.items():
         first = status == Status.SCHEDULED
         moved = transitions.transition_versioned(
             items,
@@ -293,7 +298,7 @@ def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseRepo
             report.queued[priority] = report.queued.get(priority, 0) + len(moved)
         else:
             report.republished += len(moved)
-        published.setdefault(priority, []).extend(moved)
+        published.setdefault((priority, provider), []).extend(moved)
 
 
 def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseReport | None = None) -> None:
@@ -368,15 +373,17 @@ def send_queue(priority: str) -> str:
     return f"send.{priority}"
 
 
-def _publish(queue: str, ids: list[int]) -> None:
+def _publish(queue: str, ids: list[int], provider: str) -> None:
     from smsgw.celery import app
 
     size = settings.SEND_BATCH_SIZE
     for start in range(0, len(ids), size):
-        app.send_task("delivery.send_batch", args=[ids[start : start + size]], queue=queue)
+        batch = ids[start : start + size]
+        app.send_task("delivery.send_batch", args=[batch], kwargs={"provider": provider}, queue=queue)
 
 
-def publish_after_commit(priority: str, ids: list[int]) -> None:
-    """Send work for these ids to their priority's queue once the transaction that queued them commits."""
+def publish_after_commit(priority: str, ids: list[int], *, provider: str) -> None:
+    """Send work for these ids (all of one provider: a batch goes through one adapter) to their
+    priority's queue once the transaction that queued them commits."""
     if ids:
-        transaction.on_commit(lambda: _publish(send_queue(priority), ids))
+        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider))

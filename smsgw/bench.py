@@ -76,7 +76,7 @@ def messages_load(
                         ELSE %s END, '',
                    'Benchmark message ' || g, 'GSM-7', 1, %s, '{}', '', '', 'earlier', 'none',
                    %s + make_interval(secs => (g - %s) * %s), %s + interval '2 days', 'scheduled', '', 1,
-                   %s + make_interval(secs => (g - %s) * %s), 0, '', '', '', now(), now(), ''
+                   %s + make_interval(secs => (g - %s) * %s), 0, %s, '', '', now(), now(), ''
             FROM generate_series(%s, %s) AS g
             """,
             [
@@ -92,6 +92,7 @@ def messages_load(
                 first_due,
                 offset,
                 step,
+                settings.SMSGW_PROVIDER,
                 offset,
                 offset + n - 1,
             ],

@@ -139,6 +139,14 @@ RECEIPT_STATUSES = frozenset(
 
 class ProviderAdapter:
     name: str = "base"
+    # The request header that carries a callback's signature (named in a 403's error).
+    signature_header: str = "signature"
+
+    @property
+    def request_timeout(self) -> float:
+        """Seconds a submission may take before it is given up as uncertain (reconciliation looks for
+        the message within this window after the attempt started)."""
+        raise NotImplementedError
 
     @property
     def account(self) -> str:

@@ -126,14 +126,23 @@ class _Conf:
     concurrency: int
 
     @classmethod
-    def current(cls) -> _Conf:
+    def current(cls, prefix: str = "TWILIO") -> _Conf:
         return cls(
-            account_sid=settings.TWILIO_ACCOUNT_SID,
-            auth_token=settings.TWILIO_AUTH_TOKEN,
-            base_url=(settings.TWILIO_API_BASE_URL or TWILIO_API_ORIGIN).rstrip("/"),
-            timeout=float(settings.TWILIO_TIMEOUT_SECONDS),
+            account_sid=_setting(prefix, "ACCOUNT_SID"),
+            auth_token=_setting(prefix, "AUTH_TOKEN"),
+            base_url=(_setting(prefix, "API_BASE_URL") or TWILIO_API_ORIGIN).rstrip("/"),
+            timeout=float(_setting(prefix, "TIMEOUT_SECONDS")),
             concurrency=max(int(settings.SEND_CONCURRENCY), 1),
         )
+
+
+def _setting(prefix: str, key: str):
+    """``<prefix>_<key>`` (a second Twilio account is a second prefix, e.g. TWILIO_EU_ACCOUNT_SID), with
+    the shared ``TWILIO_<key>`` for what an account need not set itself (timeout, base URL, keys)."""
+    name = f"{prefix}_{key}"
+    if key in ("ACCOUNT_SID", "AUTH_TOKEN"):
+        return getattr(settings, name)
+    return getattr(settings, name, getattr(settings, f"TWILIO_{key}"))
 
 
 class _AsyncRuntime:
@@ -151,8 +160,13 @@ class _AsyncRuntime:
 
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
+    signature_header = "X-Twilio-Signature"
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "twilio", settings_prefix: str = "TWILIO") -> None:
+        # One adapter per provider key (``message.provider``): another Twilio account is another key
+        # with its own settings prefix, and so its own capacity, circuit and callback URL.
+        self.name = name
+        self.settings_prefix = settings_prefix
         self._reset_process_state()
         ref = weakref.ref(self)
 
@@ -177,7 +191,11 @@ class TwilioAdapter(ProviderAdapter):
 
     @property
     def account(self) -> str:
-        return settings.TWILIO_ACCOUNT_SID
+        return _setting(self.settings_prefix, "ACCOUNT_SID")
+
+    @property
+    def request_timeout(self) -> float:
+        return float(_setting(self.settings_prefix, "TIMEOUT_SECONDS"))
 
     # -- plumbing -----------------------------------------------------------------------------------
     def _ensure_runtime(self, conf: _Conf) -> _AsyncRuntime:
@@ -195,7 +213,7 @@ class TwilioAdapter(ProviderAdapter):
             return runtime
 
     def _sync(self) -> Client:
-        conf = _Conf.current()
+        conf = _Conf.current(self.settings_prefix)
         if self._pid != os.getpid():
             self._reset_process_state()
         with self._lock:
@@ -223,7 +241,7 @@ class TwilioAdapter(ProviderAdapter):
     def submit_many(self, submissions: list[Submission]) -> list[SubmitResult]:
         if not submissions:
             return []
-        runtime = self._ensure_runtime(_Conf.current())
+        runtime = self._ensure_runtime(_Conf.current(self.settings_prefix))
         future = asyncio.run_coroutine_threadsafe(self._submit_all(runtime, submissions), runtime.loop)
         try:
             return future.result()
@@ -397,7 +415,7 @@ class TwilioAdapter(ProviderAdapter):
         account's status (active, suspended, closed). No message is spent on it."""
         client = self._sync()
         try:
-            account = client.api.v2010.accounts(settings.TWILIO_ACCOUNT_SID).fetch()
+            account = client.api.v2010.accounts(self.account).fetch()
         except TwilioRestException as exc:
             return False, f"HTTP {exc.status} code {exc.code}"
         except Exception as exc:
@@ -429,8 +447,8 @@ class TwilioAdapter(ProviderAdapter):
             url,
             params,
             headers,
-            auth_token=settings.TWILIO_AUTH_TOKEN,
-            shared_keys=settings.TWILIO_WEBHOOK_SHARED_KEYS,
+            auth_token=_setting(self.settings_prefix, "AUTH_TOKEN"),
+            shared_keys=_setting(self.settings_prefix, "WEBHOOK_SHARED_KEYS"),
         )
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:

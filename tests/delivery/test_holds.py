@@ -98,6 +98,30 @@ def test_rotated_auth_token_holds_the_account_and_fails_no_message(
     assert not Message.objects.filter(status=Status.FAILED).exists()
 
 
+def test_a_hold_cleared_by_another_process_is_not_applied_again_from_a_stale_cache(
+    adapter, sandbox, tenant, settings
+):
+    """A worker's view of the open holds may be a second old. When another process has just cleared the
+    hold and released its messages, this worker must send them, not hold them a second time."""
+    real_token = settings.TWILIO_AUTH_TOKEN
+    settings.TWILIO_AUTH_TOKEN = "rotated-away"
+    held = [queued(tenant, recipient(40 + i)) for i in range(3)]
+    sending.send_batch([m.pk for m in held])
+    hold = ProviderHold.objects.get()
+    settings.TWILIO_AUTH_TOKEN = real_token
+    assert holds.holds_open(adapter.name, adapter.account)  # this process now has the hold cached
+    stale = dict(holds._cache)
+    assert holds.hold_clear(hold.id, by="probe", reason="probe succeeded") == 3  # "another process"
+    holds._cache.update(stale)  # ... whose clearing this process's cache has not seen yet
+
+    report = sending.send_batch([m.pk for m in held])
+    assert report.held == 0 and report.claimed == 3
+    assert set(statuses(held).values()) == {Status.SENT}
+    for m in held:
+        assert m.events.filter(kind="held").count() == 1
+        assert m.events.filter(kind="hold_released").count() == 1
+
+
 def test_unregistered_sender_holds_that_sender_only_and_a_probe_message_clears_it(adapter, sandbox, tenant):
     bad_to = recipient(20)
     sandbox.config(rules=[{"to": bad_to, "action": "400", "error_code": 30034, "times": 1}])
