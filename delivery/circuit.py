@@ -3,7 +3,9 @@
 Send workers report each batch's answers (``circuit_report``): requests that failed for the provider's
 reasons (timeouts, connection errors, 5xx) against those it answered. Within a fixed window of
 SMSGW_CIRCUIT_WINDOW_SECONDS, at least SMSGW_CIRCUIT_MIN_FAILURES failures making at least
-SMSGW_CIRCUIT_FAILURE_RATIO of the answers open the circuit. While it is open:
+SMSGW_CIRCUIT_FAILURE_RATIO of the answers open the circuit; so do SMSGW_CIRCUIT_STREAK_FAILURES failures in a
+row (an outage trips it after a few requests, not once failures outnumber a window of earlier
+successes). While it is open:
 
 * the release gate submits nothing but one probe message per SMSGW_CIRCUIT_PROBE_SECONDS (``probe_take``,
   a compare-and-set, so one sweeper on one host sends it);
@@ -20,6 +22,8 @@ sending resumes within about a probe interval of the provider's recovery. Its st
 from __future__ import annotations
 
 import logging
+import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -34,6 +38,8 @@ from scheduling.models import Message, Status
 log = logging.getLogger(__name__)
 
 CLOSED, OPEN = "closed", "open"
+OK_FLUSH_SECONDS = 0.5
+_ok_buffer: dict[tuple[int, str, str], list] = {}  # per process: successes not yet counted in the window
 REASON_UNAVAILABLE = "provider_unavailable"
 REASON_PROBE = "circuit_probe"
 RELEASE_BATCH = 2000
@@ -49,6 +55,11 @@ class CircuitState:
     @property
     def is_open(self) -> bool:
         return self.state == OPEN
+
+
+# What circuit_report answers for successes it only buffered: nothing was read, and nothing that depends
+# on the state (a failure's outcome) is in such a group.
+_CLOSED_UNREAD = CircuitState(CLOSED)
 
 
 def _row(provider: str, account: str, now: datetime) -> ProviderCircuit:
@@ -67,8 +78,20 @@ def _row(provider: str, account: str, now: datetime) -> ProviderCircuit:
 def circuit_state(provider: str, account: str) -> CircuitState:
     row = ProviderCircuit.objects.filter(provider=provider, account=account).first()
     if row is None:
+        _local[(os.getpid(), provider, account)] = False
         return CircuitState(CLOSED)
+    _local[(os.getpid(), provider, account)] = row.state == OPEN
     return CircuitState(row.state, row.opened_at, row.next_probe_at, row.last_error)
+
+
+# This process's last view of each circuit (from the database, or from its own report). Submissions a
+# worker already holds check it just before they go (``seen_open``): when the circuit opens, what this
+# process has not sent yet stays unsent, instead of meeting the outage one request at a time.
+_local: dict[tuple[int, str, str], bool] = {}
+
+
+def seen_open(provider: str, account: str) -> bool:
+    return _local.get((os.getpid(), provider, account), False)
 
 
 def probe_take(provider: str, account: str, *, now: datetime | None = None) -> bool:
@@ -99,6 +122,22 @@ def circuit_report(
     now = now or timezone.now()
     if not ok and not failed:
         return circuit_state(provider, account)
+    key = (os.getpid(), provider, account)
+    buffered = _ok_buffer.get(key)
+    if not failed and not probe_ok:
+        # Answers only count against failures within the window: a process adds up its successes and
+        # reports them at most every OK_FLUSH_SECONDS (or with its next failure), instead of locking the
+        # account's circuit row for every small group of answers.
+        if buffered is None:
+            _ok_buffer[key] = [ok, time.monotonic()]
+            return _CLOSED_UNREAD
+        buffered[0] += ok
+        if time.monotonic() - buffered[1] < OK_FLUSH_SECONDS:
+            return _CLOSED_UNREAD
+        ok = buffered[0]
+    elif buffered is not None:
+        ok += buffered[0]
+    _ok_buffer.pop(key, None)
     row = _row(provider, account, now)
     closed = False
     with transaction.atomic():
@@ -113,6 +152,7 @@ def circuit_report(
                 row.save(update_fields=["last_error", "updated_at"])
         else:
             _count(row, ok, failed, error, now)
+    _local[key] = row.state == OPEN
     if closed:
         circuit_release(provider=provider, now=timezone.now())  # outside the row lock: many messages
         return CircuitState(CLOSED)
@@ -124,10 +164,12 @@ def _count(row: ProviderCircuit, ok: int, failed: int, error: str, now: datetime
         row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
     row.window_ok += ok
     row.window_failed += failed
+    # (A report's successes came before its failures: buffered ones are older, see circuit_report.)
+    row.streak_failed = (0 if ok else row.streak_failed) + failed
     if error:
         row.last_error = error[:255]
     answers = row.window_ok + row.window_failed
-    if (
+    if row.streak_failed >= settings.CIRCUIT_STREAK_FAILURES or (
         row.window_failed >= settings.CIRCUIT_MIN_FAILURES
         and row.window_failed >= settings.CIRCUIT_FAILURE_RATIO * answers
     ):
@@ -149,6 +191,7 @@ def _count(row: ProviderCircuit, ok: int, failed: int, error: str, now: datetime
 def _close(row: ProviderCircuit, now: datetime) -> None:
     row.state = CLOSED
     row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
+    row.streak_failed = 0
     row.next_probe_at = None
     row.updated_at = now
     row.save()
@@ -164,6 +207,7 @@ def circuit_close(provider: str, account: str, *, actor: str = "system") -> int:
             return 0
         row.state = CLOSED
         row.window_started_at, row.window_ok, row.window_failed = now, 0, 0
+        row.streak_failed = 0
         row.next_probe_at = None
         row.updated_at = now
         row.save()

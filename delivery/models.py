@@ -205,6 +205,9 @@ class RateBucket(models.Model):
     projected_until = models.DateTimeField()  # the last slot promised to a paced message
     blocked_until = models.DateTimeField(null=True, blank=True)  # Retry-After
     last_decrease_at = models.DateTimeField(null=True, blank=True)
+    # The rate at which the provider last throttled: the rate climbs back quickly up to just below it,
+    # then slowly (the provider's real limit is probably there).
+    rate_ceiling = models.FloatField(null=True, blank=True)
     throttles = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField()
 
@@ -222,6 +225,9 @@ class ProviderCircuit(models.Model):
     window_started_at = models.DateTimeField()
     window_ok = models.PositiveIntegerField(default=0)
     window_failed = models.PositiveIntegerField(default=0)
+    # Provider failures since the last answer that was not one: an outage trips the circuit after a
+    # handful of requests, instead of waiting for failures to outnumber a window of earlier successes.
+    streak_failed = models.PositiveIntegerField(default=0, db_default=0)
     opened_at = models.DateTimeField(null=True, blank=True)
     next_probe_at = models.DateTimeField(null=True, blank=True)
     probes = models.PositiveIntegerField(default=0)

@@ -37,6 +37,7 @@ never above it (AIMD).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import OrderedDict, deque
 from datetime import UTC, datetime, timedelta
@@ -60,8 +61,11 @@ REASON_PACED = "paced"
 REASON_UNAVAILABLE = circuit.REASON_UNAVAILABLE
 REASON_PROBE = circuit.REASON_PROBE
 TRANSACTIONAL = "transactional"
+AIMD_KNEE = 0.9  # fast recovery up to this share of the rate last throttled at ...
+AIMD_SLOW = 0.1  # ... and this share of its speed beyond
 MIN_PARK_SECONDS = 0.05  # never park a message for less: it would only come straight back
-LINE_EPSILON = 0.001
+MIN_SPACING_SECONDS = 0.001  # a sender faster than 1,000 segments/s is not spaced out (see _Limit.fit)
+AT_ONCE_SECONDS = 0.01  # a start this close to now is "now": no slot, it goes as soon as a worker has it
 
 
 def bucket_key(provider: str, account: str, kind: str, value: str = "") -> str:
@@ -76,74 +80,141 @@ def _dt(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
-class _Bucket:
-    """One limit during one pass, in epoch seconds (cheap arithmetic per candidate)."""
+class _Limit:
+    """One limit during one pass, in epoch seconds (cheap arithmetic per candidate).
 
-    def __init__(self, row: RateBucket, configured: float, now: float, label: str) -> None:
+    ``tat`` is the GCRA "theoretical arrival time": the earliest start the limit allows next. A sender is
+    *strict*: the provider counts its arrivals in any one-second window, so no two of its messages may
+    start closer than their segments' worth of its interval; a message held back by another limit
+    (its tenant's rate) leaves the time before it to the next ones (``busy``: this pass's slots). The
+    account and a tenant are *budgets*: what was taken, counted from now, whatever the slots. ``vtat`` is
+    the limit as projected for the messages that wait in this pass (their expected slots), never
+    written back as capacity taken."""
+
+    def __init__(self, row: RateBucket, configured: float, now: float, label: str, *, strict: bool) -> None:
         self.row = row
         self.label = label
+        self.strict = strict
         self.configured = configured
-        effective = row.rate_effective
-        last = _epoch(row.last_decrease_at)
-        if last is None or now - last > 60 or row.rate_configured != configured:
-            effective = configured  # not throttled lately (or reconfigured): the configured rate
+        if row.last_decrease_at is None or row.rate_configured != configured:
+            effective = configured  # never throttled (or reconfigured): the configured rate
         else:
-            elapsed = max(0.0, now - _epoch(row.updated_at))
-            effective = min(configured, effective + settings.AIMD_INCREASE_PER_SECOND * configured * elapsed)
+            effective = _recovered(row, configured, max(0.0, now - _epoch(row.updated_at)))
         self.effective = max(effective, configured * settings.AIMD_FLOOR, 1e-6)
         self.interval = 1.0 / (self.effective * settings.PACING_HEADROOM)  # seconds per segment
-        # Capacity left unused is kept for at most this long (so a pass that comes a little late does
-        # not lose what accrued), which is also the most an idle limit releases at once. Small on
-        # purpose: the provider counts arrivals in any one-second window.
-        self.catch_up = settings.PACING_BURST_SECONDS
-        self.tat = _epoch(row.tat)
-        self.cursor = max(_epoch(row.projected_until), now)
         self.blocked = _epoch(row.blocked_until) or 0.0
+        self.free_from = max(_epoch(row.tat), self.blocked)  # strict: nothing of earlier passes after it
+        self.tat = self.free_from
+        self.vtat = self.tat
+        self.busy: list[tuple[float, float]] = []  # strict: this pass's slots, sorted
 
     def admit_at(self, now: float) -> float:
-        """When the next message may start: the limit's theoretical arrival time (a token bucket that
-        keeps at most ``catch_up`` of unused capacity), and never before a Retry-After."""
+        """The earliest start this limit allows a message now (never before a Retry-After). For a strict
+        limit, see ``fit``: a gap between this pass's slots may come earlier."""
         return max(now, self.tat, self.blocked)
 
-    def take(self, cost: int, now: float) -> None:
-        # A multi-segment message may start as soon as one segment's worth is there; it then pushes the
-        # next start back by all its segments.
-        self.tat = max(self.tat, now - self.catch_up) + cost * self.interval
+    def fit(self, earliest: float, cost: int, now: float, origin: float) -> float:
+        """Strict: the earliest start from ``earliest`` whose segments overlap none of this pass's. A
+        message that can go at once starts now; one that waits for anything starts no earlier than
+        ``origin``, when a released message can have reached the worker: a slot already past on arrival
+        would crowd the next one."""
+        # A sender of thousands of segments a second has no spacing that matters (and its tat only keeps
+        # the last slot of earlier passes, which another limit may have pushed out of order).
+        spaced = self.interval >= MIN_SPACING_SECONDS
+        start = max(earliest, now, self.free_from) if spaced else max(earliest, now)
+        start = self._gap(start, cost) if spaced else start
+        if start > now + AT_ONCE_SECONDS:
+            start = self._gap(max(start, origin), cost) if spaced else max(start, origin)
+        return start
 
-    def project(self, cost: int, now: float, first: bool) -> float:
-        """The slot of a message that waits: behind the slots promised before (first wait), or at the
-        front of the line (a message that already waited and slipped)."""
-        if not first:
-            return self.admit_at(now)
-        slot = max(self.cursor, self.admit_at(now))
-        self.cursor = slot + cost * self.interval
-        return slot
+    def _gap(self, start: float, cost: int) -> float:
+        length = cost * self.interval
+        for begin, end in self.busy:
+            if start + length <= begin + 1e-9:
+                break
+            if end > start:
+                start = end
+        return start
+
+    def _occupy(self, begin: float, end: float) -> None:
+        # Kept merged (touching slots are one segment), so a run of back-to-back slots, the usual case,
+        # costs one step in ``fit`` however long it is.
+        i = bisect.bisect_left(self.busy, (begin, end))
+        if i > 0 and self.busy[i - 1][1] >= begin - 1e-9:
+            i -= 1
+            begin = self.busy[i][0]
+            end = max(end, self.busy[i][1])
+            del self.busy[i]
+        while i < len(self.busy) and self.busy[i][0] <= end + 1e-9:
+            end = max(end, self.busy[i][1])
+            del self.busy[i]
+        self.busy.insert(i, (begin, end))
+
+    def projected_at(self, now: float) -> float:
+        """The same for a message that waits: behind the ones projected before it in this pass."""
+        return max(now, self.tat, self.vtat, self.blocked)
+
+    def take(self, cost: int, start: float, now: float, origin: float) -> None:
+        if self.strict:
+            self._occupy(start, start + cost * self.interval)
+            self.tat = max(self.tat, start + cost * self.interval)
+        else:
+            # A budget counts from its own tat, not from a start another limit pushed further out. When
+            # it is itself what makes messages wait, it follows their start up to the dispatch origin,
+            # or its slots would bunch up there.
+            base = max(self.tat, now)
+            if base > now + AT_ONCE_SECONDS:
+                base = max(base, min(start, origin))
+            self.tat = base + cost * self.interval
+        self.vtat = max(self.vtat, self.tat)
+
+    def reserve(self, cost: int, slot: float, now: float) -> None:
+        base = slot if self.strict else max(self.vtat, self.tat, now)
+        self.vtat = base + cost * self.interval
 
     def save(self, now: datetime) -> None:
         row = self.row
         row.rate_configured = self.configured
         row.rate_effective = self.effective
         row.tat = _dt(self.tat)
-        row.projected_until = _dt(max(self.cursor, self.tat))
+        row.projected_until = _dt(max(self.tat, _epoch(row.projected_until)))
         row.updated_at = now
 
 
-class _Cursor:
-    """A tenant's own line on a limit (the account, or a sender), with no capacity of its own: its
-    waiting messages' expected slots at that limit's rate, without pushing other tenants back."""
+def _recovered(row: RateBucket, configured: float, elapsed: float) -> float:
+    """Additive increase since the last pass: SMSGW_AIMD_INCREASE_PER_SECOND of the configured rate per
+    second up to just below the rate the provider last throttled at, a tenth of that beyond (so the
+    rate lingers where the real limit probably is, instead of overrunning it every few seconds), never
+    above the configured rate."""
+    fast = settings.AIMD_INCREASE_PER_SECOND * configured
+    rate = row.rate_effective
+    knee = AIMD_KNEE * (row.rate_ceiling or configured)
+    if rate < knee and fast > 0:
+        step = min(elapsed, (knee - rate) / fast)
+        rate += fast * step
+        elapsed -= step
+    return min(configured, rate + fast * AIMD_SLOW * elapsed)
 
-    def __init__(self, row: RateBucket, limit: _Bucket, now: float) -> None:
+
+class _Line:
+    """A tenant's own line on a limit, per priority class (a sender, or its share of the account): the
+    expected slots of its waiting messages at that limit's rate. It has no capacity of its own: it keeps
+    a message seen for the first time behind the ones already promised a slot (which would otherwise
+    slip, again and again), without pushing other tenants' or the other class's messages back."""
+
+    def __init__(self, row: RateBucket, limit: _Limit, now: float) -> None:
         self.row = row
-        self.account = limit
-        cursor = _epoch(row.projected_until)
-        self.cursor = now if cursor < now else cursor
+        self.limit = limit
+        self.cursor = max(_epoch(row.projected_until), now)
 
-    def project(self, cost: int, now: float, first: bool) -> float:
-        if not first:
-            return now
-        slot = max(self.cursor, self.account.admit_at(now))
-        self.cursor = slot + cost * self.account.interval
-        return slot
+    def follow(self, cost: int, start: float, now: float) -> None:
+        """A first-time message released from this line: the next one goes after it, while the line
+        still has promised slots ahead."""
+        if self.cursor > now:
+            self.cursor = max(self.cursor, start + cost * self.limit.interval)
+
+    def project(self, cost: int, slot: float) -> None:
+        self.cursor = max(self.cursor, slot + cost * self.limit.interval)
 
     def save(self, now: datetime) -> None:
         self.row.projected_until = _dt(self.cursor)
@@ -164,7 +235,7 @@ def _rows(keys: list[tuple[str, str, float]], now: datetime) -> dict[str, RateBu
                     kind=kind,
                     rate_configured=rate,
                     rate_effective=rate,
-                    tat=now - timedelta(seconds=settings.PACING_BURST_SECONDS),  # starts with its allowance
+                    tat=now,
                     projected_until=now,
                     updated_at=now,
                 )
@@ -250,74 +321,96 @@ def _account_gate(
             "pk", "send_rate_per_second"
         )
     }
-    keys = [(bucket_key(provider, account, "account"), "account", account_rate)]
-    keys += [
-        (bucket_key(provider, account, "sender", s), "sender", sender_rates[s].segments_per_second)
-        for s in senders
+    # Lines are per tenant and priority class: a tenant's transactional message never waits behind that
+    # same tenant's bulk backlog.
+    classes = sorted({(c.tenant_id, c.priority) for c in ordered})
+    pairs = sorted({(c.sender, c.tenant_id, c.priority) for c in ordered})
+
+    def key(kind: str, value: str = "") -> str:
+        return bucket_key(provider, account, kind, value)
+
+    keys = [
+        (key("account"), "account", account_rate),
+        (key("account", TRANSACTIONAL), "account", account_rate),
     ]
-    keys += [(bucket_key(provider, account, "share", str(t)), "share", account_rate) for t in tenant_ids]
-    pairs = sorted({(c.sender, c.tenant_id) for c in ordered})
-    keys += [
-        (bucket_key(provider, account, "line", f"{s}|{t}"), "line", sender_rates[s].segments_per_second)
-        for s, t in pairs
-    ]
-    keys += [(bucket_key(provider, account, "tenant", str(t)), "tenant", r) for t, r in tenant_rates.items()]
+    keys += [(key("sender", s), "sender", sender_rates[s].segments_per_second) for s in senders]
+    keys += [(key("tenant", str(t)), "tenant", r) for t, r in tenant_rates.items()]
+    keys += [(key("share", f"{t}|{p}"), "share", account_rate) for t, p in classes]
+    keys += [(key("tline", f"{t}|{p}"), "line", tenant_rates[t]) for t, p in classes if t in tenant_rates]
+    keys += [(key("line", f"{s}|{t}|{p}"), "line", sender_rates[s].segments_per_second) for s, t, p in pairs]
     rows = _rows(keys, now)
-    account_bucket = _Bucket(rows[keys[0][0]], account_rate, now_s, "account")
-    sender_buckets = {
-        s: _Bucket(
-            rows[bucket_key(provider, account, "sender", s)],
-            sender_rates[s].segments_per_second,
-            now_s,
-            "sender",
-        )
+    account_limit = _Limit(rows[key("account")], account_rate, now_s, "account", strict=False)
+    account_tx = _Limit(rows[key("account", TRANSACTIONAL)], account_rate, now_s, "account", strict=False)
+    sender_limits = {
+        s: _Limit(rows[key("sender", s)], sender_rates[s].segments_per_second, now_s, "sender", strict=True)
         for s in senders
     }
-    shares = {
-        t: _Cursor(rows[bucket_key(provider, account, "share", str(t))], account_bucket, now_s)
-        for t in tenant_ids
-    }
-    tenant_buckets = {
-        t: _Bucket(rows[bucket_key(provider, account, "tenant", str(t))], r, now_s, "tenant")
+    tenant_limits = {
+        t: _Limit(rows[key("tenant", str(t))], r, now_s, "tenant", strict=False)
         for t, r in tenant_rates.items()
     }
-    # Each tenant's own line on each sender: a sender several tenants share (a messaging service, a
-    # short code) still serves them in turn, its capacity shared, one tenant's backlog not in front.
+    shares = {(t, p): _Line(rows[key("share", f"{t}|{p}")], account_limit, now_s) for t, p in classes}
     sender_lines = {
-        (s, t): _Cursor(rows[bucket_key(provider, account, "line", f"{s}|{t}")], sender_buckets[s], now_s)
-        for s, t in pairs
+        (s, t, p): _Line(rows[key("line", f"{s}|{t}|{p}")], sender_limits[s], now_s) for s, t, p in pairs
     }
+    tenant_lines = {
+        (t, p): _Line(rows[key("tline", f"{t}|{p}")], tenant_limits[t], now_s)
+        for t, p in classes
+        if t in tenant_limits
+    }
+    ahead = settings.PACING_RELEASE_AHEAD_SECONDS
+    origin = now_s + settings.PACING_DISPATCH_SECONDS
 
     for c in ordered:
         cost = max(1, int(c.segments or 1))
-        sender = sender_buckets[c.sender]
-        limits = [account_bucket, sender]
-        # The lines a new message joins: its sender's, and its own tenant's on the account (each tenant
-        # has its own, so one tenant's backlog never lengthens another's line).
-        lines: list[_Bucket | _Cursor] = [sender_lines[(c.sender, c.tenant_id)], shares[c.tenant_id]]
-        if c.tenant_id in tenant_buckets:
-            limits.append(tenant_buckets[c.tenant_id])
-            lines.append(tenant_buckets[c.tenant_id])
+        limits = [account_limit, sender_limits[c.sender]]
+        lines = [sender_lines[(c.sender, c.tenant_id, c.priority)], shares[(c.tenant_id, c.priority)]]
+        if c.tenant_id in tenant_limits:
+            limits.append(tenant_limits[c.tenant_id])
+            lines.append(tenant_lines[(c.tenant_id, c.priority)])
+        # A message seen for the first time queues behind its lines' promised slots; one whose slot has
+        # come (reason ``paced``) is the front of its lines and goes as soon as the limits allow.
         first = c.reason_code != REASON_PACED
-        # A message seen for the first time does not jump a line of messages already promised a slot
-        # (they would then slip, again and again); one whose slot has come goes when the limits allow.
-        queue_ahead = first and any(line.cursor > now_s + LINE_EPSILON for line in lines)
-        if not queue_ahead and max(b.admit_at(now_s) for b in limits) <= now_s:
-            for b in limits:
-                b.take(cost, now_s)
-            decision.release.append(c)
-            continue
+        sender = sender_limits[c.sender]
+        # Transactional keeps precedence over bulk already released on the account: it is held to the
+        # account's rate by a budget of its own (account_tx), not by the account's whole budget; it is
+        # still counted there, so the bulk that follows moves back.
+        budgets = [account_tx if c.priority == TRANSACTIONAL else account_limit]
+        budgets += [limit for limit in limits if limit is not sender and limit is not account_limit]
+        start = max(limit.admit_at(now_s) for limit in budgets)
         if first:
-            slots = [(line.project(cost, now_s, True), line) for line in lines]
-            slots += [(b.admit_at(now_s), b) for b in limits]
-        else:  # its slot came but the capacity did not: the front of the line
-            slots = [(b.admit_at(now_s), b) for b in limits]
-        slot, binding = max(slots, key=lambda pair: pair[0])
-        until = _dt(max(slot, now_s + MIN_PARK_SECONDS))
-        if isinstance(binding, _Cursor):
-            binding = binding.account
-        limited_by = f"{binding.label} {c.sender}" if binding.label == "sender" else binding.label
+            start = max(start, *(line.cursor for line in lines))
+        start = sender.fit(start, cost, now_s, origin)
+        if start < now_s + ahead - 1e-6:  # (float sums of intervals land a hair under a boundary)
+            # Released with its slot: submitted at that instant (the worker's event loop waits for it),
+            # so the provider sees the spacing, whatever the sweep's own cadence. One that can go at once
+            # has no slot.
+            for limit in limits:
+                limit.take(cost, start, now_s, origin)
+            if c.priority == TRANSACTIONAL:
+                account_tx.take(cost, start, now_s, origin)
+            if first:
+                for line in lines:
+                    line.follow(cost, start, now_s)
+            decision.release.append(c)
+            if start > now_s + AT_ONCE_SECONDS:
+                decision.not_before[c.id] = start
+            continue
+        # It waits, in our store: its expected slot is behind this pass's earlier projections, and it
+        # comes back just in time to be released for that slot.
+        slot = max(limit.projected_at(now_s) for limit in limits)
+        if first:
+            slot = max(slot, *(line.cursor for line in lines))
+        for limit in limits:
+            limit.reserve(cost, slot, now_s)
+        for line in lines:
+            line.project(cost, slot)
+        binding = max(limits, key=lambda limit: limit.projected_at(now_s))
+        limited_by = f"sender {c.sender}" if binding.label == "sender" else binding.label
         rate = binding.effective * settings.PACING_HEADROOM
+        # It waits until its slot (run_after = the expected send time the API shows); the sweep claims a
+        # paced message a little ahead of it (SMSGW_PACING_RELEASE_AHEAD_SECONDS), to release it in time.
+        until = _dt(max(slot, now_s + MIN_PARK_SECONDS))
         decision.park.append(
             (
                 c,
@@ -326,25 +419,16 @@ def _account_gate(
                     REASON_PACED,
                     f"paced: {limited_by} at {rate:.3g} segments/s; expected at {until:%H:%M:%S} UTC"[:255],
                     "paced",
-                    {
-                        "expected_send_at": until.isoformat(),
-                        "limited_by": limited_by,
-                        "segments_per_second": rate,
-                    },
+                    {"limited_by": limited_by, "segments_per_second": rate},
                 ),
             )
         )
 
-    buckets = [
-        account_bucket,
-        *sender_buckets.values(),
-        *tenant_buckets.values(),
-        *shares.values(),
-        *sender_lines.values(),
-    ]
-    for bucket in buckets:
-        bucket.save(now)
-    _rows_save([b.row for b in buckets])
+    limit_rows = [account_limit, account_tx, *sender_limits.values(), *tenant_limits.values()]
+    line_rows = [*shares.values(), *sender_lines.values(), *tenant_lines.values()]
+    for item in [*limit_rows, *line_rows]:
+        item.save(now)
+    _rows_save(list({id(i.row): i.row for i in [*limit_rows, *line_rows]}.values()))
 
 
 def _rows_save(rows: list[RateBucket]) -> None:
@@ -387,13 +471,16 @@ def throttle_signal(
     cooldown so one burst of refusals is one signal), and honour Retry-After."""
     now = now or timezone.now()
     kind = "sender" if scope == "sender" else "account"
-    key = bucket_key(provider, account, kind, value if kind == "sender" else "")
+    keys = [bucket_key(provider, account, kind, value if kind == "sender" else "")]
+    if kind == "account":  # the account's budget for transactional is the same account's rate
+        keys.append(bucket_key(provider, account, "account", TRANSACTIONAL))
     cooldown = now - timedelta(seconds=settings.AIMD_COOLDOWN_SECONDS)
     with transaction.atomic():
         decreased = (
-            RateBucket.objects.filter(key=key)
+            RateBucket.objects.filter(key__in=keys)
             .exclude(last_decrease_at__gt=cooldown)
             .update(
+                rate_ceiling=F("rate_effective"),
                 rate_effective=Greatest(
                     F("rate_effective") * settings.AIMD_DECREASE, F("rate_configured") * settings.AIMD_FLOOR
                 ),
@@ -403,6 +490,8 @@ def throttle_signal(
         )
         if retry_after:
             until = now + timedelta(seconds=retry_after)
-            RateBucket.objects.filter(key=key).exclude(blocked_until__gt=until).update(blocked_until=until)
+            RateBucket.objects.filter(key__in=keys).exclude(blocked_until__gt=until).update(
+                blocked_until=until
+            )
     if decreased:
         log.warning("provider throttled %s %s: rate lowered", kind, "(account)" if kind == "account" else "")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,7 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import circuit, pacing
+from delivery import circuit, inflight, pacing
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
@@ -44,6 +45,7 @@ from smsgw.models import Tenant
 log = logging.getLogger(__name__)
 
 TENANT_TABLE = Tenant._meta.db_table
+LATE_LOG_SECONDS = 0.05  # a paced batch this late at the worker is logged (the spacing is kept, shifted)
 # Twilio's ValidityPeriod bounds ("integers from 1 to 36000", twilio-oai CreateMessageRequest).
 VALIDITY_MIN, VALIDITY_MAX = 1, 36000
 
@@ -86,10 +88,20 @@ def validity_period(expires_at: datetime, now: datetime) -> int:
     return min(max(seconds, VALIDITY_MIN), VALIDITY_MAX)
 
 
-def send_batch(message_ids: list[int], *, provider: str | None = None) -> BatchReport:
-    """Submit a batch of one provider's messages (the release step publishes a batch per provider; a
-    task published before batches named their provider uses the default one, which every message then
-    had)."""
+def send_batch(
+    message_ids: list[int],
+    *,
+    provider: str | None = None,
+    not_before: list[float] | None = None,
+    wait: bool = True,
+) -> BatchReport:
+    """Claim a batch of one provider's messages and submit them (the release step publishes a batch per
+    provider; a task published before batches named their provider uses the default one, which every
+    message then had). ``not_before``: paced messages' slots, in the order of ``message_ids``.
+
+    Each answer is recorded as it arrives (delivery.inflight). ``wait=False`` (the send task) returns
+    once the submissions are started, the process's recorder thread recording them; ``wait=True``
+    records them here, in the caller's thread, and reports the outcomes."""
     report = BatchReport()
     adapter = get_adapter(provider)
     now = timezone.now()
@@ -151,6 +163,14 @@ def send_batch(message_ids: list[int], *, provider: str | None = None) -> BatchR
         return report
 
     base = settings.SMSGW_PUBLIC_BASE_URL
+    slots = _slots(message_ids, not_before, time.time())  # measured now: the claim took its time too
+    # A circuit probe always goes; anything else stays unsent if this process has meanwhile seen the
+    # account's circuit open (it then waits for the provider like everything else, uncharged).
+    probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
+
+    def wanted(name: str = adapter.name, account: str = adapter.account) -> bool:
+        return not circuit.seen_open(name, account)
+
     submissions = [
         Submission(
             message_id=r["id"],
@@ -161,20 +181,64 @@ def send_batch(message_ids: list[int], *, provider: str | None = None) -> BatchR
             status_callback=adapter.status_callback_url(base, r["public_id"].removeprefix("msg_"), a.number),
             idempotency_token=a.idempotency_token,
             validity_period=validity[r["id"]],
+            not_before=slots.get(r["id"], 0.0),
+            still_wanted=None if r["id"] in probing else wanted,
         )
         for r, a in zip(rows, attempts, strict=True)
     ]
-    results = adapter.submit_many(submissions)
-    state = _report_health(adapter, rows, results)
-    outcomes_record(adapter, rows, attempts, results, provider_down=state.is_open)
-    for row, res in zip(rows, results, strict=True):
-        report.outcomes[res.error_class or res.outcome] += 1
-        hold = probes.get(row["id"])
-        if hold is not None and res.outcome == Outcome.ACCEPTED:
-            holds_service.hold_clear(hold.id, by="probe", reason="probe message accepted")
-        elif hold is not None and res.error_class == ErrorClass.ACCOUNT_FAULT:
-            holds_service.hold_backoff(hold.id, detail=f"probe message refused: {res.error_code}")
+    items = [
+        inflight.Pending(adapter, row, attempt, submission, probes.get(row["id"]))
+        for row, attempt, submission in zip(rows, attempts, submissions, strict=True)
+    ]
+    pipeline = inflight.flight(outcomes_apply)
+    if not wait:
+        pipeline.submit(adapter, items)
+        return report
+    for group in pipeline.submit_and_wait(adapter, items):
+        outcomes_apply(group)
+        for _, res in group:
+            report.outcomes[res.error_class or res.outcome] += 1
     return report
+
+
+def outcomes_apply(done: list[inflight.Done]) -> None:
+    """Record a group of answers as they came back (any mix of batches of one provider or several): the
+    circuit and the rates hear of them first, then each message moves on, and a probe's hold is cleared
+    or backed off."""
+    by_adapter: dict[str, list[inflight.Done]] = defaultdict(list)
+    for item in done:
+        by_adapter[item[0].adapter.name].append(item)
+    for group in by_adapter.values():
+        adapter = group[0][0].adapter
+        rows = [p.row for p, _ in group]
+        attempts = [p.attempt for p, _ in group]
+        results = [res for _, res in group]
+        state = _report_health(adapter, rows, results)
+        outcomes_record(adapter, rows, attempts, results, provider_down=state.is_open)
+        for pending, res in group:
+            hold = pending.probe
+            if hold is not None and res.outcome == Outcome.ACCEPTED:
+                holds_service.hold_clear(hold.id, by="probe", reason="probe message accepted")
+            elif hold is not None and res.error_class == ErrorClass.ACCOUNT_FAULT:
+                holds_service.hold_backoff(hold.id, detail=f"probe message refused: {res.error_code}")
+
+
+def _slots(ids: list[int], not_before: list[float] | None, now: float) -> dict[int, float]:
+    """Each paced message's submission instant. A batch that reaches the worker late keeps its spacing
+    (shifted by the delay) rather than going out at once; and no wait is longer than a release can be
+    ahead of its slot (a wrong clock never parks a worker)."""
+    if not not_before or len(not_before) != len(ids):
+        return {}
+    paced = [slot for slot in not_before if slot > 0]  # 0: no slot, it goes at once
+    if not paced:
+        return {}
+    late = max(0.0, now - min(paced))
+    if late > LATE_LOG_SECONDS:
+        log.info("paced batch reached the worker %.3f s after its first slot: shifted", late)
+    longest = 2 * settings.PACING_RELEASE_AHEAD_SECONDS
+    return {
+        mid: min(slot + late, now + longest) for mid, slot in zip(ids, not_before, strict=True) if slot > 0
+    }
 
 
 def provider_failure(res: SubmitResult) -> bool:
@@ -190,7 +254,8 @@ def provider_failure(res: SubmitResult) -> bool:
 def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[SubmitResult]):
     """Tell the circuit breaker how the provider answered, and lower the rate of whatever it throttled
     (AIMD), before the outcomes are recorded (they depend on the circuit's state)."""
-    failed = [r for r in results if provider_failure(r)]
+    failed = [r for r in results if r.sent and provider_failure(r)]
+    answered = sum(1 for r in results if r.sent)
     probe_ok = any(
         row["reason_code"] == circuit.REASON_PROBE and not provider_failure(res)
         for row, res in zip(rows, results, strict=True)
@@ -198,7 +263,7 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
     state = circuit.circuit_report(
         provider=adapter.name,
         account=adapter.account,
-        ok=len(results) - len(failed),
+        ok=answered - len(failed),
         failed=len(failed),
         error=_reason(failed[0]) if failed else "",
         probe_ok=probe_ok,

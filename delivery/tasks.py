@@ -3,13 +3,49 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
-from delivery import circuit, holds, reconcile, sending
+from delivery import circuit, holds, inflight, reconcile, sending
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
-def send_batch(message_ids: list[int], provider: str | None = None) -> None:
-    sending.send_batch(message_ids, provider=provider)
+def send_batch(
+    message_ids: list[int], provider: str | None = None, not_before: list[float] | None = None
+) -> None:
+    # Returns once the batch is claimed and its submissions started; answers are recorded as they come
+    # (delivery.inflight), so a slow request never holds this worker slot.
+    sending.send_batch(message_ids, provider=provider, not_before=not_before, wait=False)
+
+
+@worker_init.connect
+def _preload_providers(**_kwargs) -> None:
+    """In the worker's parent, before the pool forks: import the provider SDKs (a child importing the
+    twilio SDK on its first task spent a second or more on it while that batch's slots went by)."""
+    from delivery.providers import providers_preload
+
+    providers_preload()
+
+
+@worker_process_init.connect
+def _warm_providers(**_kwargs) -> None:
+    """In each pool child: start the adapters' event loops and pools before the first batch."""
+    import sys
+
+    from delivery.providers import providers_warm
+
+    # The event loop thread submits each paced message at its slot; with the default 5 ms GIL switch
+    # interval a busy main or recorder thread made it wake 0.1-0.3 s late (a burst at the provider).
+    sys.setswitchinterval(0.0005)
+
+    providers_warm()
+
+
+@worker_process_shutdown.connect
+def _land_in_flight(**_kwargs) -> None:
+    """A graceful stop: let what this process has in flight be answered and recorded first."""
+    from django.conf import settings
+
+    inflight.drain(timeout=float(settings.TWILIO_TIMEOUT_SECONDS) + 5.0)
 
 
 @shared_task(name="delivery.reconcile_batch", ignore_result=True)

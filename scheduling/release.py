@@ -96,6 +96,8 @@ class Decision:
     release: list[Candidate] = field(default_factory=list)
     park: list[tuple[Candidate, Park]] = field(default_factory=list)
     probes: set[int] = field(default_factory=set)
+    # Released messages' slots (epoch seconds): each is submitted at that instant, not before.
+    not_before: dict[int, float] = field(default_factory=dict)
 
 
 Gate = Callable[[list[Candidate], datetime], Decision]
@@ -185,21 +187,27 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
     # Messages whose paced slot has come first (an index of their own: msg_waiting_reason), then the
     # others due: a large backlog due at one moment is older than every slot promised from it and must
     # not keep those slots from being served while it is being paced.
+    # A paced message waits with run_after at its expected slot; it is claimed a little ahead of it so
+    # that the gate can release it for that slot (the send worker submits it at that instant).
+    ahead = now + timedelta(seconds=settings.PACING_RELEASE_AHEAD_SECONDS)
     rows += _select(
-        '"status" = %s AND "reason_code" = %s AND "run_after" <= %s',
-        [Status.SCHEDULED, PACED, now],
+        '"status" IN (%s, %s) AND "reason_code" = %s AND "run_after" <= %s',
+        [Status.SCHEDULED, Status.QUEUED, PACED, ahead],
         '"run_after"',
         limit,
     )
+    # While paced slots are being served, a pass takes fewer new messages to project: each one costs a
+    # park and a timeline entry, and a long pass would commit its releases after their slots.
+    head_limit = limit // 4 if rows else limit
     for priority in PRIORITIES:
         head = _select(
             '"status" = %s AND "priority" = %s AND "run_after" <= %s AND "reason_code" <> %s',
             [Status.SCHEDULED, priority, now, PACED],
             '"run_after"',
-            limit,
+            head_limit,
         )
         rows += head
-        if len(head) == limit:  # a backlog: make sure every other tenant with due work is in the pass
+        if len(head) == head_limit:  # a backlog: make sure every other tenant with due work is in it
             for tenant_id in _due_tenants(priority, now, {r["tenant_id"] for r in head}):
                 rows += _select(
                     '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s '
@@ -208,7 +216,12 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
                     '"run_after"',
                     TENANT_HEAD,
                 )
-    rows += _select('"status" = %s AND "run_after" <= %s', [Status.QUEUED, now], '"run_after"', limit)
+    rows += _select(
+        '"status" = %s AND "run_after" <= %s AND "reason_code" <> %s',
+        [Status.QUEUED, now, PACED],
+        '"run_after"',
+        limit,
+    )
     return rows
 
 
@@ -265,7 +278,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         park_rows(parks, now, report)
         _release(decision, by_id, now, report, published)
         for (priority, provider), ids in published.items():
-            publish_after_commit(priority, ids, provider=provider)
+            publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
     return report
 
 
@@ -373,17 +386,35 @@ def send_queue(priority: str) -> str:
     return f"send.{priority}"
 
 
-def _publish(queue: str, ids: list[int], provider: str) -> None:
+def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[int], list[float]]]:
+    """Send batches of at most SEND_BATCH_SIZE; paced ones in slot order, with their slots."""
+    size = settings.SEND_BATCH_SIZE
+    if not not_before:
+        return [(ids[i : i + size], []) for i in range(0, len(ids), size)]
+    ordered = sorted(ids, key=lambda i: not_before.get(i, 0.0))
+    return [
+        (ordered[i : i + size], [not_before.get(m, 0.0) for m in ordered[i : i + size]])
+        for i in range(0, len(ordered), size)
+    ]
+
+
+def _publish(queue: str, ids: list[int], provider: str, not_before: dict[int, float]) -> None:
     from smsgw.celery import app
 
-    size = settings.SEND_BATCH_SIZE
-    for start in range(0, len(ids), size):
-        batch = ids[start : start + size]
-        app.send_task("delivery.send_batch", args=[batch], kwargs={"provider": provider}, queue=queue)
+    for batch, slots in _batches(ids, not_before):
+        kwargs: dict = {"provider": provider}
+        if any(slots):
+            # The worker submits each at its slot: its event loop waits, not its process
+            # (delivery.inflight); a batch that reaches it late keeps its spacing.
+            kwargs["not_before"] = slots
+        app.send_task("delivery.send_batch", args=[batch], kwargs=kwargs, queue=queue)
 
 
-def publish_after_commit(priority: str, ids: list[int], *, provider: str) -> None:
+def publish_after_commit(
+    priority: str, ids: list[int], *, provider: str, not_before: dict[int, float] | None = None
+) -> None:
     """Send work for these ids (all of one provider: a batch goes through one adapter) to their
-    priority's queue once the transaction that queued them commits."""
+    priority's queue once the transaction that queued them commits; paced ones with their slots."""
     if ids:
-        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider))
+        slots = {i: not_before[i] for i in ids if i in not_before} if not_before else {}
+        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider, slots))

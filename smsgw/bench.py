@@ -206,8 +206,14 @@ class Topology:
     ):
         from delivery.sandbox.process import SandboxProcess
 
+        # The sandbox stands for the provider, which runs on its own machines: here it shares two cores
+        # with everything measured, so it runs at a higher priority where that is allowed (root), or
+        # its own scheduling delays would show up as our bursts in the arrival times it records.
+        prefix = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
         self.sandbox = SandboxProcess(
-            extra_args=["--latency-ms", str(latency_ms), *(sandbox_args or [])], control_port=control_port
+            extra_args=["--latency-ms", str(latency_ms), *(sandbox_args or [])],
+            control_port=control_port,
+            command_prefix=prefix,
         ).start()
         self.env = dict(os.environ)
         self.env.update(

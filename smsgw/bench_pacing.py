@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import AccountCapacity, RateBucket, SenderCapacity
+from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 from delivery.sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling import services
 from scheduling.models import Message
@@ -32,12 +32,18 @@ def _reset_capacity() -> None:
 
 def _sliding_max(times: list[float], window: float = 1.0) -> int:
     """The most events in any half-open window [t, t + window)."""
-    best = start = 0
+    return _sliding_max_at(times, window)[0]
+
+
+def _sliding_max_at(times: list[float], window: float = 1.0) -> tuple[int, float]:
+    """The most events in any window [t, t + window), and where that window starts."""
+    best, at, start = 0, 0.0, 0
     for end, t in enumerate(times):
         while times[start] <= t - window:
             start += 1
-        best = max(best, end - start + 1)
-    return best
+        if end - start + 1 > best:
+            best, at = end - start + 1, times[start]
+    return best, at
 
 
 def _tenant(slug: str) -> Tenant:
@@ -85,6 +91,7 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
         bench._say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
         cancelled = None
         deadline = time.monotonic() + timeout + 30
+        cpu = bench.MemorySampler(topo.worker_pids()).__enter__()
         while time.monotonic() < deadline:
             if cancelled is None and timezone.now() > due + timedelta(seconds=10):
                 victim = (
@@ -99,13 +106,37 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
             if done >= n:
                 break
             time.sleep(1.0)
+        cpu_seconds = cpu.cpu_seconds()
+        cpu.__exit__(None, None, None)
         stats = topo.sandbox.stats()
         rows = topo.sandbox.submissions(0)
         times = sorted(r[0] for r in rows)
         per_sender: dict[str, list[float]] = defaultdict(list)
         for created, sender, _segments, _to in rows:
             per_sender[sender].append(created)
-        worst = max(_sliding_max(sorted(v)) for v in per_sender.values()) if per_sender else 0
+        worst_by_sender = {k: _sliding_max_at(sorted(v)) for k, v in per_sender.items()}
+        worst = max((w for w, _ in worst_by_sender.values()), default=0)
+        over = sorted(
+            (
+                (w, round(at - due.timestamp(), 2), k)
+                for k, (w, at) in worst_by_sender.items()
+                if w > rate * 1.05
+            ),
+            reverse=True,
+        )
+        per_second = Counter(int(t - due.timestamp()) for t in times)
+        # The same, by when each request left the worker (the attempt's requested_at): what the gateway
+        # controls, apart from the network and the provider's own scheduling of its arrivals.
+        sent_by_sender: dict[str, list[float]] = defaultdict(list)
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT m.from_number, (a.response->>'requested_at')::float8 FROM delivery_attempt a "
+                "JOIN scheduling_message m ON m.id = a.message_id "
+                "WHERE a.outcome = 'accepted' AND a.response ? 'requested_at'"
+            )
+            for sender, at in cur.fetchall():
+                sent_by_sender[sender].append(at)
+        worst_sent = max((_sliding_max(sorted(v)) for v in sent_by_sender.values()), default=0)
         drain = times[-1] - due.timestamp() if times else float("nan")
         cancelled_submitted = sum(1 for r in rows if cancelled and r[3] == cancelled[0])
         return {
@@ -120,6 +151,11 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
             "capacity_used": round(len(rows) / (drain * account_rate), 3) if times else None,
             "max_per_sender_in_any_1s": worst,
             "max_over_limit": round(worst / rate - 1, 3),
+            "senders_over_5pct": len(over),
+            "max_per_sender_in_any_1s_as_sent": worst_sent,
+            "worst_windows_s_after_due": over[:5],
+            "submitted_per_second_first_5_and_last_3": [per_second[i] for i in range(5)]
+            + [per_second[i] for i in sorted(per_second)[-3:]],
             "sandbox_max_per_sender_in_any_1s": max(
                 (s.get("max_submitted_in_any_1s", 0) for s in stats.get("senders", {}).values()), default=0
             ),
@@ -127,7 +163,9 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
             "cancelled_while_paced": bool(cancelled),
             "cancelled_expected_at": cancelled[1].isoformat() if cancelled else None,
             "cancelled_then_submitted": cancelled_submitted,
+            "cpu_ms_per_message": {k: round(1000 * v / n, 3) for k, v in cpu_seconds.items()},
             "paced_events": _count_events("paced"),
+            "late_batches": sum(p.log().count("paced batch reached the worker") for p in topo.senders),
             "sweep": bench._sweep_summary(topo.sweep_passes()),
         }
     finally:
@@ -303,13 +341,20 @@ def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) 
         down_at = time.time()
         topo.sandbox.config(outage="503")
         refuse = outage_seconds * refuse_share
-        time.sleep(outage_seconds - refuse)
-        during_503 = topo.sandbox.stats()["by_outcome"].get("outage_503", 0)
+        series = []  # requests the sandbox answered 503, per second of the outage
+        seen = 0
+        while time.time() < down_at + outage_seconds - refuse:
+            time.sleep(max(0.0, min(1.0, down_at + outage_seconds - refuse - time.time())))
+            total = topo.sandbox.stats()["by_outcome"].get("outage_503", 0)
+            series.append(total - seen)
+            seen = total
+        during_503 = seen
         refuse_at = time.time()
         if refuse:
             topo.sandbox.config(outage="refuse")
             time.sleep(refuse)
         up_at = time.time()
+        opened = ProviderCircuit.objects.filter(provider=PROVIDER).values_list("opened_at", flat=True).first()
         topo.sandbox.config(outage="none")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -342,6 +387,9 @@ def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) 
             "duplicates": sum(c - 1 for c in per_to.values() if c > 1),
             "requests_during_503": during_503,
             "requests_during_503_per_s": round(during_503 / (refuse_at - down_at), 2),
+            "requests_during_503_by_second": series,
+            "circuit_opened_after_s": round(opened.timestamp() - down_at, 3) if opened else None,
+            "requests_during_503_after_first_5s_per_s": round(sum(series[5:]) / max(1, len(series[5:])), 2),
             "requests_while_refused": attempts_refused,
             "requests_while_refused_per_s": round(attempts_refused / refuse, 2) if refuse else None,
             "resumed_after_s": round(after[0] - up_at, 2) if after else None,

@@ -228,9 +228,18 @@ PACING_ENABLED = env_bool("SMSGW_PACING", True)
 # Pace a little under the configured rate: a released message reaches the provider after a variable
 # delay (broker, worker), and the provider counts what arrives, not what we released.
 PACING_HEADROOM = env_float("SMSGW_PACING_HEADROOM", 0.97, minimum=0.1)
-# Unused capacity kept for a pass that comes late (seconds of a rate), and so the most an idle limit
-# releases at once. The provider counts arrivals per one-second window: keep it small.
-PACING_BURST_SECONDS = env_float("SMSGW_PACING_BURST_SECONDS", 0.05, minimum=0.0)
+# Messages are released with their exact slot, up to this far ahead of it (they are then `sending`, on
+# their way): a sweep pass that comes late by less than this loses no capacity, and the slots (not the
+# sweep's cadence) set the spacing the provider sees.
+PACING_RELEASE_AHEAD_SECONDS = env_float("SMSGW_PACING_RELEASE_AHEAD_SECONDS", 1.0, minimum=0.1)
+# A message that waits for a limit gets a slot at least this far from the pass that releases it: the time
+# for the pass to commit and a worker to pick the batch up (a slot already past on arrival would crowd
+# the next one). A message its limits let go at once has no slot and goes immediately.
+PACING_DISPATCH_SECONDS = env_float("SMSGW_PACING_DISPATCH_SECONDS", 0.35, minimum=0.0)
+if PACING_DISPATCH_SECONDS >= PACING_RELEASE_AHEAD_SECONDS:
+    raise ImproperlyConfigured(
+        "SMSGW_PACING_DISPATCH_SECONDS must be below SMSGW_PACING_RELEASE_AHEAD_SECONDS"
+    )
 # Within a constrained account, bulk keeps at least this share of each pass while transactional waits.
 PACING_BULK_MIN_SHARE = env_float("SMSGW_PACING_BULK_MIN_SHARE", 0.1, minimum=0.0)
 # Backpressure (AIMD): a throttle multiplies the rate by this (at most once per cooldown), and the rate
@@ -245,6 +254,8 @@ AIMD_FLOOR = env_float("SMSGW_AIMD_FLOOR", 0.05, minimum=0.0)
 CIRCUIT_WINDOW_SECONDS = env_float("SMSGW_CIRCUIT_WINDOW_SECONDS", 10.0, minimum=0.1)
 CIRCUIT_MIN_FAILURES = env_int("SMSGW_CIRCUIT_MIN_FAILURES", 5, minimum=1)
 CIRCUIT_FAILURE_RATIO = env_float("SMSGW_CIRCUIT_FAILURE_RATIO", 0.5, minimum=0.0)
+# ... or as soon as this many requests in a row failed for the provider's reasons (an outage).
+CIRCUIT_STREAK_FAILURES = env_int("SMSGW_CIRCUIT_STREAK_FAILURES", 20, minimum=1)
 CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.1)
 CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 

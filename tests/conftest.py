@@ -24,11 +24,14 @@ UNLIMITED = 100_000.0
 
 @pytest.fixture(autouse=True)
 def _fast_capacity_defaults(settings):
-    from delivery import capacity, holds
+    from delivery import capacity, circuit, holds
 
     settings.SENDER_RATE_DEFAULTS = dict.fromkeys(settings.SENDER_RATE_DEFAULTS, UNLIMITED)
     settings.ACCOUNT_RATE_DEFAULT = UNLIMITED
     capacity.cache_clear()
     holds._cache.clear()
+    # Per-process circuit views (buffered successes, the last state seen) must not leak between tests.
+    circuit._ok_buffer.clear()
+    circuit._local.clear()
     yield
     capacity.cache_clear()

@@ -55,6 +55,21 @@ def get_adapter(name: str | None = None) -> ProviderAdapter:
     return adapter
 
 
+def providers_preload() -> None:
+    """Import every registered adapter and its SDK (in a worker's parent, before the pool forks)."""
+    for factory in PROVIDERS.values():
+        factory().preload()
+
+
+def providers_warm() -> None:
+    """Create this process's adapters and start what they need to submit (a pool child, at start)."""
+    for name in PROVIDERS:
+        try:
+            get_adapter(name).warm()
+        except ImproperlyConfigured:
+            continue
+
+
 def _cache_clear() -> None:
     """Forget (and close) the cached adapters, e.g. between tests."""
     with _lock:
@@ -68,4 +83,4 @@ def _cache_clear() -> None:
 
 get_adapter.cache_clear = _cache_clear  # type: ignore[attr-defined]
 
-__all__ = ["PROVIDERS", "ProviderQueryError", "get_adapter"]
+__all__ = ["PROVIDERS", "ProviderQueryError", "get_adapter", "providers_preload", "providers_warm"]

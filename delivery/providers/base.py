@@ -12,6 +12,8 @@ provider's codes or HTTP statuses.
 from __future__ import annotations
 
 import enum
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -63,6 +65,12 @@ class Submission:
     # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
     # provider after the message expired here. 0 = the provider's default.
     validity_period: int = 0
+    # Not before this instant (epoch seconds; 0 = now): a paced message's slot. The adapter waits for it
+    # so the provider sees the spacing the limits asked for.
+    not_before: float = 0.0
+    # Asked just before the request goes (after any wait): False leaves it unsent, reported as a
+    # transient outcome with sent=False (the caller knows why, e.g. the provider's circuit opened).
+    still_wanted: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,10 @@ class SubmitResult:
     error_class: ErrorClass | None = None
     error_title: str = ""
     scope: Scope | None = None
+    sent: bool = True  # False: never sent (Submission.still_wanted said no); says nothing of the provider
+
+
+ResultCallback = Callable[[int, SubmitResult], None]
 
 
 @dataclass(frozen=True)
@@ -153,10 +165,27 @@ class ProviderAdapter:
         """The provider account this adapter submits with (holds and capacity are keyed by it)."""
         raise NotImplementedError
 
+    @staticmethod
+    def preload() -> None:
+        """Import what submitting needs, before a worker forks its pool (so no child does). Optional."""
+
+    def warm(self) -> None:
+        """Get ready to submit (connection pools, event loop) before the first batch. Optional."""
+
     def submit_many(self, submissions: list[Submission]) -> list[SubmitResult]:
         """Submit a batch concurrently; one result per submission, same order. Never raises for a
         per-message failure."""
         raise NotImplementedError
+
+    def submit_each(self, submissions: list[Submission], on_result: ResultCallback) -> None:
+        """Start the submissions and return at once; ``on_result(index, result)`` is called (from another
+        thread) as each one completes, exactly once each. The default runs ``submit_many`` in a thread."""
+
+        def run() -> None:
+            for index, result in enumerate(self.submit_many(submissions)):
+                on_result(index, result)
+
+        threading.Thread(target=run, name=f"{self.name}-submit", daemon=True).start()
 
     def fetch(self, provider_message_id: str) -> ProviderMessage | None:
         """Look one message up by the provider's id; None when the provider says it does not exist."""

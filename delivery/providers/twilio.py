@@ -54,6 +54,7 @@ from delivery.providers.base import (
     Outcome,
     ProviderAdapter,
     ProviderMessage,
+    ResultCallback,
     Submission,
     SubmitResult,
 )
@@ -145,6 +146,16 @@ def _setting(prefix: str, key: str):
     return getattr(settings, name, getattr(settings, f"TWILIO_{key}"))
 
 
+NOT_SENT = SubmitResult(
+    outcome=Outcome.TRANSIENT,
+    error_message="not sent: no longer wanted when its turn came",
+    error_class=ErrorClass.TRANSIENT,
+    error_title="not sent",
+    response={"request_sent": False},
+    sent=False,
+)
+
+
 class _AsyncRuntime:
     """One per process and settings: the async client (its pool lives on the loop) and the semaphore."""
 
@@ -156,6 +167,7 @@ class _AsyncRuntime:
         )
         self.client = _client(conf, self.http)
         self.semaphore = asyncio.Semaphore(conf.concurrency)
+        self.tasks: set[asyncio.Task] = set()  # submissions started by submit_each, until done
 
 
 class TwilioAdapter(ProviderAdapter):
@@ -238,6 +250,15 @@ class TwilioAdapter(ProviderAdapter):
         thread.join(timeout=2)
 
     # -- submit -------------------------------------------------------------------------------------
+    @staticmethod
+    def preload() -> None:
+        # The SDK imports a resource's modules on first use (client.messages): done here, in a worker's
+        # parent before it forks, they are not imported again by every child on its first batch.
+        import twilio.rest.api.v2010.account.message  # noqa: F401
+
+    def warm(self) -> None:
+        self._ensure_runtime(_Conf.current(self.settings_prefix))
+
     def submit_many(self, submissions: list[Submission]) -> list[SubmitResult]:
         if not submissions:
             return []
@@ -253,7 +274,45 @@ class TwilioAdapter(ProviderAdapter):
     async def _submit_all(self, runtime: _AsyncRuntime, submissions: list[Submission]) -> list[SubmitResult]:
         return list(await asyncio.gather(*(self._submit_one(runtime, s) for s in submissions)))
 
+    def submit_each(self, submissions: list[Submission], on_result: ResultCallback) -> None:
+        if not submissions:
+            return
+        runtime = self._ensure_runtime(_Conf.current(self.settings_prefix))
+        runtime.loop.call_soon_threadsafe(self._spawn, runtime, submissions, on_result)
+
+    def _spawn(
+        self, runtime: _AsyncRuntime, submissions: list[Submission], on_result: ResultCallback
+    ) -> None:
+        for index, submission in enumerate(submissions):
+            task = runtime.loop.create_task(self._submit_reporting(runtime, index, submission, on_result))
+            runtime.tasks.add(task)  # a reference until done: the loop keeps only weak ones
+            task.add_done_callback(runtime.tasks.discard)
+
+    async def _submit_reporting(
+        self, runtime: _AsyncRuntime, index: int, submission: Submission, on_result: ResultCallback
+    ) -> None:
+        try:
+            result = await self._submit_one(runtime, submission)
+        except BaseException as exc:
+            # Never leave a submission without an outcome (its attempt waits for one). Cut short (the
+            # loop stopping), it may have reached Twilio: uncertain, to be looked up before any resend.
+            on_result(
+                index,
+                SubmitResult(
+                    outcome=Outcome.UNCERTAIN,
+                    error_message=type(exc).__name__,
+                    response={"exception": type(exc).__name__},
+                ),
+            )
+            raise
+        on_result(index, result)
+
     async def _submit_one(self, runtime: _AsyncRuntime, submission: Submission) -> SubmitResult:
+        # A paced message goes at its slot (what the provider counts is each sender's spacing).
+        while (wait := submission.not_before - time.time()) > 0:
+            await asyncio.sleep(wait)
+        if submission.still_wanted is not None and not submission.still_wanted():
+            return NOT_SENT
         async with runtime.semaphore:
             call = Call()
             current_call.set(call)  # this coroutine runs in its own task, hence its own context
@@ -270,6 +329,7 @@ class TwilioAdapter(ProviderAdapter):
             # Twilio's Messages API has no idempotency key: submission.idempotency_token is not sent;
             # duplicates after an UNCERTAIN outcome are prevented by reconciling (find_submissions).
             started = time.perf_counter()
+            requested_at = time.time()  # when the request left: the timeline's "provider got it"
             try:
                 message = await runtime.client.messages.create_async(**kwargs)
             except TwilioRestException as exc:
@@ -297,6 +357,7 @@ class TwilioAdapter(ProviderAdapter):
                     "sid": sid,
                     "status": status,
                     "num_segments": message.num_segments,
+                    "requested_at": round(requested_at, 4),
                 },
             )
 

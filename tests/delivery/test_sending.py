@@ -3,6 +3,9 @@ Twilio adapter: every provider outcome ends each message in the state SPEC ยง4/ย
 
 from __future__ import annotations
 
+import itertools
+import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -47,6 +50,28 @@ def test_accepted_batch_is_sent_with_attempt_and_timeline(adapter, sandbox, tena
             m.provider_message_id,
         )
     assert sandbox.stats()["submissions"] == 5
+
+
+def test_paced_messages_are_submitted_at_their_slots_not_at_once(adapter, sandbox, tenant):
+    msgs = [queued(tenant, recipient(i)) for i in range(5)]
+    start = time.time() + 0.3
+    slots = [start + 0.15 * i for i in range(5)]
+    sending.send_batch([m.pk for m in msgs], not_before=slots)
+    created = {row[3]: row[0] for row in sandbox.submissions(0)}  # [created_unix, sender, segments, to]
+    arrivals = [created[m.to] for m in msgs]
+    for arrived, slot in zip(arrivals, slots, strict=True):
+        assert arrived >= slot - 0.005, "never before its slot"
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert min(gaps) > 0.1, f"the spacing reaches the provider: {gaps}"
+
+
+def test_a_paced_batch_that_reaches_the_worker_late_keeps_its_spacing(adapter, sandbox, tenant):
+    msgs = [queued(tenant, recipient(i)) for i in range(4)]
+    past = time.time() - 5  # the batch waited in the broker far beyond its slots
+    sending.send_batch([m.pk for m in msgs], not_before=[past + 0.15 * i for i in range(4)])
+    created = {row[3]: row[0] for row in sandbox.submissions(0)}
+    arrivals = [created[m.to] for m in msgs]
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) > 0.1, "shifted, not sent in one burst"
 
 
 def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
@@ -260,3 +285,42 @@ def test_reconcile_defers_while_the_provider_is_unreachable(adapter, sandbox, te
     assert reconcile.message_reconcile(msg.pk) == "lookup_failed"
     msg.refresh_from_db()
     assert msg.status == Status.SENDING and "reconcile_deferred" in kinds(msg)
+
+
+def test_submissions_a_worker_holds_stay_unsent_once_it_has_seen_the_circuit_open(
+    adapter, sandbox, tenant, monkeypatch
+):
+    """Paced messages wait in the worker for their slots; if the provider's circuit opens meanwhile
+    (another process's answers), they are not sent into the outage: they wait, uncharged."""
+    import threading
+
+    from delivery import circuit
+
+    msgs = [queued(tenant, recipient(i)) for i in range(4)]
+    opened = threading.Event()
+    real_state = circuit.circuit_state
+
+    def state(provider, account):  # the circuit row as another process leaves it, 0.3 s from now
+        if not opened.is_set():
+            return real_state(provider, account)
+        circuit._local[(os.getpid(), provider, account)] = True
+        return circuit.CircuitState(circuit.OPEN)
+
+    def trip() -> None:
+        opened.set()
+        circuit._local[(os.getpid(), adapter.name, adapter.account)] = True
+
+    monkeypatch.setattr(circuit, "circuit_state", state)
+    start = time.time() + 0.6
+    timer = threading.Timer(0.3, trip)
+    timer.start()
+    try:
+        report = sending.send_batch([m.pk for m in msgs], not_before=[start + 0.05 * i for i in range(4)])
+    finally:
+        timer.cancel()
+    assert report.claimed == 4
+    assert sandbox.stats()["submissions"] == 0, "nothing went out"
+    for m in msgs:
+        m.refresh_from_db()
+        assert m.status == Status.QUEUED and m.attempt_count == 0, "it waits, not charged"
+        assert m.attempts.get().response.get("request_sent") is False

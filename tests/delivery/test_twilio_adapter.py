@@ -55,12 +55,14 @@ def test_batch_of_300_accepted_with_distinct_sids_and_listed_across_pages(adapte
     assert all(len(s) == 34 and s.startswith("SM") and s[2:] == s[2:].lower() for s in sids)
     assert all(r.provider_status == "queued" and r.http_status == 201 for r in results)
     assert all(r.latency_ms > 0 for r in results)
+    requested_at = results[0].response.pop("requested_at")
     assert results[0].response == {
         "http_status": 201,
         "sid": sids[0],
         "status": "queued",
         "num_segments": "1",
     }
+    assert abs(requested_at - time.time()) < 60, "when the request left, in epoch seconds"
 
     listed = sandbox.list_messages(to=to)  # default PageSize 50: six pages
     assert len(listed) == 300

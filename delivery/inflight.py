@@ -1,0 +1,194 @@
+"""Submissions in flight in one worker process, and the recording of their outcomes as each completes.
+
+A send task claims its batch and commits an Attempt per message (evidence before any provider call), then
+hands the submissions to the adapter's event loop and returns: the worker slot is free again at once, so
+a slow or hung request, or a paced message waiting for its slot, never holds a batch or a process. Each
+answer is recorded as it arrives, in small groups, by this process's recorder thread (``sent`` within
+milliseconds of the provider's answer). ``SMSGW_SEND_CONCURRENCY`` bounds what one process has in flight:
+a task waits for room before it hands more over.
+
+If the process dies with requests in flight, their messages stay ``sending`` with a pending attempt and
+the lease expiry sends them to the reconciler, as for any crash: nothing is resent before the provider
+has been asked. On a graceful stop (``worker_process_shutdown``) the process waits for its flight to land.
+
+``wait=True`` (direct callers, tests) records the answers in the caller's own thread (its transaction
+and connection), still one small group at a time as they arrive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from delivery.providers.base import ProviderAdapter, Submission, SubmitResult
+
+log = logging.getLogger(__name__)
+
+GROUP_MAX = 250  # answers recorded per group (one transaction); bounded so a group stays a few ms
+GROUP_LINGER_SECONDS = 0.05  # wait this long for more answers before recording a group (fewer, larger groups)
+RECORD_RETRY_SECONDS = 1.0  # the database refused a group (an outage): try again this often ...
+RECORD_GIVE_UP_SECONDS = 600.0  # ... until then; the lease has long expired and the reconciler has it
+
+
+@dataclass
+class Pending:
+    """One claimed message whose submission is in flight."""
+
+    adapter: ProviderAdapter
+    row: dict  # the claim row (id, version after the claim, ...)
+    attempt: Any  # its Attempt, committed before the call
+    submission: Submission
+    probe: Any = None  # the hold this message probes, if any
+
+
+Done = tuple[Pending, SubmitResult]
+Recorder = Callable[[list[Done]], None]
+
+
+def _groups(source: queue.Queue, first: Done, limit: int) -> list[Done]:
+    group = [first]
+    deadline = time.monotonic() + GROUP_LINGER_SECONDS
+    while len(group) < limit:
+        remaining = deadline - time.monotonic()
+        try:
+            group.append(source.get(timeout=remaining) if remaining > 0 else source.get_nowait())
+        except queue.Empty:
+            break
+    return group
+
+
+class Flight:
+    """This process's submissions in flight (one per process; a forked child makes its own)."""
+
+    def __init__(self, record: Recorder) -> None:
+        self.record = record
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.unpaced = 0
+        self.total = 0
+        self.done: queue.Queue[Done] = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    # -- handing over ---------------------------------------------------------------------------------
+    # ``total``: everything handed over and not yet recorded (a graceful stop waits for it). ``unpaced``:
+    # those that go at once, bounded by SMSGW_SEND_CONCURRENCY so a process never queues more than it
+    # can have on the wire (a task waits for room: otherwise a burst would pile up here, claimed and no
+    # longer cancellable, and meet an outage all at once). Paced ones wait for their slot in the event
+    # loop; they are bounded by how far ahead of its slot a message is released.
+    def _room(self, items: list[Pending]) -> None:
+        unpaced = sum(1 for i in items if not i.submission.not_before)
+        limit = max(int(settings.SEND_CONCURRENCY), 1)
+        with self.cond:
+            while unpaced and self.unpaced and self.unpaced + unpaced > limit:
+                self.cond.wait()
+            self.unpaced += unpaced
+            self.total += len(items)
+
+    def _landed(self, group: list[Done]) -> None:
+        with self.cond:
+            self.unpaced -= sum(1 for p, _ in group if not p.submission.not_before)
+            self.total -= len(group)
+            self.cond.notify_all()
+
+    def submit(self, adapter: ProviderAdapter, items: list[Pending]) -> None:
+        """Start the submissions; this process's recorder thread records each answer."""
+        if not items:
+            return
+        self._recorder()
+        self._room(items)
+        sink = self.done
+        adapter.submit_each([i.submission for i in items], lambda index, res: sink.put((items[index], res)))
+
+    def submit_and_wait(self, adapter: ProviderAdapter, items: list[Pending]) -> Iterator[list[Done]]:
+        """Start the submissions and yield their answers, a group at a time, as they arrive (the caller
+        records them in its own thread)."""
+        if not items:
+            return
+        self._room(items)
+        sink: queue.Queue[Done] = queue.Queue()
+        adapter.submit_each([i.submission for i in items], lambda index, res: sink.put((items[index], res)))
+        left = len(items)
+        received: list[Done] = []
+        try:
+            while left:
+                group = _groups(sink, sink.get(), min(GROUP_MAX, left))
+                left -= len(group)
+                received += group
+                yield group
+                self._landed(group)
+        finally:
+            if left:  # the caller gave up on the rest: count them as landed (their attempts stay pending)
+                done = {id(p) for p, _ in received}
+                self._landed([(p, None) for p in items if id(p) not in done])  # type: ignore[misc]
+
+    # -- recording -------------------------------------------------------------------------------------
+    def _recorder(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._record_forever, name="smsgw-outcomes", daemon=True)
+            self.thread.start()
+
+    def _record_forever(self) -> None:
+        while True:
+            group = _groups(self.done, self.done.get(), GROUP_MAX)
+            self._record_group(group)
+            self._landed(group)
+
+    def _record_group(self, group: list[Done]) -> None:
+        started = time.monotonic()
+        while True:
+            try:
+                self.record(group)
+                return
+            except Exception as exc:
+                # Typically the database is unreachable. The answers are kept and recorded when it is
+                # back; the messages stay `sending` meanwhile (their lease and the reconciler cover a
+                # process that dies before then). Only the error class: the text may carry values.
+                log.error("recording %d outcomes failed (%s); retrying", len(group), type(exc).__name__)
+                connection.close()
+                if time.monotonic() - started > RECORD_GIVE_UP_SECONDS:
+                    log.error("gave up recording %d outcomes; the reconciler will look them up", len(group))
+                    return
+                time.sleep(RECORD_RETRY_SECONDS)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything in flight has been recorded (a graceful stop). True when it has."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.total:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+        return True
+
+
+_flight: Flight | None = None
+_lock = threading.Lock()
+
+
+def flight(record: Recorder) -> Flight:
+    """This process's Flight (a forked child gets its own: threads do not survive a fork)."""
+    global _flight
+    current = _flight
+    if current is None or current.pid != os.getpid():
+        with _lock:
+            current = _flight
+            if current is None or current.pid != os.getpid():
+                current = _flight = Flight(record)
+    return current
+
+
+def drain(timeout: float) -> bool:
+    current = _flight
+    if current is None or current.pid != os.getpid():
+        return True
+    return current.drain(timeout)
