@@ -30,6 +30,7 @@ recorded as sent, never sent again.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -47,6 +48,40 @@ log = logging.getLogger(__name__)
 
 # Provider clocks and ours differ; widen the creation window by this much on both sides.
 CLOCK_SKEW = timedelta(seconds=120)
+
+
+def reconcile_many(message_ids: list[int], *, budget_seconds: float | None = None) -> dict[str, int]:
+    """One reconcile task's work, bounded: it stops after ``budget_seconds`` (SMSGW_RECONCILE_TASK_SECONDS),
+    and skips the messages of a provider account whose circuit is open (a look-up would only wait on the
+    outage). What it leaves stays `sending` with its lease extended, and the sweep hands it over again
+    when the lease runs out: nothing is lost, and no task holds a process through an outage."""
+    from delivery import circuit
+
+    budget = settings.RECONCILE_TASK_SECONDS if budget_seconds is None else budget_seconds
+    deadline = time.monotonic() + budget
+    outcome: dict[str, int] = {}
+    open_accounts: dict[tuple[str, str], bool] = {}
+    for index, message_id in enumerate(message_ids):
+        if time.monotonic() >= deadline:
+            outcome["left_for_later"] = len(message_ids) - index
+            break
+        provider = Message.objects.filter(pk=message_id).values_list("provider", flat=True).first()
+        if provider is None:
+            continue
+        adapter = get_adapter(provider or None)
+        key = (adapter.name, adapter.account)
+        if key not in open_accounts:
+            open_accounts[key] = circuit.circuit_state(*key).is_open
+        if open_accounts[key]:
+            outcome["circuit_open"] = outcome.get("circuit_open", 0) + 1
+            continue
+        result = message_reconcile(message_id)
+        outcome[result] = outcome.get(result, 0) + 1
+        if result == "lookup_failed":  # the provider is failing: the rest of this account waits too
+            open_accounts[key] = True
+    if outcome.get("left_for_later") or outcome.get("circuit_open"):
+        log.info("reconcile: %s", outcome)
+    return outcome
 
 
 def message_reconcile(message_id: int) -> str:

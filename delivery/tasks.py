@@ -50,8 +50,7 @@ def _land_in_flight(**_kwargs) -> None:
 
 @shared_task(name="delivery.reconcile_batch", ignore_result=True)
 def reconcile_batch(message_ids: list[int]) -> None:
-    for message_id in message_ids:
-        reconcile.message_reconcile(message_id)
+    reconcile.reconcile_many(message_ids)
 
 
 @shared_task(name="delivery.holds_probe", ignore_result=True)

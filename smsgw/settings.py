@@ -87,6 +87,20 @@ if DB_VENDOR_SQLITE:
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+else:
+    # A dead peer (a cut link, a host gone) is noticed within seconds instead of after TCP's own
+    # retransmission backoff (minutes): libpq's connect timeout, keepalives on an idle connection, and
+    # TCP_USER_TIMEOUT for data sent and never acknowledged. libpq parameters, passed through by psycopg.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "connect_timeout": env_int("SMSGW_DB_CONNECT_TIMEOUT", 5, minimum=1),
+            "keepalives": 1,
+            "keepalives_idle": env_int("SMSGW_DB_KEEPALIVE_IDLE", 5, minimum=1),
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "tcp_user_timeout": env_int("SMSGW_DB_TCP_USER_TIMEOUT_MS", 15000, minimum=1000),
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -138,6 +152,24 @@ else:
     # visibility_timeout only matters on Redis: an unacked (acks_late) task is redelivered after it.
     # The database is the source of truth anyway (stale `queued` rows are re-published by the sweep).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+    if CELERY_BROKER_URL.startswith(("redis", "rediss")):
+        import socket as _socket
+
+        # A dead Redis (a cut link) is noticed within seconds: keepalive probes on idle sockets (a worker
+        # blocked in BRPOP sends nothing), a read timeout above BRPOP's own 1-s wait, and a health check
+        # before a connection idle for a while is reused.
+        _keepalive = {_socket.TCP_KEEPIDLE: 5, _socket.TCP_KEEPINTVL: 2, _socket.TCP_KEEPCNT: 3}
+        CELERY_BROKER_TRANSPORT_OPTIONS.update(
+            socket_connect_timeout=5,
+            socket_timeout=env_float("SMSGW_BROKER_SOCKET_TIMEOUT", 10.0, minimum=2.0),
+            socket_keepalive=True,
+            socket_keepalive_options=_keepalive,
+            health_check_interval=10,
+        )
+# AMQP: heartbeats every 10 s (RabbitMQ closes a silent connection after two missed ones, and the
+# worker notices a dead broker as fast); connecting gives up after 5 s and retries.
+CELERY_BROKER_HEARTBEAT = env_int("SMSGW_BROKER_HEARTBEAT", 10, minimum=0)
+CELERY_BROKER_CONNECTION_TIMEOUT = 5.0
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
@@ -145,7 +177,13 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A send task returns once its submissions are handed to the event loop, and every task here is
+# idempotent on the rows' state: a task still running when the broker connection drops finishes, and its
+# redelivery (if any) finds nothing left to do. Cancelling it would kill submissions on the wire.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Bound each pool child's memory: past this resident size (KiB) a child is replaced after its current
+# task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours.
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 140_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
@@ -204,6 +242,9 @@ RECONCILE_ABSENT_GRACE_SECONDS = env_int("SMSGW_RECONCILE_ABSENT_GRACE_SECONDS",
 # Pages of 1,000 read per listing; a recipient with more messages than this in the provider's history
 # cannot be proven absent (the message waits and ends failed, never sent twice).
 RECONCILE_MAX_PAGES = env_int("SMSGW_RECONCILE_MAX_PAGES", 10, minimum=1)
+# One reconcile task stops after this long (the rest wait for their lease to run out again), so a slow
+# or failing provider never holds a reconcile process for minutes.
+RECONCILE_TASK_SECONDS = env_float("SMSGW_RECONCILE_TASK_SECONDS", 20.0, minimum=1.0)
 # Throttled by the provider (429, full sender queue): resent after this backoff, not counted as an attempt.
 THROTTLE_BASE_SECONDS = env_float("SMSGW_THROTTLE_BASE_SECONDS", 1.0, minimum=0.0)
 THROTTLE_MAX_DELAY_SECONDS = env_float("SMSGW_THROTTLE_MAX_DELAY_SECONDS", 60.0, minimum=0.0)
@@ -264,7 +305,17 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "repeat_limit": {"()": "smsgw.logs.RepeatLimit"},
+        "quiet_ticks": {"()": "smsgw.logs.QuietTicks"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["repeat_limit", "quiet_ticks"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
 }
 
@@ -278,6 +329,18 @@ CELERY_TASK_ROUTES = {
     "receipts.process": {"queue": "receipts"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
 }
+
+
+def _tick_expiry(interval: int) -> dict:
+    """A tick that waited longer than two intervals is redundant: a newer one covers the same work, and
+    piled-up ticks would be replayed in a rush when workers catch up. django-celery-beat's
+    DatabaseScheduler drops an ``expires`` option when it installs an entry (ModelEntry._unpack_options
+    keeps only ``expire_seconds``, an integer, which it then sends as ``expires``); ``expires`` is kept
+    for any other scheduler. Workers discard an expired task unrun (Celery: "Discarding revoked task")."""
+    seconds = max(2, interval * 2)
+    return {"expires": float(seconds), "expire_seconds": seconds}
+
+
 CELERY_BEAT_SCHEDULE = {
     # django-celery-beat's DatabaseScheduler installs this entry in its tables at start-up; operators
     # can then see and pause it in the admin.
@@ -285,38 +348,38 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.sweep",
         "schedule": SWEEP_INTERVAL_SECONDS,
         # A sweep that waited longer than two intervals is redundant: a newer one covers the same rows.
-        "options": {"queue": "sweep", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "sweep", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
     },
     # Rolls every active schedule's horizon forward. Runs are idempotent (unique occurrence keys) and
     # safe to overlap (SKIP LOCKED), so a late duplicate only finds nothing to do.
     "smsgw-materialize": {
         "task": "scheduling.materialize",
         "schedule": MATERIALIZE_INTERVAL_SECONDS,
-        "options": {"queue": "sweep", "expires": max(2.0, MATERIALIZE_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "sweep", **_tick_expiry(MATERIALIZE_INTERVAL_SECONDS)},
     },
     # Receipts and webhooks have their own queues and workers: a burst of callbacks never delays sends.
     "smsgw-receipts": {
         "task": "receipts.process",
         "schedule": SWEEP_INTERVAL_SECONDS,
-        "options": {"queue": "receipts", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "receipts", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
     },
     # Probes provider accounts held after an account fault (delivery.holds); idle: one indexed query.
     "smsgw-holds-probe": {
         "task": "delivery.holds_probe",
         "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
-        "options": {"queue": "reconcile", "expires": max(2.0, HOLDS_PROBE_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "reconcile", **_tick_expiry(HOLDS_PROBE_INTERVAL_SECONDS)},
     },
     # An open provider circuit with no message waiting is probed by fetching the account (a waiting
     # message is the probe otherwise, sent by the sweep). Idle: one indexed read.
     "smsgw-circuit-probe": {
         "task": "delivery.circuit_probe",
         "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
-        "options": {"queue": "reconcile", "expires": max(2.0, HOLDS_PROBE_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "reconcile", **_tick_expiry(HOLDS_PROBE_INTERVAL_SECONDS)},
     },
     "smsgw-webhooks": {
         "task": "receipts.deliver_webhooks",
         "schedule": SWEEP_INTERVAL_SECONDS,
-        "options": {"queue": "webhooks", "expires": max(2.0, SWEEP_INTERVAL_SECONDS * 2)},
+        "options": {"queue": "webhooks", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
     },
 }
 

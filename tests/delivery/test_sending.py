@@ -199,6 +199,11 @@ def test_uncertain_accepted_submission_is_reconciled_to_sent_without_resending(
     assert len(stored) == 1 and msg.status == Status.SENT and msg.provider_message_id == stored[0].sid
     assert msg.attempts.get().outcome == AttemptOutcome.RECONCILED_FOUND
     assert "reconciled_found" in kinds(msg)
+    # The provider's date_created has whole seconds (it precedes the attempt's start by up to 1 s):
+    # no timeline shows a send before its attempt or its due time.
+    attempt = msg.attempts.get()
+    assert stored[0].date_created <= attempt.started_at
+    assert msg.sent_at >= attempt.started_at and msg.sent_at >= msg.due_at
 
 
 def age_attempt(msg, seconds: float) -> None:
@@ -285,6 +290,57 @@ def test_reconcile_defers_while_the_provider_is_unreachable(adapter, sandbox, te
     assert reconcile.message_reconcile(msg.pk) == "lookup_failed"
     msg.refresh_from_db()
     assert msg.status == Status.SENDING and "reconcile_deferred" in kinds(msg)
+
+
+def sending_with_attempt(tenant, to) -> Message:
+    msg = queued(tenant, to)
+    transitions.transition(
+        msg.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started"
+    )
+    Attempt.objects.create(
+        message=msg,
+        number=1,
+        provider="twilio",
+        idempotency_token=f"t{msg.pk}",
+        started_at=timezone.now() - timedelta(seconds=60),
+        outcome=AttemptOutcome.UNCERTAIN,
+    )
+    return msg
+
+
+def test_a_reconcile_task_stops_at_its_time_budget_and_leaves_the_rest_sending(adapter, sandbox, tenant):
+    msgs = [sending_with_attempt(tenant, recipient(20 + i)) for i in range(3)]
+    outcome = reconcile.reconcile_many([m.pk for m in msgs], budget_seconds=0)
+    assert outcome == {"left_for_later": 3}
+    for m in msgs:
+        m.refresh_from_db()
+        assert m.status == Status.SENDING and "reconcile_deferred" not in kinds(m)
+    outcome = reconcile.reconcile_many([m.pk for m in msgs], budget_seconds=60)
+    assert outcome == {"absent_once": 3}
+
+
+def test_a_reconcile_task_does_not_wait_on_a_failing_or_open_provider(adapter, sandbox, tenant, settings):
+    """During an outage a 250-id task used to look each message up in turn, each waiting for the
+    timeout: now the first failure (or an open circuit) stops the look-ups for that account."""
+    from delivery import circuit
+    from delivery.models import ProviderCircuit
+    from delivery.providers import get_adapter
+
+    msgs = [sending_with_attempt(tenant, recipient(30 + i)) for i in range(4)]
+    settings.TWILIO_API_BASE_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    get_adapter.cache_clear()
+    outcome = reconcile.reconcile_many([m.pk for m in msgs])
+    assert outcome == {"lookup_failed": 1, "circuit_open": 3}
+    kinds_seen = [kinds(m) for m in msgs]
+    assert sum("reconcile_deferred" in k for k in kinds_seen) == 1
+    assert all(m.status == Status.SENDING for m in Message.objects.filter(pk__in=[m.pk for m in msgs]))
+    a = get_adapter("twilio")
+    ProviderCircuit.objects.update_or_create(
+        provider=a.name,
+        account=a.account,
+        defaults={"state": circuit.OPEN, "window_started_at": timezone.now(), "updated_at": timezone.now()},
+    )
+    assert reconcile.reconcile_many([m.pk for m in msgs]) == {"circuit_open": 4}
 
 
 def test_submissions_a_worker_holds_stay_unsent_once_it_has_seen_the_circuit_open(

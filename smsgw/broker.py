@@ -1,0 +1,39 @@
+"""What the broker holds, asked the same way for every transport (Redis, RabbitMQ, the embedded filesystem
+transport): a passive queue declare answers the number of messages ready in a queue. Used by the sweep
+to tell a stale ``queued`` row whose task is still waiting in the broker (behind a backlog) from one whose
+task was lost, and to notice a broker that came back empty.
+
+Messages a worker has already reserved (prefetched, unacknowledged) are not counted: with a prefetch of
+one per process they are few and run within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def queue_depths(names: list[str]) -> dict[str, int | None]:
+    """Ready messages per queue; 0 for a queue the broker does not have (never declared, or the broker
+    restarted empty); None for all when the broker cannot be reached (the caller decides nothing then)."""
+    from smsgw.celery import app
+
+    depths: dict[str, int | None] = {}
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            for name in names:
+                channel = conn.channel()
+                try:
+                    depths[name] = int(channel.queue_declare(queue=name, passive=True).message_count)
+                except conn.channel_errors:  # NOT_FOUND: no such queue, so nothing waits in it
+                    depths[name] = 0
+                finally:
+                    with contextlib.suppress(Exception):  # a channel the broker closed with its 404
+                        channel.close()
+    except Exception as exc:  # the broker is down: no decision from its depth
+        log.warning("broker: queue depth unavailable: %s", type(exc).__name__)
+        return dict.fromkeys(names)
+    return depths
