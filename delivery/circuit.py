@@ -259,11 +259,11 @@ def _probe_message(provider: str, account: str, now: datetime) -> str:
             row = waiting[0]
             recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
             moved = transitions.transition_versioned(
-                [(row["id"], row["version"], {"run_after": recovery})],
+                [(row["id"], row["version"], {"run_after": recovery, "published_at": now})],
                 from_status=status,
                 to_status=Status.QUEUED,
                 kind="queued" if status == Status.SCHEDULED else "republished",
-                per_row_columns=("run_after",),
+                per_row_columns=("run_after", "published_at"),
                 set_fields={"reason_code": REASON_PROBE, "status_reason": "probe: is the provider back?"},
                 details={"probe": True},
                 now=now,

@@ -94,6 +94,8 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     queued_at = models.DateTimeField(null=True, blank=True)
+    # When its send task was last published (scheduling.recovery: re-publish only what the broker lost).
+    published_at = models.DateTimeField(null=True, blank=True)
     sending_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)

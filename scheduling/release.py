@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling import transitions
+from scheduling import recovery, transitions
 from scheduling.models import Message, Status
 from scheduling.quiet import QuietWindow
 from smsgw.db import is_postgres
@@ -64,6 +64,8 @@ _COLUMNS = (
     "quiet_deferred_from",
     "status_reason",
     "provider",
+    "published_at",
+    "queued_at",
 )
 
 
@@ -132,6 +134,7 @@ class ReleaseReport:
     unavailable: int = 0
     quiet_deferred: int = 0
     disabled: int = 0
+    recovery_deferred: int = 0  # stale `queued` rows still behind a backlog: looked at again later
 
     @property
     def total(self) -> int:
@@ -238,6 +241,12 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         rows = _claim_candidates(now, limit)
         if not rows:
             return report
+        # A stale `queued` row whose task still waits behind a backlog is looked at again later, without
+        # an entry; only what the broker really lost is re-published (scheduling.recovery).
+        rows, later, why = recovery.stale_split(rows, now)
+        if later:
+            transitions.run_after_set_many([(r["id"], at) for r, at in later], status=Status.QUEUED)
+            report.recovery_deferred = len(later)
         by_id = {r["id"]: r for r in rows}
         inactive = _inactive({r["tenant_id"] for r in rows})
         parks: list[tuple[dict, Park]] = []
@@ -276,13 +285,15 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
             parks += [(by_id[c.id], p) for c, p in decision.park]
         report.quiet_deferred = _quiet_defer(quiet, now)
         park_rows(parks, now, report)
-        _release(decision, by_id, now, report, published)
+        _release(decision, by_id, now, report, published, why)
         for (priority, provider), ids in published.items():
             publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
     return report
 
 
-def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseReport, published: dict) -> None:
+def _release(
+    decision: Decision, by_id: dict, now: datetime, report: ReleaseReport, published: dict, why: dict
+) -> None:
     recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
     groups: dict[tuple[str, str, str], list[tuple[int, int, dict]]] = {}
     for c in decision.release:
@@ -290,7 +301,12 @@ def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseRepo
         status_reason = ""
         if c.reason_code in KEEP_ON_RELEASE:  # the send worker checks it again (a hold still open)
             reason, status_reason = c.reason_code, by_id[c.id].get("status_reason", "")
-        values = {"run_after": recovery, "reason_code": reason, "status_reason": status_reason}
+        values = {
+            "run_after": recovery,
+            "reason_code": reason,
+            "status_reason": status_reason,
+            "published_at": now,
+        }
         if c.status == Status.SCHEDULED:
             values["queued_at"] = now
         groups.setdefault((c.status, c.priority, c.provider), []).append(
@@ -303,8 +319,17 @@ def _release(decision: Decision, by_id: dict, now: datetime, report: ReleaseRepo
             from_status=status,
             to_status=Status.QUEUED,
             kind="queued" if first else "republished",
-            per_row_columns=("run_after", "reason_code", "status_reason", *(("queued_at",) if first else ())),
-            details=lambda mid: {"probe": True} if mid in decision.probes else {},
+            per_row_columns=(
+                "run_after",
+                "reason_code",
+                "status_reason",
+                "published_at",
+                *(("queued_at",) if first else ()),
+            ),
+            details=lambda mid: {
+                **({"probe": True} if mid in decision.probes else {}),
+                **({"reason": why[mid]} if mid in why else {}),
+            },
             now=now,
         )
         if first:

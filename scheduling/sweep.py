@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import release, transitions
+from scheduling import recovery, release, transitions
 from scheduling.models import Priority, Status
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class SweepReport:
     quiet_deferred: int = 0
     paced: int = 0
     unavailable: int = 0
+    lost: int = 0
     seconds: float = 0.0
 
     @property
@@ -120,6 +121,8 @@ def sweep_once(*, now: datetime | None = None, limit: int | None = None) -> Swee
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = SweepReport()
     report.expired = due_expire(now=now, limit=limit)
+    # Tasks the broker lost (restarted empty, or an empty queue while rows wait): re-published this pass.
+    report.lost = recovery.lost_tasks_mark(now or timezone.now())
     release.release_ticks(now or timezone.now())
     released = release.due_release(now=now, limit=limit)
     report.queued = {p: released.queued.get(p, 0) for p in PRIORITY_ORDER}
@@ -151,6 +154,8 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
             )
             if report.paced or report.unavailable:
                 log.info("sweep paced=%d provider_unavailable=%d", report.paced, report.unavailable)
+            if report.lost:
+                log.info("sweep lost_tasks_marked=%d", report.lost)
             if report.quiet_deferred:
                 log.info("sweep quiet_hours_deferred=%d", report.quiet_deferred)
         if time.monotonic() >= deadline:

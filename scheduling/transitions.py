@@ -63,6 +63,7 @@ SETTABLE = frozenset(
         "status_reason",
         "reason_code",
         "queued_at",
+        "published_at",
         "sending_at",
         "sent_at",
         "delivered_at",

@@ -35,3 +35,17 @@ def _fast_capacity_defaults(settings):
     circuit._local.clear()
     yield
     capacity.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker():
+    """Each test starts with an empty broker (the sweep asks it how deep the send queues are before it
+    re-publishes anything), and in-process sweeps do not run the periodic lost-task check unless a test
+    asks for it (scheduling.recovery; the integration tests run it in real processes)."""
+    from scheduling import recovery
+    from tests.processes import broker_purge
+
+    broker_purge()
+    recovery._last_check = float("inf")
+    yield
+    recovery._last_check = 0.0
