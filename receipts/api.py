@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -13,10 +16,12 @@ from rest_framework.views import APIView
 
 from delivery.providers import PROVIDERS, get_adapter
 from delivery.providers.base import CallbackInvalid
-from receipts import webhooks
+from receipts import spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
 from smsgw.errors import field_error
+
+log = logging.getLogger(__name__)
 
 
 def callback_url(request: HttpRequest) -> str:
@@ -39,7 +44,9 @@ def _error(status: int, field: str, message: str) -> JsonResponse:
 @require_POST
 def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     """``POST /receipts/<provider>/``: one endpoint for every provider; its adapter verifies, parses and
-    redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate."""
+    redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate.
+    Nothing before the INSERT reads the database (the signature is checked with settings only), so
+    during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
     if provider not in PROVIDERS:
         return _error(404, "provider", "unknown provider")
     length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -54,8 +61,40 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:
         return _error(400, exc.field, str(exc))
-    result = receipt_ingest(provider=provider, callback=callback)
+    received_at = timezone.now()
+    try:
+        result = receipt_ingest(provider=provider, callback=callback, received_at=received_at)
+    except spool.DB_UNAVAILABLE as exc:
+        return _spool(provider, callback, received_at, exc)
+    spool.spool_drain_from_web()
     return HttpResponse(status=200 if result.duplicate else 201)
+
+
+def _spool(provider: str, callback, received_at, db_error: Exception) -> HttpResponse:
+    """The database did not answer: keep the callback on local disk and answer as if stored (Twilio would
+    not send it again after a 5xx). Only if that fails too is the answer a 503."""
+    spool.connection_drop()
+    try:
+        spool.receipt_spool(provider=provider, callback=callback, received_at=received_at)
+    except spool.SpoolUnavailable as exc:
+        log.error(
+            "receipt lost unless the provider retries: database unavailable (%s) and spool not writable "
+            "(%s); provider=%s sid=%s status=%s",
+            type(db_error).__name__,
+            exc,
+            provider,
+            callback.provider_message_id,
+            callback.raw_status,
+        )
+        return _error(503, "receipt", "temporarily unable to store the callback")
+    log.warning(
+        "receipt spooled, database unavailable (%s): provider=%s sid=%s status=%s",
+        type(db_error).__name__,
+        provider,
+        callback.provider_message_id,
+        callback.raw_status,
+    )
+    return HttpResponse(status=201)
 
 
 class WebhookConfigApi(APIView):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection
 from django.utils import timezone
@@ -20,11 +21,16 @@ class Ingested:
     duplicate: bool
 
 
-def receipt_ingest(*, provider: str, callback: CallbackData) -> Ingested:
-    sid = callback.provider_message_id
+def receipt_dedupe_key(*, provider: str, callback: CallbackData) -> str:
     raw_status = callback.raw_status.lower()
-    dedupe = hashlib.sha256(f"{provider}|{sid}|{raw_status}|{callback.error_code}".encode()).hexdigest()
+    sid = callback.provider_message_id
+    return hashlib.sha256(f"{provider}|{sid}|{raw_status}|{callback.error_code}".encode()).hexdigest()
+
+
+def receipt_ingest(*, provider: str, callback: CallbackData, received_at: datetime | None = None) -> Ingested:
+    """``received_at`` is when the callback arrived (now, unless it waited in the spool)."""
     now = timezone.now()
+    received_at = received_at or now
     # INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, and it tells a duplicate (no row) apart.
     table = ReceiptEvent._meta.db_table
     with connection.cursor() as cur:
@@ -36,13 +42,13 @@ def receipt_ingest(*, provider: str, callback: CallbackData) -> Ingested:
             f'ON CONFLICT ("dedupe_key") DO NOTHING RETURNING "id"',
             [
                 provider,
-                sid,
+                callback.provider_message_id,
                 callback.raw_status,
                 callback.normalized_status,
                 callback.error_code,
                 json.dumps(callback.payload),
-                dedupe,
-                now,
+                receipt_dedupe_key(provider=provider, callback=callback),
+                received_at,
                 now,
                 ReceiptOutcome.PENDING,
                 callback.done_at,

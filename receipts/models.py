@@ -99,3 +99,17 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.webhook_id} {self.status}"
+
+
+class StatusLookup(models.Model):
+    """A `sent` message whose final receipt never came, looked up at the provider (receipts.lookup): how
+    often, when next, and whether we stopped."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="status_lookup")
+    tries = models.PositiveSmallIntegerField(default=0)
+    next_at = models.DateTimeField()
+    last_status = models.CharField(max_length=32, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)  # bounded: not looked up again after this
+
+    def __str__(self) -> str:
+        return f"{self.message_id} {self.tries} {self.last_status}"

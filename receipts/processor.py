@@ -35,7 +35,7 @@ from django.utils import timezone
 from delivery import holds as holds_service
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
-from delivery.providers.base import ErrorClass
+from delivery.providers.base import LOOKUP_SOURCE, ErrorClass
 from delivery.retry import retry_decide
 from delivery.sending import throttle_delay
 from receipts import unknown
@@ -244,7 +244,7 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             )
         moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
         move_receipt[msg["id"]] = receipt
-        move_details[msg["id"]] = {**details, "source": "provider receipt", **extra_details}
+        move_details[msg["id"]] = {**details, "source": _source(receipt), **extra_details}
         msg["status"] = target  # later receipts in this batch compare against the new state
         msg["version"] += 1
 
@@ -284,8 +284,15 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     ReceiptEvent.objects.bulk_update(waiting, ["next_try_at", "tries", "message_id"])
 
 
+def _source(receipt: ReceiptEvent) -> str:
+    """A receipt is the provider's callback, or a status we looked up ourselves (receipts.lookup)."""
+    payload = receipt.payload if isinstance(receipt.payload, dict) else {}
+    return LOOKUP_SOURCE if payload.get("source") == LOOKUP_SOURCE else "provider receipt"
+
+
 def _details(receipt: ReceiptEvent) -> dict:
     return {
+        **({"source": LOOKUP_SOURCE} if _source(receipt) == LOOKUP_SOURCE else {}),
         "provider_status": receipt.raw_status,
         "error_code": receipt.error_code,
         "receipt_id": receipt.pk,

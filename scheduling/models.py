@@ -153,6 +153,8 @@ class Message(models.Model):
             # Recovery: queued rows whose broker message may be lost, sending rows whose lease expired.
             models.Index(fields=["run_after"], name="msg_queued_recovery", condition=Q(status="queued")),
             models.Index(fields=["run_after"], name="msg_sending_lease", condition=Q(status="sending")),
+            # Status look-ups: `sent` messages oldest first (receipts.lookup), without scanning the rest.
+            models.Index(fields=["sent_at"], name="msg_sent_lookup", condition=Q(status="sent")),
             models.Index(fields=["tenant", "-id"], name="msg_tenant_recent"),
             models.Index(fields=["tenant", "to", "-id"], name="msg_tenant_recipient"),
             # Release under a backlog: the tenants with due messages, walked per priority (two index

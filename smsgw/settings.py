@@ -324,6 +324,20 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
 }
 
+# --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
+# Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by
+# sid (receipts.lookup); a lookup that still shows no final status is repeated with doubling delays, at
+# most STATUS_LOOKUP_MAX_TRIES times.
+STATUS_LOOKUP_AFTER_SECONDS = env_int("SMSGW_STATUS_LOOKUP_AFTER_SECONDS", 3600, minimum=1)
+STATUS_LOOKUP_MAX_TRIES = env_int("SMSGW_STATUS_LOOKUP_MAX_TRIES", 5, minimum=1)
+STATUS_LOOKUP_INTERVAL_SECONDS = env_float("SMSGW_STATUS_LOOKUP_INTERVAL", 60.0, minimum=0.5)
+# Provider requests per second, messages per run, seconds per request and per run: a run never holds a
+# `reconcile` worker for long, and stays far below Twilio's API concurrency limits.
+STATUS_LOOKUP_RATE = env_float("SMSGW_STATUS_LOOKUP_RATE", 5.0, minimum=0.1)
+STATUS_LOOKUP_BATCH_SIZE = env_int("SMSGW_STATUS_LOOKUP_BATCH_SIZE", 100, minimum=1)
+STATUS_LOOKUP_TIMEOUT_SECONDS = env_float("SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS", 3.0, minimum=0.1)
+STATUS_LOOKUP_BUDGET_SECONDS = env_float("SMSGW_STATUS_LOOKUP_BUDGET_SECONDS", 20.0, minimum=1.0)
+
 CELERY_TASK_ROUTES = {
     "scheduling.sweep": {"queue": "sweep"},
     # The materializer shares the sweep's queue and workers: both are short, database-bound passes.
@@ -332,6 +346,7 @@ CELERY_TASK_ROUTES = {
     "delivery.holds_probe": {"queue": "reconcile"},
     "delivery.circuit_probe": {"queue": "reconcile"},
     "receipts.process": {"queue": "receipts"},
+    "receipts.status_lookup": {"queue": "reconcile"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
 }
 
@@ -381,6 +396,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
         "options": {"queue": "reconcile", **_tick_expiry(HOLDS_PROBE_INTERVAL_SECONDS)},
     },
+    # Messages stuck at `sent` (a lost final receipt) are looked up at the provider; idle: one query.
+    "smsgw-status-lookup": {
+        "task": "receipts.status_lookup",
+        "schedule": STATUS_LOOKUP_INTERVAL_SECONDS,
+        "options": {"queue": "reconcile", "expires": max(2.0, STATUS_LOOKUP_INTERVAL_SECONDS)},
+    },
     "smsgw-webhooks": {
         "task": "receipts.deliver_webhooks",
         "schedule": SWEEP_INTERVAL_SECONDS,
@@ -393,6 +414,9 @@ RECEIPT_BATCH_SIZE = env_int("SMSGW_RECEIPT_BATCH_SIZE", 500, minimum=1)
 RECEIPT_MAX_BODY_BYTES = env_int("SMSGW_RECEIPT_MAX_BODY_BYTES", 16384, minimum=1024)
 # How long a receipt whose provider id matches no message is kept trying before it is marked orphaned.
 RECEIPT_PENDING_MAX_AGE_SECONDS = env_int("SMSGW_RECEIPT_PENDING_MAX_AGE", 86400, minimum=60)
+# Signed callbacks that arrive while the database is unreachable wait here (receipts.spool). It must be a
+# persistent disk local to the web process (not tmpfs, not a container's throwaway layer).
+RECEIPT_SPOOL_DIR = Path(env_str("SMSGW_RECEIPT_SPOOL_DIR", str(VAR_DIR / "receipt-spool")))
 WEBHOOK_ALLOW_HTTP = env_bool("SMSGW_WEBHOOK_ALLOW_HTTP", EMBEDDED or DEBUG)
 # Loopback/private/link-local targets are refused (SSRF) unless this is set (tests, local development).
 WEBHOOK_ALLOW_PRIVATE = env_bool("SMSGW_WEBHOOK_ALLOW_PRIVATE", False)

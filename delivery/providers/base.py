@@ -134,6 +134,11 @@ class CallbackData:
     payload: dict = field(default_factory=dict)  # redacted: numbers masked, no body
 
 
+# ``CallbackData.payload["source"]`` of a status the gateway looked up itself (``fetch_status``) rather
+# than one the provider posted: it is stored and applied as a receipt, and its timeline entry says so.
+LOOKUP_SOURCE = "lookup"
+
+
 class CallbackInvalid(ValueError):
     def __init__(self, field_name: str, message: str):
         super().__init__(message)
@@ -189,6 +194,13 @@ class ProviderAdapter:
 
     def fetch(self, provider_message_id: str) -> ProviderMessage | None:
         """Look one message up by the provider's id; None when the provider says it does not exist."""
+        raise NotImplementedError
+
+    def fetch_status(self, provider_message_id: str, *, timeout: float) -> CallbackData | None:
+        """The message's current status at the provider, shaped as a status callback (so it goes through
+        the receipt path and all its rules), with ``payload["source"] == LOOKUP_SOURCE``. None when the
+        provider says the message does not exist; ProviderQueryError when no answer came in ``timeout``
+        seconds."""
         raise NotImplementedError
 
     def find_submissions(

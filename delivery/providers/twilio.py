@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import email.utils
 import json
 import logging
@@ -47,6 +48,7 @@ from twilio.rest import Client
 
 from delivery.providers import ProviderQueryError, twilio_callbacks, twilio_errors
 from delivery.providers.base import (
+    LOOKUP_SOURCE,
     CallbackData,
     ErrorClass,
     ErrorInfo,
@@ -200,6 +202,8 @@ class TwilioAdapter(ProviderAdapter):
         self._runtime: _AsyncRuntime | None = None
         self._sync_conf: _Conf | None = None
         self._sync_client: Client | None = None
+        self._lookup_conf: _Conf | None = None
+        self._lookup_client: Client | None = None
 
     @property
     def account(self) -> str:
@@ -234,6 +238,19 @@ class TwilioAdapter(ProviderAdapter):
                 self._sync_client = _client(conf, http)
                 self._sync_conf = conf
             return self._sync_client
+
+    def _status_client(self, timeout: float) -> Client:
+        # Its own client: status look-ups use a shorter timeout than reconciliation's ``fetch``, and
+        # sharing one client would rebuild it at every switch.
+        conf = dataclasses.replace(_Conf.current(self.settings_prefix), timeout=timeout)
+        if self._pid != os.getpid():
+            self._reset_process_state()
+        with self._lock:
+            if self._lookup_client is None or self._lookup_conf != conf:
+                http = BaseUrlHttpClient(base_url=conf.base_url, timeout=conf.timeout)
+                self._lookup_client = _client(conf, http)
+                self._lookup_conf = conf
+            return self._lookup_client
 
     def close(self) -> None:
         """Close the pool and stop the loop thread (also run at exit). The adapter stays usable: the
@@ -406,6 +423,41 @@ class TwilioAdapter(ProviderAdapter):
         except Exception as exc:
             raise ProviderQueryError(f"twilio fetch failed: {type(exc).__name__}") from exc
         return _provider_message(message)
+
+    def fetch_status(self, provider_message_id: str, *, timeout: float) -> CallbackData | None:
+        # Message fetch: GET /2010-04-01/Accounts/{AccountSid}/Messages/{Sid}.json (twilio-oai
+        # spec/json/twilio_api_v2010.json, FetchMessage); ``status`` is one of message_enum_status
+        # (queued, sending, sent, failed, delivered, undelivered, receiving, received, accepted,
+        # scheduled, read, partially_delivered, canceled), ``date_updated`` when it last changed.
+        client = self._status_client(timeout)
+        try:
+            m = client.messages(provider_message_id).fetch()
+        except TwilioRestException as exc:
+            if exc.status == 404:
+                return None
+            raise ProviderQueryError(
+                f"twilio status lookup failed: HTTP {exc.status} code {exc.code}"
+            ) from exc
+        except Exception as exc:
+            raise ProviderQueryError(f"twilio status lookup failed: {type(exc).__name__}") from exc
+        raw = str(m.status or "")
+        code = "" if m.error_code in (None, "", 0) else str(m.error_code)
+        return CallbackData(
+            provider_message_id=m.sid or provider_message_id,
+            raw_status=raw,
+            normalized_status=self.normalize_status(raw),
+            error_code=code,
+            # When the status last changed: the delivery time for a final one (the processor checks it
+            # against what it knows, as it does a carrier's RawDlrDoneDate).
+            done_at=_utc(m.date_updated) if m.date_updated else None,
+            payload={
+                "source": LOOKUP_SOURCE,
+                "MessageSid": m.sid or provider_message_id,
+                "MessageStatus": raw,
+                "ErrorCode": code,
+                "To": mask(m.to or ""),
+            },
+        )
 
     def find_submissions(
         self,

@@ -87,10 +87,10 @@ class Pipeline:
             proc.stop()
 
 
-def start_web(pipeline: Pipeline, **env: str) -> str:
+def start_web(pipeline: Pipeline, *, web_only: dict[str, str] | None = None, **env: str) -> str:
     """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it so the sandbox's signed status
-    callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first. Returns
-    the base URL."""
+    callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first, and
+    ``web_only`` to the web process's alone (e.g. its own DATABASE_URL). Returns the base URL."""
     port = processes.free_port()
     base = f"http://127.0.0.1:{port}"
     pipeline.env["SMSGW_PUBLIC_BASE_URL"] = base
@@ -98,7 +98,7 @@ def start_web(pipeline: Pipeline, **env: str) -> str:
     web = processes.Proc(
         "web",
         [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
-        pipeline.env,
+        {**pipeline.env, **(web_only or {})},
         ready_marker="Booting worker",
     )
     pipeline.procs.append(web)

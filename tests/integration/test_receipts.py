@@ -136,3 +136,117 @@ def test_worker_killed_after_provider_accepted_before_sid_stored_submits_once(pi
         AttemptOutcome.RECONCILED_FOUND
     ]
     assert MessageEvent.objects.filter(message=msg, kind="reconciled_found").count() == 1
+
+
+def _post_callback(base: str, token: str, params: dict) -> int:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from twilio.request_validator import RequestValidator
+
+    url = f"{base}/receipts/twilio/"
+    signature = RequestValidator(token).compute_signature(url, params)
+    req = urllib.request.Request(
+        url, data=urllib.parse.urlencode(params).encode(), headers={"X-Twilio-Signature": signature}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _status_params(sid: str, status: str, error_code: str = "") -> dict:
+    return {
+        "MessageSid": sid,
+        "MessageStatus": status,
+        "AccountSid": "AC" + "0" * 32,
+        "From": "+14155550100",
+        "To": "+14155550123",
+        "ApiVersion": "2010-04-01",
+        **({"ErrorCode": error_code} if error_code else {}),
+    }
+
+
+def test_database_outage_receipts_spooled_answered_2xx_and_applied_once_when_back(pipeline, tmp_path):
+    """The web process reaches PostgreSQL through a proxy the test cuts: signed callbacks are still
+    answered 201 (spooled on disk), wrongly signed ones 403; once the database is back every message
+    reaches the final status its callback said, exactly once, with the time it arrived."""
+    from tests.integration.db_proxy import DatabaseProxy
+    from tests.receipts.test_receipts import sent_message
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the outage is a TCP proxy in front of PostgreSQL")
+    db = connection.settings_dict
+    proxy = DatabaseProxy((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
+    spool_dir = tmp_path / "spool"
+    pipeline.env["SMSGW_RECEIPT_SPOOL_DIR"] = str(spool_dir)
+    web_db = f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}"
+    base = start_web(pipeline, web_only={"DATABASE_URL": web_db})
+    token = pipeline.sandbox.auth_token
+    tenant, _ = tenant_with_key("acme")
+    msgs = [sent_message(tenant, f"SM{i:032x}") for i in range(1, 22)]
+    warm, outage = msgs[0], msgs[1:]
+    expected = {m.pk: (Status.DELIVERED if i % 3 else Status.UNDELIVERED) for i, m in enumerate(outage)}
+    connection.close()
+    try:
+        # Before the outage: stored directly (the web workers now hold connections that will break).
+        assert _post_callback(base, token, _status_params(warm.provider_message_id, "delivered")) == 201
+        assert ReceiptEvent.objects.filter(provider_message_id=warm.provider_message_id).exists()
+        connection.close()
+
+        proxy.down()
+        outage_started = timezone.now()
+        posted = []
+        for m in outage:
+            if expected[m.pk] == Status.DELIVERED:
+                params = _status_params(m.provider_message_id, "delivered")
+            else:
+                params = _status_params(m.provider_message_id, "undelivered", "30003")
+            assert _post_callback(base, token, params) == 201, m.provider_message_id
+            posted.append(params)
+        # a copy of one callback (a provider retry): spooled twice, stored once
+        assert _post_callback(base, token, posted[0]) == 201
+        # wrongly signed: refused as ever, nothing spooled
+        assert (
+            _post_callback(base, "the-wrong-token", _status_params(outage[1].provider_message_id, "failed"))
+            == 403
+        )
+        spooled = sorted(p.name for p in spool_dir.glob("*.json"))
+        assert len(spooled) == len(outage) + 1
+        outage_ended = timezone.now()
+        assert ReceiptEvent.objects.filter(received_at__gte=outage_started).count() == 0
+        connection.close()
+
+        proxy.up()
+        pipeline.worker(queues="receipts")
+        pipeline.beat()
+        pipeline.wait_until(lambda: not list(spool_dir.glob("*.json")), 60, "the spool to drain")
+        pipeline.wait_all_final([m.pk for m in msgs], timeout=60, final=FINAL)
+
+        for m in outage:
+            m.refresh_from_db()
+            assert m.status == expected[m.pk], m.provider_message_id
+            receipts = ReceiptEvent.objects.filter(provider_message_id=m.provider_message_id)
+            assert receipts.count() == 1
+            receipt = receipts.get()
+            # when it arrived, during the outage, not when it was drained
+            assert outage_started <= receipt.received_at <= outage_ended
+            assert (
+                MessageEvent.objects.filter(
+                    message=m, kind__in=[Status.DELIVERED, Status.UNDELIVERED]
+                ).count()
+                == 1
+            )
+        assert not list(spool_dir.glob("*"))  # nothing left behind, no temporary files
+
+        # The web process recovered its connections: the next callback is stored directly.
+        late = msgs[0]
+        assert _post_callback(base, token, _status_params(late.provider_message_id, "read")) in (200, 201)
+        assert ReceiptEvent.objects.filter(
+            provider_message_id=late.provider_message_id, raw_status="read"
+        ).exists()
+        assert not list(spool_dir.glob("*.json"))
+    finally:
+        proxy.close()

@@ -1,0 +1,155 @@
+"""Status look-ups: a message left at `sent` with no final receipt is asked about at the provider.
+
+A final receipt can be lost for reasons outside our control (the provider gave up on our endpoint, a
+callback that was never posted, an outage before the spool existed), and the provider does not post it
+twice. So a `sent` message older than SMSGW_STATUS_LOOKUP_AFTER_SECONDS is fetched by sid through its
+adapter (``fetch_status``), and the answer is stored as a ReceiptEvent marked ``source: lookup``: the
+status processor applies it with every rule a callback gets (forward only, error classes, dedupe
+against the real callback), and its timeline entry says it came from a look-up.
+
+* Still not final (`sent`, or the provider still holds it): looked up again after a doubling delay
+  (AFTER, 2 x AFTER, ...), at most SMSGW_STATUS_LOOKUP_MAX_TRIES times; then left alone, with one
+  timeline note saying so. A provider that says the sid does not exist (404) is told on the timeline too.
+* Bounded: at most SMSGW_STATUS_LOOKUP_RATE requests per second, SMSGW_STATUS_LOOKUP_BATCH_SIZE messages
+  and SMSGW_STATUS_LOOKUP_BUDGET_SECONDS per run, each request SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS at most.
+* A provider whose circuit is open (delivery.circuit) is not asked; nor, for the rest of the run, one that
+  failed to answer (its look-up is not counted).
+* Each try is claimed by a compare-and-set on its counter before the request, so overlapping runs never
+  ask twice for one message, and a run that dies never loops on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from delivery.circuit import circuit_state
+from delivery.providers import ProviderQueryError, get_adapter
+from delivery.providers.base import LOOKUP_SOURCE
+from receipts.ingest import receipt_ingest
+from receipts.models import StatusLookup
+from scheduling import transitions
+from scheduling.models import Message, Status
+
+log = logging.getLogger(__name__)
+
+FINAL = frozenset({"delivered", "undelivered", "failed", "canceled"})
+MAX_DELAY = timedelta(days=1)
+GAVE_UP = "status_lookup_stopped"
+
+
+def _delay(tries: int) -> timedelta:
+    return min(timedelta(seconds=settings.STATUS_LOOKUP_AFTER_SECONDS * 2 ** max(tries - 1, 0)), MAX_DELAY)
+
+
+def stale_sent_due(now: datetime, limit: int) -> list[dict]:
+    cutoff = now - timedelta(seconds=settings.STATUS_LOOKUP_AFTER_SECONDS)
+    return list(
+        Message.objects.filter(status=Status.SENT, sent_at__lte=cutoff, provider_message_id__isnull=False)
+        .filter(
+            Q(status_lookup__isnull=True)
+            | Q(status_lookup__next_at__lte=now, status_lookup__gave_up_at__isnull=True)
+        )
+        .order_by("sent_at")
+        .values("id", "provider", "provider_message_id")[:limit]
+    )
+
+
+def _claim(message_id: int, now: datetime) -> int | None:
+    """Take this message's next try; its number, or None when another run has it (or it was stopped)."""
+    row, _ = StatusLookup.objects.get_or_create(message_id=message_id, defaults={"next_at": now})
+    tries = row.tries + 1
+    won = StatusLookup.objects.filter(
+        pk=row.pk, tries=row.tries, gave_up_at__isnull=True, next_at__lte=now
+    ).update(tries=tries, next_at=now + _delay(tries))
+    return tries if won else None
+
+
+def _unclaim(message_id: int, tries: int, now: datetime) -> None:
+    # The provider did not answer: that says nothing about the message, so it does not count.
+    StatusLookup.objects.filter(message_id=message_id, tries=tries).update(tries=tries - 1, next_at=now)
+
+
+def _stop(message_id: int, tries: int, status: str, note: str, now: datetime) -> None:
+    stopped = StatusLookup.objects.filter(message_id=message_id, gave_up_at__isnull=True).update(
+        gave_up_at=now, last_status=status
+    )
+    if stopped:  # one note, whoever stops it
+        transitions.event_record(
+            message_id,
+            kind=GAVE_UP,
+            status=Status.SENT,
+            details={"source": LOOKUP_SOURCE, "provider_status": status, "lookups": tries, "note": note},
+        )
+
+
+def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:
+    """One bounded pass; returns counts by what happened (for logs and tests)."""
+    counts = {"looked_up": 0, "final": 0, "not_final": 0, "stopped": 0, "missing": 0, "skipped": 0}
+    now = now or timezone.now()
+    due = stale_sent_due(now, settings.STATUS_LOOKUP_BATCH_SIZE)
+    if not due:
+        return counts
+    deadline = time.monotonic() + settings.STATUS_LOOKUP_BUDGET_SECONDS
+    timeout = settings.STATUS_LOOKUP_TIMEOUT_SECONDS
+    spacing = 1.0 / settings.STATUS_LOOKUP_RATE
+    next_request = time.monotonic()
+    skip: set[str] = set()  # providers with an open circuit, or that failed to answer in this run
+    checked: set[str] = set()
+    for msg in due:
+        provider = msg["provider"] or settings.SMSGW_PROVIDER
+        adapter = get_adapter(provider)
+        if provider not in checked:
+            checked.add(provider)
+            if circuit_state(provider, adapter.account).is_open:
+                skip.add(provider)
+        if provider in skip:
+            counts["skipped"] += 1
+            continue
+        wait = next_request - time.monotonic()
+        if time.monotonic() + max(wait, 0.0) + timeout > deadline:
+            break  # the rest waits for the next run
+        if wait > 0:
+            time.sleep(wait)  # the rate limit
+        tries = _claim(msg["id"], now)
+        if tries is None:
+            continue
+        next_request = time.monotonic() + spacing
+        try:
+            callback = adapter.fetch_status(msg["provider_message_id"], timeout=timeout)
+        except ProviderQueryError as exc:
+            log.warning(
+                "status lookup: %s did not answer (%s); its messages wait for the next run", provider, exc
+            )
+            _unclaim(msg["id"], tries, now)
+            skip.add(provider)
+            continue
+        counts["looked_up"] += 1
+        if callback is None:
+            counts["missing"] += 1
+            _stop(msg["id"], tries, "", "the provider has no message with this sid; not looked up again", now)
+            continue
+        receipt_ingest(provider=provider, callback=callback)
+        StatusLookup.objects.filter(message_id=msg["id"]).update(last_status=callback.raw_status)
+        if callback.normalized_status in FINAL:
+            counts["final"] += 1
+        elif tries >= settings.STATUS_LOOKUP_MAX_TRIES:
+            counts["stopped"] += 1
+            _stop(
+                msg["id"],
+                tries,
+                callback.raw_status,
+                f"still {callback.raw_status or 'without a status'} at the provider after {tries} lookups; "
+                "not looked up again",
+                now,
+            )
+        else:
+            counts["not_final"] += 1
+    if counts["looked_up"]:
+        log.info("status lookup: %s", counts)
+    return counts

@@ -1,0 +1,73 @@
+"""A TCP proxy in front of the shared PostgreSQL server, so a test can take the database away from one
+process (point its DATABASE_URL here, then ``down()``) without touching the server others use."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class DatabaseProxy:
+    def __init__(self, upstream: tuple[str, int]):
+        self.upstream = upstream
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._up = True
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        threading.Thread(target=self._accept, name="db-proxy", daemon=True).start()
+
+    def down(self) -> None:
+        """Every connection through the proxy is cut, and new ones are closed at once: to the client,
+        the database server went away."""
+        with self._lock:
+            self._up = False
+            sockets, self._open = self._open, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def up(self) -> None:
+        with self._lock:
+            self._up = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.down()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                up = self._up
+            if not up:
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, server))
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
