@@ -23,6 +23,7 @@ TICK_TASKS = frozenset(
         "receipts.deliver_webhooks",
         "delivery.holds_probe",
         "delivery.circuit_probe",
+        "receipts.status_lookup",
     }
 )
 _TICK_LOGGERS = frozenset({"celery.app.trace", "celery.worker.strategy", "celery.beat"})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import dj_database_url
@@ -351,13 +352,13 @@ CELERY_TASK_ROUTES = {
 }
 
 
-def _tick_expiry(interval: int) -> dict:
+def _tick_expiry(interval: float) -> dict:
     """A tick that waited longer than two intervals is redundant: a newer one covers the same work, and
     piled-up ticks would be replayed in a rush when workers catch up. django-celery-beat's
     DatabaseScheduler drops an ``expires`` option when it installs an entry (ModelEntry._unpack_options
     keeps only ``expire_seconds``, an integer, which it then sends as ``expires``); ``expires`` is kept
     for any other scheduler. Workers discard an expired task unrun (Celery: "Discarding revoked task")."""
-    seconds = max(2, interval * 2)
+    seconds = max(2, math.ceil(interval * 2))
     return {"expires": float(seconds), "expire_seconds": seconds}
 
 
@@ -400,7 +401,7 @@ CELERY_BEAT_SCHEDULE = {
     "smsgw-status-lookup": {
         "task": "receipts.status_lookup",
         "schedule": STATUS_LOOKUP_INTERVAL_SECONDS,
-        "options": {"queue": "reconcile", "expires": max(2.0, STATUS_LOOKUP_INTERVAL_SECONDS)},
+        "options": {"queue": "reconcile", **_tick_expiry(STATUS_LOOKUP_INTERVAL_SECONDS)},
     },
     "smsgw-webhooks": {
         "task": "receipts.deliver_webhooks",

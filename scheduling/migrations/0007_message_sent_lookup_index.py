@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0005_message_provider_at_birth'),
+        ('scheduling', '0006_message_published_at'),
         ('smsgw', '0002_tenant_quiet_hours'),
     ]
 
