@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from bench.devprocs import BIN
 from scheduling.models import Message, Status
-from smsgw.devprocs import BIN
 from tests import processes
 from tests.sandbox_process import SandboxProcess
 

@@ -12,12 +12,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from bench.devprocs import SEND_QUEUES
 from delivery.models import AccountCapacity, Attempt, AttemptOutcome, ProviderCircuit, SenderCapacity
 from scheduling import transitions
 from scheduling.models import Message, MessageEvent, Status
 from scheduling.quiet import QuietWindow
 from scheduling.release import DISABLED_WAIT_SECONDS
-from smsgw.devprocs import SEND_QUEUES
 from smsgw.models import Tenant
 from tests.factories import SENDER, message, messages_bulk, recipient, tenant_with_key
 from tests.integration.conftest import Pipeline

@@ -16,8 +16,8 @@ from django.db.models import Count
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from bench.schedules import schedules_load
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, Status
-from smsgw.bench_schedules import schedules_load
 from tests import processes
 from tests.factories import RECIPIENT, tenant_with_key
 

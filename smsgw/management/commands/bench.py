@@ -1,11 +1,11 @@
-"""manage.py bench {burst,steady,pending,ingest} ... — prints figures, asserts nothing."""
+"""manage.py bench <scenario> ... — prints figures, asserts nothing. The scenarios live in the top-level
+``bench`` package (tooling, not product code); they are imported inside handle() so that loading the
+command list never imports them, nor psutil, which only the dev install has."""
 
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
-
-from smsgw import bench
 
 
 class Command(BaseCommand):
@@ -111,8 +111,11 @@ class Command(BaseCommand):
                 "skip_checks",
             )
         }
+        if scenario in ("burst", "steady", "pending", "ingest"):
+            from bench import core
+
         if scenario == "burst":
-            result = bench.burst(
+            result = core.burst(
                 n=opts["messages"],
                 latency_ms=opts["latency_ms"],
                 concurrency=opts["concurrency"],
@@ -120,7 +123,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "steady":
-            result = bench.steady(
+            result = core.steady(
                 rate=opts["rate"],
                 seconds=opts["seconds"],
                 latency_ms=opts["latency_ms"],
@@ -128,7 +131,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "receipts":
-            from receipts import bench as receipts_bench
+            from bench import receipts as receipts_bench
 
             result = receipts_bench.receipts(
                 n=opts["callbacks"],
@@ -138,7 +141,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "burst-receipts":
-            from receipts import bench as receipts_bench
+            from bench import receipts as receipts_bench
 
             result = receipts_bench.burst_under_receipts(
                 n=opts["messages"],
@@ -149,7 +152,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario in ("paced", "adaptive", "fairness", "outage", "limiter"):
-            from smsgw import bench_pacing
+            from bench import pacing as bench_pacing
 
             if scenario == "paced":
                 result = bench_pacing.paced(
@@ -185,7 +188,7 @@ class Command(BaseCommand):
             else:
                 result = bench_pacing.limiter(n=opts["messages"], timeout=opts["timeout"])
         elif scenario == "uncertain":
-            from receipts import bench as receipts_bench
+            from bench import receipts as receipts_bench
 
             result = receipts_bench.uncertain(
                 n=opts["messages"],
@@ -196,7 +199,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario in ("materialize", "materialize-idle", "preview"):
-            from smsgw import bench_schedules
+            from bench import schedules as bench_schedules
 
             if scenario == "materialize":
                 result = bench_schedules.materialize(
@@ -207,11 +210,11 @@ class Command(BaseCommand):
             else:
                 result = bench_schedules.preview(count=opts["count"], repeats=opts["repeats"])
         elif scenario == "pending":
-            result = bench.pending(
+            result = core.pending(
                 n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"]
             )
         else:
-            result = bench.ingest(
+            result = core.ingest(
                 seconds=opts["seconds"],
                 concurrency=opts["concurrency"],
                 web_workers=opts["web_workers"],

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from bench import devprocs
 from scheduling.models import Message
-from smsgw import devprocs
 from smsgw.models import Tenant, api_key_create
 
 BENCH_TENANT = "bench"

@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 
 from django.db import connection
 
+from bench import core, devprocs
 from delivery.sandbox.callbacks import twilio_signature
 from receipts.models import ReceiptEvent
-from smsgw import bench, devprocs
 
 AUTH_TOKEN = "bench-auth-token"
 ACCOUNT_SID = "AC" + "0" * 32
@@ -23,7 +23,7 @@ def sent_messages_load(tenant, n: int, *, offset: int = 0) -> list[str]:
     """n messages already `sent` with provider ids, as if submitted earlier; returns the sids."""
     from django.utils import timezone
 
-    bench.messages_load(tenant, n, first_due=timezone.now(), offset=offset)
+    core.messages_load(tenant, n, first_due=timezone.now(), offset=offset)
     with connection.cursor() as cur:
         cur.execute(
             "UPDATE scheduling_message SET status = 'sent', provider = 'twilio', sent_at = now(), "
@@ -129,7 +129,7 @@ class ReceiptTopology:
 
 
 def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, timeout: float) -> dict:
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     sids = sent_messages_load(tenant, n)
@@ -166,7 +166,7 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
 def burst_under_receipts(
     *, n: int, receipt_burst: int, latency_ms: int, concurrency: int, web_workers: int, timeout: float
 ) -> dict:
-    """The send burst (smsgw.bench.burst's topology) while `receipt_burst` signed callbacks hit the
+    """The send burst (bench.core.burst's topology) while `receipt_burst` signed callbacks hit the
     receipt endpoint and the receipts worker at the same time. Compare with a plain `bench burst`."""
     import threading
     from datetime import timedelta
@@ -175,7 +175,7 @@ def burst_under_receipts(
 
     from smsgw.models import Tenant
 
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     other, _ = Tenant.objects.get_or_create(
@@ -183,11 +183,11 @@ def burst_under_receipts(
     )
     sids = sent_messages_load(other, receipt_burst, offset=n + 1)
     receipts_topo = ReceiptTopology(web_workers=web_workers)
-    topo = bench.Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    topo = core.Topology(latency_ms=latency_ms, send_concurrency=concurrency)
     try:
         bodies = signed_bodies(receipts_topo.url, sids)
         due = timezone.now() + timedelta(seconds=15)
-        bench.messages_load(tenant, n, first_due=due)
+        core.messages_load(tenant, n, first_due=due)
         post_result: dict = {}
 
         def fire():
@@ -200,19 +200,19 @@ def burst_under_receipts(
 
         poster = threading.Thread(target=fire)
         poster.start()
-        sent = bench._wait_sent(n, timeout)
+        sent = core._wait_sent(n, timeout)
         poster.join()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and ReceiptEvent.objects.filter(processed_at__isnull=True).exists():
             time.sleep(0.5)
-        stats = bench._percentiles("tenant_id = %s", [tenant.pk])
+        stats = core._percentiles("tenant_id = %s", [tenant.pk])
         span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
         accepted = sum(v for k, v in post_result.get("codes", {}).items() if 200 <= k < 300)
         return {
             "scenario": "burst_under_receipts",
             "messages": n,
             "receipt_burst": receipt_burst,
-            "broker": bench._broker(),
+            "broker": core._broker(),
             "all_sent": sent >= n,
             "send_throughput_msg_s": n / span,
             "send_lag_p99_s": stats["lag_p99_s"],
@@ -243,11 +243,11 @@ def uncertain(
     from delivery.models import DuplicateSubmission
     from scheduling.models import Message
 
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     os.environ.update(
         TWILIO_TIMEOUT_SECONDS="1", SMSGW_SENDING_LEASE_SECONDS="5", SMSGW_QUEUED_RECOVERY_SECONDS="10"
     )
-    topo = bench.Topology(latency_ms=0, send_concurrency=concurrency)
+    topo = core.Topology(latency_ms=0, send_concurrency=concurrency)
     try:
         topo.sandbox.config(
             accept_then_hang_rate=share,
@@ -256,9 +256,9 @@ def uncertain(
             queue_delay_ms=queue_delay_ms,
         )
         due = timezone.now() + timedelta(seconds=10)
-        bench.messages_load(tenant, n, first_due=due)
+        core.messages_load(tenant, n, first_due=due)
         started = time.monotonic()
-        sent = bench._wait_sent(n, timeout)
+        sent = core._wait_sent(n, timeout)
         drain_seconds = time.monotonic() - started
         per_to: dict[str, int] = {}
         for m in topo.sandbox.messages_json():

@@ -1,6 +1,6 @@
 """Benchmark scenarios for recurring schedules (the recurring-schedules issue), run through
 ``manage.py bench``: materializer throughput with many active schedules, the materializer's cost when
-nothing is due, and the occurrence preview. Like ``smsgw.bench`` they print figures, assert nothing,
+nothing is due, and the occurrence preview. Like ``bench.core`` they print figures, assert nothing,
 and need PostgreSQL (they empty the message and schedule tables)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from bench import devprocs
+from bench.core import bench_reset
 from scheduling.materialize import schedules_materialize, stored
 from scheduling.models import Message, Schedule
 from scheduling.recurrence import recurrence_build
-from smsgw import devprocs
-from smsgw.bench import bench_reset
 from smsgw.models import Tenant, api_key_create
 
 

@@ -12,11 +12,11 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
+from bench import core
 from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 from delivery.sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling import services
 from scheduling.models import Message
-from smsgw import bench
 from smsgw.models import Tenant
 
 PROVIDER = "twilio"
@@ -58,20 +58,20 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
     per sender and refuses (21611) what overflows a queue of ``queue_seconds``. The gateway is told the
     same rates: nothing should be refused, no sender should go over its rate, and the account's whole
     capacity should be used. One paced message is cancelled while it waits."""
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     _reset_capacity()
     account_rate = senders * rate
     for i in range(senders):
         SenderCapacity.objects.create(
             provider=PROVIDER,
             account=DEFAULT_ACCOUNT_SID,
-            sender=bench.sender_number(i),
+            sender=core.sender_number(i),
             segments_per_second=rate,
         )
     AccountCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
     )
-    topo = bench.Topology(
+    topo = core.Topology(
         latency_ms=0,
         send_concurrency=3,
         sandbox_args=[
@@ -85,13 +85,13 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
     )
     try:
         due = timezone.now() + timedelta(seconds=15)
-        bench.messages_load(tenant, n, first_due=due, senders=senders)
+        core.messages_load(tenant, n, first_due=due, senders=senders)
         with connection.cursor() as cur:
             cur.execute("ANALYZE scheduling_message")
-        bench._say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
+        core._say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
         cancelled = None
         deadline = time.monotonic() + timeout + 30
-        cpu = bench.MemorySampler(topo.worker_pids()).__enter__()
+        cpu = core.MemorySampler(topo.worker_pids()).__enter__()
         while time.monotonic() < deadline:
             if cancelled is None and timezone.now() > due + timedelta(seconds=10):
                 victim = (
@@ -166,7 +166,7 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
             "cpu_ms_per_message": {k: round(1000 * v / n, 3) for k, v in cpu_seconds.items()},
             "paced_events": _count_events("paced"),
             "late_batches": sum(p.log().count("paced batch reached the worker") for p in topo.senders),
-            "sweep": bench._sweep_summary(topo.sweep_passes()),
+            "sweep": core._sweep_summary(topo.sweep_passes()),
         }
     finally:
         topo.stop()
@@ -183,16 +183,16 @@ def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue
     ``real_rate`` and refuses what overflows ``queue_seconds`` of queue (21611). Backpressure must find the
     real rate: the share of refused submissions per 10-s window, and the accepted rate against the real
     limit."""
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     _reset_capacity()
     for i in range(senders):
         SenderCapacity.objects.create(
             provider=PROVIDER,
             account=DEFAULT_ACCOUNT_SID,
-            sender=bench.sender_number(i),
+            sender=core.sender_number(i),
             segments_per_second=rate,
         )
-    topo = bench.Topology(
+    topo = core.Topology(
         latency_ms=0,
         send_concurrency=2,
         sandbox_args=["--sender-rate", str(real_rate), "--queue-max-seconds", str(queue_seconds)],
@@ -200,8 +200,8 @@ def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue
     try:
         n = int(senders * real_rate * (seconds + 20))
         due = timezone.now() + timedelta(seconds=10)
-        bench.messages_load(tenant, n, first_due=due, senders=senders)
-        bench._say(f"adaptive: {senders} senders configured {rate}/s, really {real_rate}/s, {seconds} s")
+        core.messages_load(tenant, n, first_due=due, senders=senders)
+        core._say(f"adaptive: {senders} senders configured {rate}/s, really {real_rate}/s, {seconds} s")
         samples = []
         while timezone.now() < due:
             time.sleep(0.2)
@@ -256,20 +256,18 @@ def fairness(
     """One account capped at ``account_rate``; tenant A has ``a_messages`` bulk messages due at once;
     tenant B sends ``stream_rate`` bulk messages/s for ``seconds``, and tenant A itself a transactional
     stream at the same rate. Reports B's and A's transactional lag (sent_at - due_at)."""
-    bench.bench_reset()
+    core.bench_reset()
     _reset_capacity()
     AccountCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
     )
     a, b = _tenant("bench"), _tenant("bench-b")
-    topo = bench.Topology(
-        latency_ms=0, send_concurrency=3, sandbox_args=["--account-rate", str(account_rate)]
-    )
+    topo = core.Topology(latency_ms=0, send_concurrency=3, sandbox_args=["--account-rate", str(account_rate)])
     try:
         due = timezone.now() + timedelta(seconds=15)
         stream = int(stream_rate * seconds)
-        bench.messages_load(a, a_messages, first_due=due, priority="bulk", senders=50)
-        bench.messages_load(
+        core.messages_load(a, a_messages, first_due=due, priority="bulk", senders=50)
+        core.messages_load(
             b,
             stream,
             first_due=due + timedelta(seconds=5),
@@ -277,7 +275,7 @@ def fairness(
             priority="bulk",
             offset=a_messages,
         )
-        bench.messages_load(
+        core.messages_load(
             a,
             stream,
             first_due=due + timedelta(seconds=5),
@@ -287,7 +285,7 @@ def fairness(
         )
         with connection.cursor() as cur:
             cur.execute("ANALYZE scheduling_message")
-        bench._say(
+        core._say(
             f"fairness: A {a_messages} bulk due at once; B {stream_rate}/s bulk and A {stream_rate}/s tx"
         )
         deadline = time.monotonic() + seconds + timeout
@@ -298,8 +296,8 @@ def fairness(
             if not waiting.exists():
                 break
             time.sleep(1.0)
-        b_stats = bench._percentiles("tenant_id = %s", [b.pk])
-        tx_stats = bench._percentiles("tenant_id = %s AND priority = 'transactional'", [a.pk])
+        b_stats = core._percentiles("tenant_id = %s", [b.pk])
+        tx_stats = core._percentiles("tenant_id = %s AND priority = 'transactional'", [a.pk])
         a_sent = Message.objects.filter(tenant=a, priority="bulk", status="sent").count()
         span = (b_stats["last_sent"] - due).total_seconds() if b_stats["last_sent"] else None
         return {
@@ -329,13 +327,13 @@ def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) 
     ``outage_seconds`` and then refuses connections for the rest (``refuse_share``), then recovers. No
     message may fail or be sent twice; requests during the outage are counted; resumption is the time
     from recovery to the next accepted submission."""
-    tenant = bench.bench_reset()
+    tenant = core.bench_reset()
     _reset_capacity()
-    topo = bench.Topology(latency_ms=5, send_concurrency=3, control_port=0)
+    topo = core.Topology(latency_ms=5, send_concurrency=3, control_port=0)
     try:
         due = timezone.now() + timedelta(seconds=10)
-        bench.messages_load(tenant, n, first_due=due, senders=20)
-        bench._say(f"outage: {n} messages due at {due.isoformat()}; {outage_seconds} s outage mid-drain")
+        core.messages_load(tenant, n, first_due=due, senders=20)
+        core._say(f"outage: {n} messages due at {due.isoformat()}; {outage_seconds} s outage mid-drain")
         while Message.objects.filter(tenant=tenant, status="sent").count() < n // 4:
             time.sleep(0.2)
         down_at = time.time()
@@ -406,18 +404,18 @@ def limiter(*, n: int, timeout: float) -> dict:
     sweeper's CPU, both runs)."""
     out = {"scenario": "limiter", "messages": n}
     for label, env in (("baseline_pacing_off", {"SMSGW_PACING": "0"}), ("pacing_on", {})):
-        tenant = bench.bench_reset()
+        tenant = core.bench_reset()
         _reset_capacity()
-        topo = bench.Topology(latency_ms=0, send_concurrency=3, env=env)
+        topo = core.Topology(latency_ms=0, send_concurrency=3, env=env)
         try:
             due = timezone.now() + timedelta(seconds=20)
-            bench.messages_load(tenant, n, first_due=due)
+            core.messages_load(tenant, n, first_due=due)
             with connection.cursor() as cur:
                 cur.execute("ANALYZE scheduling_message")
-            with bench.MemorySampler(topo.worker_pids()) as mem:
-                bench._wait_sent(n, timeout)
+            with core.MemorySampler(topo.worker_pids()) as mem:
+                core._wait_sent(n, timeout)
                 cpu = mem.cpu_seconds()
-            stats = bench._percentiles("tenant_id = %s", [tenant.pk])
+            stats = core._percentiles("tenant_id = %s", [tenant.pk])
             span = (stats["last_sent"] - due).total_seconds()
             out[label] = {
                 "throughput_msg_s": round(n / span, 1),
