@@ -1,0 +1,55 @@
+"""Slow provider requests do not hold their batch: with real worker processes, a batch in which a few
+requests time out or are accepted and never answered has every other message recorded `sent` as its
+answer comes, while the slow ones are still waiting on the provider (before: the whole batch waited for
+its slowest request, up to the request timeout)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from delivery.models import AttemptOutcome
+from scheduling.models import Message, Status
+from tests.factories import messages_bulk, recipient, tenant_with_key
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 30  # the provider request timeout in this test: far longer than the healthy messages take
+
+
+def test_a_hung_request_does_not_hold_the_rest_of_its_batch(pipeline):
+    pipeline.env.update(
+        TWILIO_TIMEOUT_SECONDS=str(TIMEOUT),
+        SMSGW_SENDING_LEASE_SECONDS=str(TIMEOUT + 30),
+        SMSGW_SEND_BATCH_SIZE="250",
+    )
+    tenant, _ = tenant_with_key("acme")
+    n = 200
+    timeouts = {recipient(i) for i in (3, 70, 150)}  # never stored, never answered
+    hung = {recipient(i) for i in (40, 120)}  # stored by the provider, never answered
+    rules = [{"to": to, "action": "timeout", "times": 1} for to in timeouts]
+    rules += [{"to": to, "action": "accept_then_hang", "times": 1} for to in hung]
+    pipeline.sandbox.config(rules=rules, timeout_hang_seconds=TIMEOUT + 10)
+    pks = messages_bulk(tenant, n, due_at=timezone.now())
+    connection.close()
+    pipeline.worker("sweeper", queues="sweep", concurrency=1)
+    pipeline.worker("sender", queues="send.transactional,send.bulk", concurrency=1)
+    pipeline.beat()
+    slow = timeouts | hung
+    healthy = Message.objects.filter(pk__in=pks).exclude(to__in=slow)
+    # One send process, one batch of 200: every healthy message is recorded long before the timeout.
+    pipeline.wait_until(
+        lambda: healthy.filter(status=Status.SENT).count() == n - len(slow), TIMEOUT - 5, "healthy ones sent"
+    )
+    slow_rows = Message.objects.filter(pk__in=pks, to__in=slow)
+    # The slow requests are still on the wire: nothing is known of them yet, and they held nobody.
+    assert Counter(slow_rows.values_list("status", flat=True)) == {Status.SENDING: len(slow)}
+    assert all(m.attempts.get().outcome == AttemptOutcome.PENDING for m in slow_rows)
+    for m in healthy:
+        assert m.sent_at >= m.sending_at and (m.sent_at - m.sending_at).total_seconds() < TIMEOUT - 5
+    # Each healthy message was submitted once; the slow ones end by the timeout and reconciliation.
+    submitted = pipeline.submissions_by_recipient()
+    assert all(submitted[to] == 1 for to in healthy.values_list("to", flat=True))
