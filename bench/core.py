@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 
 import psutil
 from django.conf import settings
@@ -260,6 +261,7 @@ def _percentiles(where: str, params: list) -> dict:
         cur.execute(
             f"""SELECT count(*),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
+                   percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
                    percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - due_at)),
                    max(extract(epoch FROM sent_at - due_at)),
@@ -268,10 +270,11 @@ def _percentiles(where: str, params: list) -> dict:
                FROM scheduling_message WHERE status = 'sent' AND {where}""",
             params,
         )
-        n, p50, p95, p99, mx, early, first_sent, last_sent, first_due = cur.fetchone()
+        n, p50, p90, p95, p99, mx, early, first_sent, last_sent, first_due = cur.fetchone()
     return {
         "sent": n,
         "lag_p50_s": p50,
+        "lag_p90_s": p90,
         "lag_p95_s": p95,
         "lag_p99_s": p99,
         "lag_max_s": mx,
@@ -306,9 +309,14 @@ def _sweep_summary(passes: list[tuple[int, float]]) -> dict:
     }
 
 
-def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, timeout: float) -> dict:
+def burst(
+    *, n: int, latency_ms: int, concurrency: int, lead_seconds: float, timeout: float, baseline: bool = True
+) -> dict:
+    """n messages due at one moment; then, unless ``baseline`` is off, the same number of Celery ETA
+    no-op tasks due at once on the same broker (bench.baseline), and the ratio of the two rates."""
+    pool = "prefork"
     tenant = bench_reset()
-    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency, pool=pool)
     try:
         due = timezone.now() + timedelta(seconds=lead_seconds)
         messages_load(tenant, n, first_due=due)
@@ -320,7 +328,8 @@ def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, tim
             cpu = mem.cpu_seconds()
         stats = _percentiles("tenant_id = %s", [tenant.pk])
         span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
-        return {
+        send_cpu = sum(v for k, v in cpu.items() if k.startswith("sender"))
+        result = {
             "scenario": "burst",
             "messages": n,
             "sandbox_latency_ms": latency_ms,
@@ -334,9 +343,21 @@ def burst(*, n: int, latency_ms: int, concurrency: int, lead_seconds: float, tim
             "worker_peak_rss_mb_per_process": mem.peak_process_mb,
             "worker_peak_rss_mb_total": mem.peak_total_mb,
             "cpu_seconds": cpu,
+            "send_worker_cpu_ms_per_message": round(1000 * send_cpu / max(1, stats["sent"]), 3),
         }
     finally:
         topo.stop()
+    if baseline:
+        from bench.baseline import eta_noop
+
+        base = eta_noop(
+            n=n, concurrency=concurrency, pool=pool, lead_seconds=lead_seconds, timeout=timeout, env=topo.env
+        )
+        result["baseline_celery_eta_noop"] = base
+        rate, base_rate = result["throughput_msg_s"], base["throughput_tasks_s"]
+        # Target (issue 9): >= 1.5, the gateway drains a burst faster than bare ETA tasks run.
+        result["ratio_gateway_to_baseline"] = round(rate / base_rate, 3) if rate and base_rate else None
+    return result
 
 
 def steady(*, rate: int, seconds: int, latency_ms: int, concurrency: int, timeout: float) -> dict:
@@ -401,11 +422,13 @@ def pending(*, n: int, repeats: int, idle_seconds: int) -> dict:
     }
 
 
-# wrk's Lua script for ``ingest``: every request gets its own body (recipient and text vary) and the
-# API key header; each wrk thread numbers its requests from its own offset so bodies never repeat. The
+# wrk's Lua script for ``ingest``: in "post" mode every request gets its own body (recipient and text
+# vary) and the API key header; each wrk thread numbers its requests from its own offset so bodies never
+# repeat. In "get" mode it sends plain GETs of the URL (``/healthz``, the web stack's own ceiling). The
 # status codes seen are counted per thread and collected in done().
 _WRK_SCRIPT = r"""
 local key = nil
+local mode = "post"
 local counter = 0
 local threads = {}
 offset = 0 -- a global: setup() sets it per thread
@@ -418,13 +441,19 @@ end
 
 function init(args)
   key = args[1]
+  mode = args[2] or "post"
   offset = tonumber(offset) or 0
-  wrk.method = "POST"
-  wrk.headers["Content-Type"] = "application/json"
-  wrk.headers["Authorization"] = "Bearer " .. key
+  if mode == "post" then
+    wrk.method = "POST"
+    wrk.headers["Content-Type"] = "application/json"
+    wrk.headers["Authorization"] = "Bearer " .. key
+  end
 end
 
 function request()
+  if mode ~= "post" then
+    return wrk.format("GET")
+  end
   counter = counter + 1
   local n = offset + counter
   local body = string.format('{"to": "+1415%07d", "body": "ingest %d"}', 2000000 + n % 1000000, n)
@@ -453,8 +482,11 @@ end
 """
 
 
-def _ingest_wrk(wrk: str, url: str, key: str, *, seconds: int, concurrency: int) -> dict:
-    """One bounded wrk run against ``url`` (loopback): distinct bodies, latency from wrk's histogram."""
+def _ingest_wrk(
+    wrk: str, url: str, key: str, *, seconds: int, concurrency: int, method: str = "POST"
+) -> dict:
+    """One bounded wrk run against ``url`` (loopback): distinct bodies (POST) or plain GETs, latency from
+    wrk's histogram."""
     import subprocess
     import tempfile
 
@@ -464,7 +496,11 @@ def _ingest_wrk(wrk: str, url: str, key: str, *, seconds: int, concurrency: int)
         # One wrk thread: it needs a fraction of a core, and every other cycle goes to the server.
         argv = [wrk, "-t1", f"-c{concurrency}", f"-d{seconds}s", "--timeout", "10s", "-s", script.name]
         out = subprocess.run(
-            [*argv, url, "--", key], capture_output=True, text=True, timeout=seconds + 60, check=True
+            [*argv, url, "--", key, method.lower()],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
         ).stdout
     line = next((ln for ln in out.splitlines() if ln.startswith("WRK_RESULT ")), None)
     if line is None:
@@ -481,9 +517,9 @@ def _ingest_wrk(wrk: str, url: str, key: str, *, seconds: int, concurrency: int)
     }
 
 
-def _ingest_python(url: str, key: str, *, seconds: float, concurrency: int) -> dict:
+def _ingest_python(url: str, key: str, *, seconds: float, concurrency: int, method: str = "POST") -> dict:
     """The fallback load generator (aiohttp, in this process): it shares the cores with the server, so
-    it understates what the server sustains."""
+    it understates what the server sustains. ``method`` GET sends plain GETs of ``url``."""
     import aiohttp
 
     latencies: list[float] = []
@@ -500,9 +536,13 @@ def _ingest_python(url: str, key: str, *, seconds: float, concurrency: int) -> d
             async def client():
                 while time.monotonic() < stop_at:
                     i = next(counter)
-                    body = json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
+                    body = (
+                        json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
+                        if method == "POST"
+                        else None
+                    )
                     started = time.perf_counter()
-                    async with session.post(url, data=body) as resp:
+                    async with session.request(method, url, data=body) as resp:
                         await resp.read()
                         codes[resp.status] = codes.get(resp.status, 0) + 1
                     latencies.append(time.perf_counter() - started)
@@ -542,10 +582,12 @@ def _ingest_warmup(port: int, key: str, workers: int, threads: int) -> int:
     return n
 
 
-def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int) -> dict:
-    """POST /v1/messages through gunicorn. The load comes from ``wrk`` when it is on PATH (a C client
-    that leaves the cores to the server), else from the Python client; SMSGW_BENCH_CLIENT=python
-    forces the latter. The result names the client used."""
+def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int, healthz: bool = True) -> dict:
+    """POST /v1/messages through gunicorn, then (unless ``healthz`` is off) GET /healthz against the same
+    gunicorn process with the same client and settings: the ratio says how much of the web stack's
+    ceiling the API's own work leaves. The load comes from ``wrk`` when it is on PATH (a C client that
+    leaves the cores to the server), else from the Python client; SMSGW_BENCH_CLIENT=python forces the
+    latter. The result names the client used."""
     import shutil
 
     tenant = bench_reset()
@@ -558,10 +600,13 @@ def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int) ->
     wrk = None if os.environ.get("SMSGW_BENCH_CLIENT") == "python" else shutil.which("wrk")
     try:
         warmup = _ingest_warmup(port, key, web_workers, threads)
-        if wrk:
-            run = _ingest_wrk(wrk, url, key, seconds=seconds, concurrency=concurrency)
-        else:
-            run = _ingest_python(url, key, seconds=seconds, concurrency=concurrency)
+        client = (
+            partial(_ingest_wrk, wrk, seconds=seconds, concurrency=concurrency)
+            if wrk
+            else partial(_ingest_python, seconds=seconds, concurrency=concurrency)
+        )
+        run = client(url, key)
+        health = client(f"http://127.0.0.1:{port}/healthz", key, method="GET") if healthz else None
     finally:
         web.stop()
     stored = Message.objects.filter(tenant=tenant).count() - warmup
@@ -581,6 +626,24 @@ def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int) ->
         "worker_class": worker_class,
         "client_concurrency": concurrency,
         "warmup_requests": warmup,
+        **(_healthz_summary(run, health) if health else {}),
+    }
+
+
+def _healthz_summary(post: dict, health: dict) -> dict:
+    post_rate, health_rate = post["requests"] / post["elapsed"], health["requests"] / health["elapsed"]
+    return {
+        "healthz": {
+            "seconds": round(health["elapsed"], 2),
+            "requests": health["requests"],
+            "requests_per_s": health_rate,
+            "status_codes": health["codes"],
+            **({"socket_errors": health["socket_errors"]} if "socket_errors" in health else {}),
+            "latency_ms_p50": health["p50_ms"],
+            "latency_ms_p99": health["p99_ms"],
+        },
+        # Target (issue 9): >= 0.2, an accepted message costs at most five health checks.
+        "ratio_post_to_healthz": round(post_rate / health_rate, 3) if health_rate else None,
     }
 
 

@@ -19,6 +19,27 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=2, help="send worker processes")
         p.add_argument("--lead", type=float, default=10.0, help="seconds between load and due moment")
         p.add_argument("--timeout", type=float, default=300.0)
+        p.add_argument(
+            "--no-baseline",
+            dest="baseline",
+            action="store_false",
+            help="skip the same number of Celery ETA no-op tasks due at once (bench.baseline)",
+        )
+        p = sub.add_parser(
+            "faults", help="the burst fault-free, then with timeouts and hung accepts, same run"
+        )
+        p.add_argument("--messages", type=int, default=5_000)
+        p.add_argument(
+            "--timeout-share", type=float, default=0.01, help="requests timing out, nothing stored"
+        )
+        p.add_argument("--hang-share", type=float, default=0.005, help="requests stored, then hung")
+        p.add_argument("--client-timeout", type=float, default=1.0, help="TWILIO_TIMEOUT_SECONDS")
+        p.add_argument("--hang-seconds", type=float, default=3.0, help="how long the sandbox hangs")
+        p.add_argument("--first-look", type=int, default=None, help="SMSGW_RECONCILE_FIRST_LOOK_SECONDS")
+        p.add_argument("--absent-grace", type=int, default=None, help="SMSGW_RECONCILE_ABSENT_GRACE_SECONDS")
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--lead", type=float, default=10.0)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("steady", help="a constant rate of messages becoming due")
         p.add_argument("--rate", type=int, default=500)
         p.add_argument("--seconds", type=int, default=60)
@@ -90,6 +111,7 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--no-healthz", dest="healthz", action="store_false", help="skip the GET /healthz run")
         parser.add_argument("--yes", action="store_true", help="allow a database whose name lacks 'bench'")
 
     def handle(self, *args, scenario, yes, **opts):
@@ -121,6 +143,22 @@ class Command(BaseCommand):
                 concurrency=opts["concurrency"],
                 lead_seconds=opts["lead"],
                 timeout=opts["timeout"],
+                baseline=opts["baseline"],
+            )
+        elif scenario == "faults":
+            from bench.faults import faults
+
+            result = faults(
+                n=opts["messages"],
+                timeout_share=opts["timeout_share"],
+                hang_share=opts["hang_share"],
+                concurrency=opts["concurrency"],
+                lead_seconds=opts["lead"],
+                client_timeout=opts["client_timeout"],
+                hang_seconds=opts["hang_seconds"],
+                timeout=opts["timeout"],
+                first_look=opts["first_look"],
+                absent_grace=opts["absent_grace"],
             )
         elif scenario == "steady":
             result = core.steady(
@@ -219,5 +257,6 @@ class Command(BaseCommand):
                 concurrency=opts["concurrency"],
                 web_workers=opts["web_workers"],
                 threads=opts["threads"],
+                healthz=opts["healthz"],
             )
         self.stdout.write(json.dumps(result, indent=2, default=str))
