@@ -33,7 +33,9 @@ class Command(BaseCommand):
             "--timeout-share", type=float, default=0.01, help="requests timing out, nothing stored"
         )
         p.add_argument("--hang-share", type=float, default=0.005, help="requests stored, then hung")
-        p.add_argument("--client-timeout", type=float, default=10.0, help="TWILIO_TIMEOUT_SECONDS (production default)")
+        p.add_argument(
+            "--client-timeout", type=float, default=10.0, help="TWILIO_TIMEOUT_SECONDS (production default)"
+        )
         p.add_argument("--hang-seconds", type=float, default=15.0, help="how long the sandbox hangs")
         p.add_argument("--first-look", type=int, default=None, help="SMSGW_RECONCILE_FIRST_LOOK_SECONDS")
         p.add_argument("--absent-grace", type=int, default=None, help="SMSGW_RECONCILE_ABSENT_GRACE_SECONDS")
