@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import connection
 
 from delivery.models import Attempt, AttemptOutcome
-from smsgw.db import is_postgres
+from smsgw.db import PgInts, PgTexts, is_postgres
 
 TABLE = Attempt._meta.db_table
 
@@ -53,10 +53,10 @@ def attempts_start(
                 provider,
                 started_at,
                 AttemptOutcome.PENDING,
-                [a.message_id for a in attempts],
-                [a.number for a in attempts],
-                [a.idempotency_token for a in attempts],
-                [a.validity_seconds for a in attempts],
+                PgInts([a.message_id for a in attempts]),
+                PgInts([a.number for a in attempts]),
+                PgTexts([a.idempotency_token for a in attempts]),
+                PgInts([a.validity_seconds for a in attempts]),
             ],
         )
         ids = [r[0] for r in cur.fetchall()]
@@ -92,7 +92,8 @@ def attempts_finish(attempts: list[Attempt], *, finished_at: datetime) -> None:
             "text[]",
         ]
         source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({names})"
-        params: list = columns
+        fast = [PgInts, PgTexts, PgInts, PgTexts, PgTexts, PgTexts, list, PgTexts]
+        params: list = [kind(values) for kind, values in zip(fast, columns, strict=True)]
         response = "v.vresponse::jsonb"
     else:
         row_sql = "(CAST(%s AS BIGINT), %s, CAST(%s AS INTEGER), %s, %s, %s, CAST(%s AS REAL), %s)"

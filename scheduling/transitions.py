@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.db import in_clause, is_postgres, pg_array_type
+from smsgw.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
 
 S = Status
 ALLOWED: frozenset[tuple[str, str]] = frozenset(
@@ -225,7 +225,7 @@ def _events_insert(
             f'INSERT INTO "{EVENT_TABLE}" ("message_id", "kind", "from_status", "to_status", "actor", '
             f'"details", "created_at") SELECT m, %s, %s, %s, %s, d::jsonb, %s '
             f"FROM unnest(%s::bigint[], %s::text[]) AS t(m, d)",
-            [kind, from_status, to_status, actor, now, ids, per_row],
+            [kind, from_status, to_status, actor, now, PgInts(ids), PgTexts(per_row)],
         )
 
 
@@ -363,7 +363,9 @@ def transition_versioned(
         # Arrays: one statement text for every batch size (see smsgw.db).
         types = ["bigint[]", "bigint[]", *[pg_array_type(f) for f in fields]]
         source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({vcols})"
-        params: list[Any] = columns
+        params: list[Any] = [PgInts(columns[0]), PgInts(columns[1])] + [
+            pg_array(f, values) for f, values in zip(fields, columns[2:], strict=True)
+        ]
     else:
         row_sql = "(CAST(%s AS BIGINT), CAST(%s AS BIGINT)" + "".join(", %s" for _ in per_row) + ")"
         source = f"WITH v({vcols}) AS (VALUES {', '.join([row_sql] * len(items))}) SELECT * FROM v"
@@ -481,7 +483,7 @@ def run_after_set_many(items: Sequence[tuple[int, datetime]], *, status: str) ->
     values = [field.get_db_prep_save(at, connection) for _, at in items]
     if is_postgres():
         source = "SELECT * FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(vid, vat)"
-        params: list[Any] = [ids, values]
+        params: list[Any] = [PgInts(ids), values]
     else:
         row_sql = "(CAST(%s AS BIGINT), %s)"
         source = f"WITH v(vid, vat) AS (VALUES {', '.join([row_sql] * len(items))}) SELECT * FROM v"

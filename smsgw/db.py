@@ -7,7 +7,11 @@ embedded mode) get the portable VALUES / IN form."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import connection
+from psycopg import adapters
+from psycopg.adapt import Dumper
 
 
 def is_postgres() -> bool:
@@ -18,8 +22,57 @@ def pg_array_type(field) -> str:
     return f"{field.db_type(connection)}[]"
 
 
+class PgInts(list):
+    """Integers (or None) passed as one PostgreSQL array literal; the statement casts it (``::bigint[]``)."""
+
+
+class PgTexts(list):
+    """Strings (or None) passed as one PostgreSQL array literal; the statement casts it (``::text[]``)."""
+
+
+class _IntsDumper(Dumper):
+    # psycopg's generic list dumper adapts element by element in Python: 3.3 ms for a 250-row pair of
+    # arrays against 0.6 ms for one join (measured), and a send batch passes about twenty of them.
+    def dump(self, obj: Iterable) -> bytes:
+        return ("{" + ",".join("NULL" if v is None else str(int(v)) for v in obj) + "}").encode()
+
+
+def _quoted(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class _TextsDumper(Dumper):
+    def dump(self, obj: Iterable) -> bytes:
+        return ("{" + ",".join(_quoted(v) for v in obj) + "}").encode()
+
+
+adapters.register_dumper(PgInts, _IntsDumper)
+adapters.register_dumper(PgTexts, _TextsDumper)
+
+
+def pg_array(field, values: list) -> list:
+    """``values`` for a ``%s::<field type>[]`` parameter: the fast literal for integer and text columns."""
+    kind = field.get_internal_type()
+    if kind in (
+        "BigAutoField",
+        "AutoField",
+        "BigIntegerField",
+        "IntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "PositiveBigIntegerField",
+    ):
+        return PgInts(values)
+    if kind in ("CharField", "TextField"):
+        return PgTexts(values)
+    return values
+
+
 def in_clause(column: str, ids: list[int]) -> tuple[str, list]:
     """``column IN (...)`` for a list of ids, as (sql, params)."""
     if is_postgres():
-        return f"{column} = ANY(%s)", [list(ids)]
+        return f"{column} = ANY(%s::bigint[])", [PgInts(ids)]
     return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)

@@ -17,7 +17,7 @@ Outcomes (what the provider has), then the error table (``twilio_errors``) says 
   front of Twilio answers after forwarding the request -> UNCERTAIN.
 * the request was never written (connection refused, DNS, connect timeout, no free connection)
   -> TRANSIENT; it was written but no response came back (read timeout, reset, disconnect) -> UNCERTAIN.
-  "Written" is observed with aiohttp's ``on_request_headers_sent`` trace signal, per request. An
+  "Written" is observed when aiohttp starts writing the request on an open connection (twilio_http). An
   uncertain request's socket is reset, never closed gracefully (``twilio_http``), so nothing of it can
   reach Twilio after we gave up.
 """

@@ -30,7 +30,6 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -85,10 +84,17 @@ class Call:
 current_call: contextvars.ContextVar[Call | None] = contextvars.ContextVar("smsgw_twilio_call", default=None)
 
 
-async def _on_request_headers_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    call = getattr(ctx, "trace_request_ctx", None)
-    if isinstance(call, Call):
-        call.sent = True
+class _MarkingRequest(aiohttp.ClientRequest):
+    """Marks the submission's Call as written the moment aiohttp starts writing it on an open connection
+    (a little before the bytes leave: erring towards "written" only ever makes an outcome uncertain,
+    which is reconciled, never resent blindly). Before this, aiohttp's request tracing did it; a trace
+    config makes aiohttp build a dozen signal objects per request, about a tenth of a send worker's CPU."""
+
+    async def send(self, conn: Any) -> aiohttp.ClientResponse:
+        call = current_call.get()
+        if call is not None:
+            call.sent = True
+        return await super().send(conn)
 
 
 def _form_body(data: Mapping[str, Any] | None) -> str:
@@ -113,15 +119,13 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None or self.session.closed:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_on_request_headers_sent)
             connector = aiohttp.TCPConnector(
                 limit=self.max_connections,
                 keepalive_timeout=KEEPALIVE_SECONDS,
                 ttl_dns_cache=300,
                 socket_factory=abortable_socket_factory(self.timeout),
             )
-            self.session = aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+            self.session = aiohttp.ClientSession(connector=connector, request_class=_MarkingRequest)
         return self.session
 
     async def request(
@@ -152,7 +156,6 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=seconds, sock_connect=seconds),
             allow_redirects=allow_redirects,
-            trace_request_ctx=call,
         ) as response:
             raw = await response.read()
         text = raw.decode("utf-8", "replace")
