@@ -4,7 +4,7 @@ posting its status callbacks to it), the resident memory of every process sample
 child PIDs recorded every few seconds (a child replaced past CELERY_WORKER_MAX_MEMORY_PER_CHILD shows as
 a new PID), and the lag per window. Prints per-minute samples and a summary; asserts nothing.
 
-With ``trace_memory`` the sweeper and send workers run with tracemalloc (bench.tracemem, loaded through
+With ``trace_memory`` the send workers run with tracemalloc (bench.tracemem, loaded through
 bench/_site/sitecustomize.py: the app carries no hook) and the summary lists the allocation sites that
 grew most between about minute 2 and the end.
 

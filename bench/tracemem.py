@@ -1,14 +1,14 @@
 """Where a Celery worker's Python memory grows (``bench soak --trace-memory``; never imported by the app).
 
 Imported at interpreter start by bench/_site/sitecustomize.py when SMSGW_BENCH_TRACEMALLOC names a
-directory. In the worker's parent (``worker_init``) and in each pool child (``worker_process_init``) it
-starts tracemalloc, takes a baseline snapshot SMSGW_BENCH_TRACEMALLOC_BASELINE_S after the process
-started (default 120: past start-up, warm caches and the first batches), and on SIGUSR2 or at shutdown
-writes ``<dir>/tracemalloc-<node>-<pid>.json``: the 15 allocation sites (file:line) that grew most
-since the baseline, the 3 biggest growths by traceback, and traced-versus-resident memory (growth that
-tracemalloc does not see is outside Python's allocations: C libraries, or the allocator's
-fragmentation). Tracing costs CPU and memory of its own, so RSS figures of such a run are not
-comparable with an untraced one.
+directory. In the send workers (SMSGW_BENCH_TRACEMALLOC_NODES), in the parent (``worker_init``) and in
+each pool child (``worker_process_init``), it starts tracemalloc, takes a baseline snapshot
+SMSGW_BENCH_TRACEMALLOC_BASELINE_S after the process started (default 120: past start-up, warm caches
+and the first batches), and on SIGUSR2 or at shutdown writes ``<dir>/tracemalloc-<node>-<pid>.json``:
+the 15 allocation sites (file:line) that grew most since the baseline, the 3 biggest growths by
+traceback, and traced-versus-resident memory (growth that tracemalloc does not see is outside Python's
+allocations: C libraries, or the allocator's fragmentation). Tracing costs CPU and memory of its own,
+so RSS figures of such a run are not comparable with an untraced one.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 OUT_DIR = Path(os.environ.get("SMSGW_BENCH_TRACEMALLOC", "."))
 BASELINE_AFTER = float(os.environ.get("SMSGW_BENCH_TRACEMALLOC_BASELINE_S", "120"))
 FRAMES = int(os.environ.get("SMSGW_BENCH_TRACEMALLOC_FRAMES", "8"))
+# Only these workers (celery node name prefixes): tracing roughly doubles a process's CPU, and a traced
+# sweeper or receipts worker on two shared cores starves the send workers it is meant to observe.
+NODES = tuple(os.environ.get("SMSGW_BENCH_TRACEMALLOC_NODES", "sender").split(","))
 TOP = 15
 
 _state: dict = {}
@@ -53,6 +56,8 @@ def _rss_kb() -> int:
 
 def _start(role: str) -> None:
     global _lock
+    if not _node().startswith(NODES):
+        return
     _lock = threading.Lock()  # a fork can copy the lock held by the parent's baseline thread
     if tracemalloc.is_tracing():
         # A pool child inherits the parent's traces through fork: only its own allocations count.
@@ -84,7 +89,7 @@ def _frame(frame) -> str:
 def _dump(why: str) -> None:
     with _lock:
         if _state.get("pid") != os.getpid():
-            return
+            return  # not traced, or a forked copy of its parent's state
         snap = tracemalloc.take_snapshot().filter_traces(_FILTERS)
         base = _state.get("baseline")
         current, peak = tracemalloc.get_traced_memory()
