@@ -86,6 +86,11 @@ def _frame(frame) -> str:
     return f"{frame.filename.removeprefix(str(Path.cwd()) + '/')}:{frame.lineno}"
 
 
+def _grown(diffs: list, top: int = TOP) -> list:
+    """The largest growths (compare_to orders by absolute change, shrinking included)."""
+    return sorted((d for d in diffs if d.size_diff > 0), key=lambda d: -d.size_diff)[:top]
+
+
 def _dump(why: str) -> None:
     with _lock:
         if _state.get("pid") != os.getpid():
@@ -121,7 +126,7 @@ def _dump(why: str) -> None:
                         "count_diff": s.count_diff,
                         "size_kb": round(s.size / 1024, 1),
                     }
-                    for s in snap.compare_to(base, "lineno")[:TOP]
+                    for s in _grown(snap.compare_to(base, "lineno"))
                 ],
                 top_tracebacks=[
                     {
@@ -129,7 +134,7 @@ def _dump(why: str) -> None:
                         "count_diff": s.count_diff,
                         "frames": [_frame(f) for f in s.traceback],
                     }
-                    for s in snap.compare_to(base, "traceback")[:3]
+                    for s in _grown(snap.compare_to(base, "traceback"), 3)
                 ],
             )
         path = OUT_DIR / f"tracemalloc-{out['node']}-{_state['role']}-{os.getpid()}.json"
