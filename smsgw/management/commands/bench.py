@@ -48,6 +48,33 @@ class Command(BaseCommand):
         p.add_argument("--latency-ms", type=int, default=0)
         p.add_argument("--concurrency", type=int, default=2)
         p.add_argument("--timeout", type=float, default=120.0)
+        p = sub.add_parser("soak", help="steady load for many minutes, RSS of every process each minute")
+        p.add_argument("--rate", type=int, default=200)
+        p.add_argument("--minutes", type=int, default=30)
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument(
+            "--max-memory-kb",
+            type=int,
+            default=None,
+            help="SMSGW_WORKER_MAX_MEMORY_KB for the workers (default: settings; 0 = unbounded)",
+        )
+        p.add_argument(
+            "--trace-memory", action="store_true", help="tracemalloc in the workers (unbounded unless given)"
+        )
+        p.add_argument("--no-receipts", dest="receipts", action="store_false", help="no status callbacks")
+        p.add_argument("--web-workers", type=int, default=2)
+        p.add_argument("--timeout", type=float, default=120.0, help="after the last minute, to drain")
+        p = sub.add_parser(
+            "broker-restart", help="a drain fault-free, then with its Redis killed and restarted empty"
+        )
+        p.add_argument("--messages", type=int, default=20_000)
+        p.add_argument("--down-seconds", type=float, default=5.0)
+        p.add_argument("--kill-at", type=float, default=0.3, help="share sent when Redis is killed")
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument("--lead", type=float, default=5.0)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("pending", help="empty sweep cost and worker memory with many pending")
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--repeats", type=int, default=200)
@@ -161,6 +188,32 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
                 first_look=opts["first_look"],
                 absent_grace=opts["absent_grace"],
+            )
+        elif scenario == "soak":
+            from bench.soak import soak
+
+            result = soak(
+                rate=opts["rate"],
+                minutes=opts["minutes"],
+                concurrency=opts["concurrency"],
+                latency_ms=opts["latency_ms"],
+                max_memory_kb=opts["max_memory_kb"],
+                trace_memory=opts["trace_memory"],
+                receipts=opts["receipts"],
+                web_workers=opts["web_workers"],
+                timeout=opts["timeout"],
+            )
+        elif scenario == "broker-restart":
+            from bench.broker_restart import broker_restart
+
+            result = broker_restart(
+                n=opts["messages"],
+                down_seconds=opts["down_seconds"],
+                kill_at=opts["kill_at"],
+                concurrency=opts["concurrency"],
+                latency_ms=opts["latency_ms"],
+                lead_seconds=opts["lead"],
+                timeout=opts["timeout"],
             )
         elif scenario == "steady":
             result = core.steady(
