@@ -116,6 +116,7 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
         self.max_connections = max_connections
         self.session: aiohttp.ClientSession | None = None
         self._auth_cache: tuple[tuple[str, str] | None, str] = (None, "")
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None or self.session.closed:
@@ -125,7 +126,14 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
                 ttl_dns_cache=300,
                 socket_factory=abortable_socket_factory(self.timeout),
             )
-            self.session = aiohttp.ClientSession(connector=connector, request_class=_MarkingRequest)
+            # Twilio's API sets no cookies we need: a dummy jar skips cookie filtering on every request
+            # and response; answers are small JSON, never compressed by the sandbox or worth asking for.
+            self.session = aiohttp.ClientSession(
+                connector=connector,
+                request_class=_MarkingRequest,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+            )
         return self.session
 
     async def request(
@@ -154,7 +162,7 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
             params={k: str(v) for k, v in params.items()} if params else None,
             data=body,
             headers=headers,
-            timeout=aiohttp.ClientTimeout(total=seconds, sock_connect=seconds),
+            timeout=self._timeout(seconds),
             allow_redirects=allow_redirects,
         ) as response:
             raw = await response.read()
@@ -164,6 +172,12 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
             call.headers = response.headers
             call.text = text
         return TwilioResponse(response.status, text, response.headers)
+
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        cached = self._timeouts.get(seconds)
+        if cached is None:
+            cached = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
+        return cached
 
     def _basic_auth(self, auth: tuple[str, str]) -> str:
         if self._auth_cache[0] != auth:
