@@ -57,7 +57,9 @@ def stale_split(rows: list[dict], now: datetime) -> tuple[list[dict], list[tuple
     stale = [
         r
         for r in rows
-        if r["status"] == Status.QUEUED and r["reason_code"] in (*PUBLISHED_REASONS, REASON_LOST)
+        if r["status"] == Status.QUEUED
+        and r["reason_code"] in (*PUBLISHED_REASONS, REASON_LOST)
+        and r.get("published_at") is not None  # never published (a hold released, a retry): just due
     ]
     if not stale:
         return rows, [], {}
@@ -73,7 +75,7 @@ def stale_split(rows: list[dict], now: datetime) -> tuple[list[dict], list[tuple
             why[r["id"]] = r.get("status_reason") or "its task was lost by the broker"
             continue
         depth = depths.get(send_queue(r["priority"]))
-        published = r.get("published_at") or r.get("queued_at") or now
+        published = r["published_at"]
         if depth is None:  # the broker cannot be asked: publishing into it would not help either
             defer.append((r, now + window))
             deferred_ids.add(r["id"])
@@ -117,7 +119,7 @@ def _mark(now: datetime, priority: str | None, why: str, *, published_before: da
     placeholders = ", ".join(["%s"] * len(PUBLISHED_REASONS))
     where = (
         f'"status" = %s AND "run_after" > %s AND "reason_code" IN ({placeholders}) '
-        f'AND COALESCE("published_at", "queued_at") < %s'
+        f'AND "published_at" < %s'
     )
     params: list = [Status.QUEUED, now, *PUBLISHED_REASONS, published_before]
     if priority is not None:

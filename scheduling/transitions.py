@@ -132,6 +132,17 @@ def _check(from_statuses: Iterable[str], to_status: str) -> None:
             raise TransitionNotAllowed(f"{src} -> {to_status}")
 
 
+def _unpublished(to_status: str, set_fields: dict[str, Any] | None, per_row: Sequence[str] = ()) -> dict:
+    """A message that becomes `queued` (or stays so) any other way than by being published (a hold
+    released, a retry after reconciliation, a replay) has no task in the broker: ``published_at`` is
+    cleared, so that the release step publishes it instead of taking it for a task lost or waiting
+    (scheduling.recovery). The release step and the circuit probe set it themselves."""
+    fields = dict(set_fields or {})
+    if to_status == "queued" and "published_at" not in fields and "published_at" not in per_row:
+        fields["published_at"] = None
+    return fields
+
+
 def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
     unknown = set(set_fields) - SETTABLE
     if unknown:
@@ -252,7 +263,7 @@ def transition(
     froms = [str(s) for s in from_statuses]
     _check(froms, to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(set_fields or {})
+    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
     with transaction.atomic(savepoint=False):
         # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
         # event's from_status is exact even when several source statuses are allowed.
@@ -305,7 +316,7 @@ def transition_many(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(set_fields or {})
+    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
     if bump_attempts:
         set_sql += ', "attempt_count" = "attempt_count" + 1, "provider_calls" = "provider_calls" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
@@ -349,7 +360,7 @@ def transition_versioned(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(set_fields or {})
+    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields, per_row_columns))
     per_row = list(per_row_columns)
     if set(per_row) - SETTABLE:
         raise ValueError(f"not settable: {per_row}")
@@ -412,7 +423,7 @@ def claim(
     transaction serialises writers and the outer status condition keeps it a compare-and-set."""
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(set_fields or {})
+    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
     cols = list(dict.fromkeys(["id", *returning]))
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     # A MATERIALIZED CTE, not `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`: PostgreSQL may

@@ -153,3 +153,29 @@ def test_a_redis_that_restarted_empty_has_every_published_row_republished_at_onc
         assert "restarted empty" in entry["reason"]
     recovery._last_check = 0.0
     assert recovery.lost_tasks_mark(timezone.now()) == 0, "one restart, one re-publication"
+
+
+def test_a_message_made_due_again_without_a_task_is_released_at_once_even_behind_a_backlog(tenant):
+    """A retry after reconciliation (or a hold released) is `queued` with no task anywhere: it is not
+    taken for a task waiting behind the backlog, and goes at the next pass."""
+    from scheduling import transitions
+
+    waiting, retry = released(tenant, 2)
+    transitions.transition(
+        retry.pk, from_statuses=[Status.QUEUED], to_status=Status.SENDING, kind="attempt_started"
+    )
+    transitions.transition(
+        retry.pk,
+        from_statuses=[Status.SENDING],
+        to_status=Status.QUEUED,
+        kind="reconciled_absent",
+        set_fields={"run_after": timezone.now(), "reason_code": ""},
+    )
+    retry.refresh_from_db()
+    assert retry.published_at is None
+    age([waiting], settings.QUEUED_RECOVERY_SECONDS + 5)
+    report = release_pass()
+    assert report.republished == 1 and report.recovery_deferred == 1
+    retry.refresh_from_db()
+    assert retry.published_at is not None and len(republished(retry)) == 1
+    assert "reason" not in republished(retry)[0], "not a lost task: just its turn"
