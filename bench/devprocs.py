@@ -71,11 +71,19 @@ class Proc:
 
 
 def celery_worker(
-    name: str, env: dict[str, str], *, queues: str = ALL_QUEUES, concurrency: int = 2, pool: str = "prefork"
+    name: str,
+    env: dict[str, str],
+    *,
+    queues: str = ALL_QUEUES,
+    concurrency: int = 2,
+    pool: str = "prefork",
+    wrap: tuple[str, ...] = (),
 ) -> Proc:
+    """``wrap``: a command the worker runs under (e.g. ``nsenter --net=...``: on a network of its own)."""
     return Proc(
         f"worker-{name}",
         [
+            *wrap,
             str(BIN / "celery"),
             "-A",
             "smsgw",

@@ -158,8 +158,15 @@ else:
 
         # A dead Redis (a cut link) is noticed within seconds: keepalive probes on idle sockets (a worker
         # blocked in BRPOP sends nothing), a read timeout above BRPOP's own 1-s wait, and a health check
-        # before a connection idle for a while is reused.
+        # before a connection idle for a while is reused. The worker's consumer reads through its event
+        # loop, where the read timeout does not apply, and a BRPOP sent into the cut is never acknowledged,
+        # where keepalives do not apply either (TCP retransmits it for 15 minutes): TCP_USER_TIMEOUT gives
+        # up on unacknowledged data after 15 s, as for PostgreSQL.
         _keepalive = {_socket.TCP_KEEPIDLE: 5, _socket.TCP_KEEPINTVL: 2, _socket.TCP_KEEPCNT: 3}
+        if hasattr(_socket, "TCP_USER_TIMEOUT"):  # Linux
+            _keepalive[_socket.TCP_USER_TIMEOUT] = env_int(
+                "SMSGW_BROKER_TCP_USER_TIMEOUT_MS", 15000, minimum=1000
+            )
         CELERY_BROKER_TRANSPORT_OPTIONS.update(
             socket_connect_timeout=5,
             socket_timeout=env_float("SMSGW_BROKER_SOCKET_TIMEOUT", 10.0, minimum=2.0),

@@ -1,17 +1,21 @@
-"""A TCP proxy in front of the shared PostgreSQL server, so a test can take the database away from one
-process (point its DATABASE_URL here, then ``down()``) without touching the server others use."""
+"""A TCP proxy in front of the shared PostgreSQL server (or any TCP service), so a test can take it away
+from one process (point its DATABASE_URL here, then ``down()``) without touching the server others use.
+``netns`` puts the listening socket in another network namespace (tests.integration.split_host), so
+processes there reach a service of this host through it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 
 
 class DatabaseProxy:
-    def __init__(self, upstream: tuple[str, int]):
+    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", netns: str | None = None):
         self.upstream = upstream
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.host = host
+        self._listener = _listen_in(netns, host) if netns else socket.create_server((host, 0))
         self.port = self._listener.getsockname()[1]
         self._up = True
         self._lock = threading.Lock()
@@ -71,3 +75,28 @@ class DatabaseProxy:
             for sock in (src, dst):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def _listen_in(netns: str, host: str) -> socket.socket:
+    """A listening socket in the network namespace at path ``netns``. A socket stays in the namespace it
+    was created in; setns() moves only the calling thread, so a throwaway thread makes it and exits
+    (the accepting thread and the upstream connections stay in this process's own namespace)."""
+    made: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            fd = os.open(netns, os.O_RDONLY)
+            try:
+                os.setns(fd, os.CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            made.append(socket.create_server((host, 0)))
+        except BaseException as exc:
+            made.append(exc)
+
+    thread = threading.Thread(target=make, name="db-proxy-netns")
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
