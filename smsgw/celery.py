@@ -16,3 +16,41 @@ def _quiet_logs(logger=None, **_kwargs) -> None:
     from smsgw.logs import handlers_quiet
 
     handlers_quiet(logger)
+
+
+def _redis_ack_releases_its_slot() -> None:
+    """kombu's Redis QoS removes an acknowledged message from its Redis indices and only then frees the
+    prefetch slot it held (kombu/transport/redis.py, QoS.ack: ``_remove_from_indices(...).execute()``
+    then ``super().ack``). When that Redis call fails (the link was cut while the task ran), the slot is
+    never freed: kombu's Message.ack_log_error logs "Couldn't ack" and swallows the error, and a worker
+    whose slots have all leaked never fetches again (the stall in celery/celery#8030, #8091, #3773;
+    seen here after a 30-s link cut). The slot is freed whatever Redis answered; the message stays in
+    Redis's unacked index and is restored after the visibility timeout, and every task here is
+    idempotent on the rows' state, so the copy finds nothing to do."""
+    from kombu.transport import redis as kombu_redis
+    from kombu.transport import virtual
+
+    qos = kombu_redis.QoS
+    if getattr(qos, "_smsgw_slot_release", False):
+        return
+    original_ack, original_reject = qos.ack, qos.reject
+
+    def ack(self, delivery_tag):
+        try:
+            original_ack(self, delivery_tag)
+        except Exception:
+            virtual.QoS.ack(self, delivery_tag)
+            raise
+
+    def reject(self, delivery_tag, requeue=False):
+        try:
+            original_reject(self, delivery_tag, requeue=requeue)
+        except Exception:
+            virtual.QoS.ack(self, delivery_tag)  # frees the slot; the message stays in Redis's index
+            raise
+
+    qos.ack, qos.reject = ack, reject
+    qos._smsgw_slot_release = True
+
+
+_redis_ack_releases_its_slot()
