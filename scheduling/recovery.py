@@ -118,8 +118,7 @@ def lost_tasks_mark(now: datetime) -> int:
 def _mark(now: datetime, priority: str | None, why: str, *, published_before: datetime) -> int:
     placeholders = ", ".join(["%s"] * len(PUBLISHED_REASONS))
     where = (
-        f'"status" = %s AND "run_after" > %s AND "reason_code" IN ({placeholders}) '
-        f'AND "published_at" < %s'
+        f'"status" = %s AND "run_after" > %s AND "reason_code" IN ({placeholders}) AND "published_at" < %s'
     )
     params: list = [Status.QUEUED, now, *PUBLISHED_REASONS, published_before]
     if priority is not None:
