@@ -80,22 +80,44 @@ class Flight:
 
     # -- handing over ---------------------------------------------------------------------------------
     # ``total``: everything handed over and not yet recorded (a graceful stop waits for it). ``unpaced``:
-    # those that go at once, bounded by SMSGW_SEND_CONCURRENCY so a process never queues more than it
-    # can have on the wire (a task waits for room: otherwise a burst would pile up here, claimed and no
-    # longer cancellable, and meet an outage all at once). Paced ones wait for their slot in the event
-    # loop; they are bounded by how far ahead of its slot a message is released.
-    def _room(self, items: list[Pending]) -> None:
-        unpaced = sum(1 for i in items if not i.submission.not_before)
-        limit = max(int(settings.SEND_CONCURRENCY), 1)
+    # those that go at once and have no answer yet, bounded by SMSGW_SEND_CONCURRENCY so a process never
+    # has more on the wire than its connection pool (a task hands its batch over as room frees, answer by
+    # answer: otherwise a burst would pile up here, claimed and no longer cancellable, and meet an outage
+    # all at once). Room frees when an answer arrives, not when it is recorded: the wire stays full while
+    # the recorder writes (before, a batch waited for the previous one's last answer to be recorded).
+    # Paced ones wait for their slot in the event loop; they are bounded by how far ahead of its slot a
+    # message is released.
+    def _hand_over(self, adapter: ProviderAdapter, items: list[Pending], sink: queue.Queue) -> None:
+        paced = [i for i in items if i.submission.not_before]
+        unpaced = [i for i in items if not i.submission.not_before]
         with self.cond:
-            while unpaced and self.unpaced and self.unpaced + unpaced > limit:
-                self.cond.wait()
-            self.unpaced += unpaced
             self.total += len(items)
+        if paced:
+            self._start(adapter, paced, sink, counted=False)
+        limit = max(int(settings.SEND_CONCURRENCY), 1)
+        while unpaced:
+            with self.cond:
+                while self.unpaced >= limit:
+                    self.cond.wait()
+                room = limit - self.unpaced
+                chunk, unpaced = unpaced[:room], unpaced[room:]
+                self.unpaced += len(chunk)
+            self._start(adapter, chunk, sink, counted=True)
+
+    def _start(
+        self, adapter: ProviderAdapter, items: list[Pending], sink: queue.Queue, *, counted: bool
+    ) -> None:
+        def on_result(index: int, result: SubmitResult) -> None:
+            sink.put((items[index], result))
+            if counted:
+                with self.cond:
+                    self.unpaced -= 1
+                    self.cond.notify_all()
+
+        adapter.submit_each([i.submission for i in items], on_result)
 
     def _landed(self, group: list[Done]) -> None:
         with self.cond:
-            self.unpaced -= sum(1 for p, _ in group if not p.submission.not_before)
             self.total -= len(group)
             self.cond.notify_all()
 
@@ -104,18 +126,18 @@ class Flight:
         if not items:
             return
         self._recorder()
-        self._room(items)
-        sink = self.done
-        adapter.submit_each([i.submission for i in items], lambda index, res: sink.put((items[index], res)))
+        self._hand_over(adapter, items, self.done)
 
     def submit_and_wait(self, adapter: ProviderAdapter, items: list[Pending]) -> Iterator[list[Done]]:
         """Start the submissions and yield their answers, a group at a time, as they arrive (the caller
         records them in its own thread)."""
         if not items:
             return
-        self._room(items)
         sink: queue.Queue[Done] = queue.Queue()
-        adapter.submit_each([i.submission for i in items], lambda index, res: sink.put((items[index], res)))
+        # Handed over from a thread: with more than the room, handing over waits for answers, which
+        # this thread collects below.
+        feeder = threading.Thread(target=self._hand_over, args=(adapter, items, sink), daemon=True)
+        feeder.start()
         left = len(items)
         received: list[Done] = []
         try:
