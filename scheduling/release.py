@@ -314,18 +314,23 @@ def _release(
         )
     for (status, priority, provider), items in groups.items():
         first = status == Status.SCHEDULED
+        columns = (
+            "run_after",
+            "reason_code",
+            "status_reason",
+            "published_at",
+            *(("queued_at",) if first else ()),
+        )
+        # Usually every row gets the same values (a probe or a kept hold reason is the exception): then
+        # they are constants of the statement, not arrays converted value by value (a third of a pass).
+        uniform = all(values == items[0][2] for _, _, values in items)
         moved = transitions.transition_versioned(
-            items,
+            [(mid, version, {} if uniform else values) for mid, version, values in items],
             from_status=status,
             to_status=Status.QUEUED,
             kind="queued" if first else "republished",
-            per_row_columns=(
-                "run_after",
-                "reason_code",
-                "status_reason",
-                "published_at",
-                *(("queued_at",) if first else ()),
-            ),
+            set_fields=items[0][2] if uniform else None,
+            per_row_columns=() if uniform else columns,
             details=lambda mid: {
                 **({"probe": True} if mid in decision.probes else {}),
                 **({"reason": why[mid]} if mid in why else {}),
