@@ -39,9 +39,9 @@ def _warm_providers(**_kwargs) -> None:
 
     from delivery.providers import providers_warm
 
-    # The event loop thread submits each paced message at its slot; with the default 5 ms GIL switch
-    # interval a busy main or recorder thread made it wake 0.1-0.3 s late (a burst at the provider).
-    sys.setswitchinterval(0.0005)
+    # The GIL switch interval is shortened only while paced submissions wait for their slots
+    # (delivery.inflight): there it keeps the event loop on time; otherwise it costs CPU for nothing.
+    inflight.switch_interval_default(sys.getswitchinterval())
 
     providers_warm()
 

@@ -40,8 +40,9 @@ def until(predicate, timeout=10.0) -> None:
         time.sleep(0.005)
 
 
-def pending(i: int) -> inflight.Pending:
-    return inflight.Pending(adapter=None, row={"id": i}, attempt=None, submission=Submission(i, "+1555", "x"))
+def pending(i: int, not_before: float = 0.0) -> inflight.Pending:
+    submission = Submission(i, "+1555", "x", not_before=not_before)
+    return inflight.Pending(adapter=None, row={"id": i}, attempt=None, submission=submission)
 
 
 def test_room_frees_per_answer_while_recording_is_still_busy(settings):
@@ -69,3 +70,23 @@ def test_room_frees_per_answer_while_recording_is_still_busy(settings):
     provider.answer(3)
     recording.set()
     assert flight.drain(10) and sorted(recorded) == list(range(10))
+
+
+def test_the_gil_switches_often_only_while_paced_submissions_wait(settings):
+    import sys
+
+    default = sys.getswitchinterval()
+    inflight.switch_interval_default(default)
+    try:
+        flight = inflight.Flight(lambda group: None)
+        provider = HeldProvider()
+        paced = [pending(i, not_before=time.time() + 60) for i in range(3)]
+        flight.submit(provider, paced)
+        assert sys.getswitchinterval() == inflight.PACED_SWITCH_INTERVAL
+        flight.submit(provider, [pending(9)])  # unpaced work meanwhile changes nothing
+        provider.answer(4)
+        assert flight.drain(10) and sys.getswitchinterval() == default
+    finally:
+        sys.setswitchinterval(default)
+        inflight.switch_interval_default(default)
+        inflight._switch_default.clear()
