@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import datetime
 
 import pytest
+import redis
 from django.db import connection
 
 from scheduling.models import Message, Status
@@ -35,7 +36,9 @@ def started_worker(pipeline, name: str) -> tuple[processes.Proc, float]:
     """A worker on every queue, and the seconds from its start to its "ready." line (pipeline.worker
     blocks until then)."""
     started = time.monotonic()
-    worker = pipeline.worker(name, queues=processes.ALL_QUEUES)
+    # Four processes: the sweep, receipts and webhooks ticks each hold one for ~0.9 of their 1-s interval
+    # (bounded polling passes), so with two the sweep ticks waited past their expiry and were discarded.
+    worker = pipeline.worker(name, queues=processes.ALL_QUEUES, concurrency=4)
     ready_in = time.monotonic() - started
     print(f"worker {name}: ready {ready_in:.1f} s after start")
     return worker, ready_in
@@ -110,6 +113,17 @@ def test_broker_killed_for_15_s_logs_each_error_a_few_times_per_window_then_send
         pipeline.env["CELERY_BROKER_URL"] = redis_server.url
         worker, ready_in = started_worker(pipeline, "outage")
         beat = pipeline.beat()
+        # Both connected and working before the kill: beat has published ticks the worker ran (a beat
+        # killed before its first publish only ever logs its connect retries, with a back-off).
+        broker = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+        pipeline.wait_until(
+            lambda: (
+                broker.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0) >= 15
+                and not broker.llen("sweep")
+            ),
+            120,
+            "beat to publish 15 ticks and the worker to take them",
+        )
         worker_at_kill, beat_at_kill = len(worker.log()), len(beat.log())
         redis_server.kill9()
         killed = time.monotonic()
