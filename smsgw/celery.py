@@ -54,3 +54,31 @@ def _redis_ack_releases_its_slot() -> None:
 
 
 _redis_ack_releases_its_slot()
+
+
+def _redis_close_after_collect() -> None:
+    """A worker whose broker died closes the broken connection after ``collect()`` has already detached
+    its transport (celery consumer.on_connection_error_after_connected); closing the channel then tries
+    to restore unacked messages through a client it can no longer build (kombu redis
+    ``Channel._connparams``: ``conninfo.hostname`` on None), an AttributeError that ``ignore_errors`` does
+    not catch: "Unrecoverable error" and the worker exits. Raised as a connection error instead, it is
+    ignored like any other failure to close a dead connection; the unacked messages stay in Redis's
+    index and are restored after the visibility timeout (or were lost with a Redis restarted empty)."""
+    import redis
+    from kombu.transport import redis as kombu_redis
+
+    channel = kombu_redis.Channel
+    if getattr(channel, "_smsgw_close_after_collect", False):
+        return
+    original = channel._connparams
+
+    def _connparams(self, *args, **kwargs):
+        if self.connection.client is None:
+            raise redis.exceptions.ConnectionError("broker connection already collected")
+        return original(self, *args, **kwargs)
+
+    channel._connparams = _connparams
+    channel._smsgw_close_after_collect = True
+
+
+_redis_close_after_collect()

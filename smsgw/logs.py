@@ -13,8 +13,10 @@ import os
 import threading
 import time
 
-# Beat's periodic tasks (settings.CELERY_BEAT_SCHEDULE): their "received", "succeeded" and "Sending due
-# task" lines are dropped at INFO. SMSGW_LOG_TICKS=1 keeps them (debugging, and a test that counts runs).
+# Beat's periodic tasks (settings.CELERY_BEAT_SCHEDULE): their "received", "succeeded", "Sending due task"
+# and "Discarding revoked task" lines are dropped at INFO (a tick that waited past its expiry is discarded
+# by design, a newer one covers the same work: a worker on every queue discarded several a second idle).
+# SMSGW_LOG_TICKS=1 keeps them (debugging, and a test that counts runs).
 TICK_TASKS = frozenset(
     {
         "scheduling.sweep",
@@ -26,7 +28,9 @@ TICK_TASKS = frozenset(
         "receipts.status_lookup",
     }
 )
-_TICK_LOGGERS = frozenset({"celery.app.trace", "celery.worker.strategy", "celery.beat"})
+_TICK_LOGGERS = frozenset(
+    {"celery.app.trace", "celery.worker.strategy", "celery.worker.request", "celery.beat"}
+)
 
 
 class QuietTicks(logging.Filter):
@@ -42,6 +46,8 @@ class QuietTicks(logging.Filter):
             return args.get("name") not in TICK_TASKS
         if isinstance(args, tuple) and len(args) == 2 and str(record.msg).startswith("Scheduler: Sending"):
             return args[1] not in TICK_TASKS
+        if isinstance(args, tuple) and len(args) == 2 and str(record.msg).startswith("Discarding revoked"):
+            return args[0] not in TICK_TASKS  # celery.worker.request: (task name, id)
         return True
 
 

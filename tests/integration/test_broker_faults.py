@@ -6,8 +6,6 @@ exactly once."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
 import time
 from collections import Counter
 
@@ -18,8 +16,8 @@ from django.utils import timezone
 
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.broker import queue_depths
-from tests import processes
 from tests.factories import messages_bulk, tenant_with_key
+from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -54,59 +52,6 @@ def test_queued_rows_behind_a_backlog_are_not_republished_each_window(pipeline):
     submitted = pipeline.submissions_by_recipient()
     assert len(submitted) == 200 and set(submitted.values()) == {1}
     assert MessageEvent.objects.filter(message_id__in=pks, kind="republished").count() == 0
-
-
-class RedisServer:
-    """A Redis of the test's own, without persistence, that it can kill -9 and start again empty."""
-
-    def __init__(self) -> None:
-        self.port = processes.free_port()
-        self.dir = tempfile.mkdtemp(prefix="smsgw-redis-")
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        import redis
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis.from_url(self.url, socket_timeout=1).ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")

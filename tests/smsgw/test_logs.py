@@ -61,6 +61,9 @@ def test_tick_lines_are_dropped_at_info_and_other_tasks_are_kept(monkeypatch):
             "celery.worker.strategy", logging.INFO, received, ({"name": "delivery.send_batch", "id": "2"},)
         )
     )
+    discarded = "Discarding revoked task: %s[%s]"
+    assert not f.filter(record("celery.worker.request", logging.INFO, discarded, ("receipts.process", "4")))
+    assert f.filter(record("celery.worker.request", logging.INFO, discarded, ("delivery.send_batch", "5")))
     assert f.filter(record("celery.beat", logging.INFO, "beat: Starting..."))
     failed = record(
         "celery.app.trace",
