@@ -75,11 +75,16 @@ def celery_worker(
     env: dict[str, str],
     *,
     queues: str = ALL_QUEUES,
-    concurrency: int = 2,
+    concurrency: int | None = None,
     pool: str = "prefork",
     wrap: tuple[str, ...] = (),
 ) -> Proc:
-    """``wrap``: a command the worker runs under (e.g. ``nsenter --net=...``: on a network of its own)."""
+    """``wrap``: a command the worker runs under (e.g. ``nsenter --net=...``: on a network of its own).
+    ``concurrency`` defaults to 2, or 4 for a worker on every queue: the sweep, receipts and webhooks
+    ticks each keep a process for most of their second, and a tick that waits past its expiry (two
+    intervals) is discarded, so two processes for all of them and the sends would starve one."""
+    if concurrency is None:
+        concurrency = 4 if set(queues.split(",")) >= {"sweep", "receipts", "webhooks"} else 2
     return Proc(
         f"worker-{name}",
         [

@@ -26,7 +26,9 @@ trap stop INT TERM EXIT
 
 $PY -m delivery.sandbox --host 127.0.0.1 --port "$SANDBOX_PORT" & pids+=($!)
 .venv/bin/gunicorn smsgw.wsgi --bind "127.0.0.1:$WEB_PORT" --workers 2 --access-logfile - & pids+=($!)
-.venv/bin/celery -A smsgw worker --loglevel INFO --concurrency 2 --hostname "embedded@%h" \
+# Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second (they
+# poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
+.venv/bin/celery -A smsgw worker --loglevel INFO --concurrency 4 --hostname "embedded@%h" \
   --without-gossip --without-mingle \
   -Q sweep,send.transactional,send.bulk,reconcile,receipts,webhooks & pids+=($!)
 .venv/bin/celery -A smsgw beat --loglevel INFO --scheduler django_celery_beat.schedulers:DatabaseScheduler \
