@@ -47,7 +47,10 @@ def test_callbacks_three_times_shuffled_end_in_the_furthest_state_one_entry_per_
     pipeline.beat()
     pipeline.wait_all_final(pks, timeout=90, final=FINAL)
     pipeline.wait_until(lambda: callbacks_settled(pipeline.sandbox), 30, "callbacks out")
-    time.sleep(2)  # let the processor see the last duplicates
+    # Every callback the sandbox sent has been stored and processed, duplicates included.
+    pipeline.wait_until(
+        lambda: not ReceiptEvent.objects.filter(processed_at__isnull=True).exists(), 30, "receipts processed"
+    )
 
     provider = {m.sid: m.status for m in pipeline.sandbox.list_messages()}
     for msg in Message.objects.filter(pk__in=pks):
