@@ -98,7 +98,8 @@ def _spool(provider: str, callback, received_at, db_error: Exception) -> HttpRes
 
 
 class WebhookConfigApi(APIView):
-    """GET/PUT the tenant's status webhook. The signing secret is shown only when created or rotated."""
+    """GET/PUT/DELETE the tenant's status webhook. The signing secret is shown only when created or
+    rotated."""
 
     @extend_schema(responses=inline_serializer("WebhookConfig", {"url": serializers.CharField()}))
     def get(self, request):
@@ -132,6 +133,14 @@ class WebhookConfigApi(APIView):
         if secret:
             body["secret"] = secret
         return Response(body)
+
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request):
+        """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
+        Deliveries already queued are not attempted any more (delivery finds no webhook configured)."""
+        webhooks.tenant_webhook_remove(tenant=request.user.tenant)
+        return Response(status=204)
 
 
 class WebhookReplayApi(APIView):

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-import requests
+import urllib3
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
@@ -46,26 +46,71 @@ def webhook_secret_new() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def webhook_url_check(url: str) -> None:
-    """Refuse URLs a tenant must not point us at: non-https (outside development) and hosts that resolve
-    to loopback, private, link-local or otherwise non-public addresses (SSRF)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
+# IPv6 forms that carry an IPv4 address a packet may end up at: NAT64 (RFC 6052's well-known prefix and
+# RFC 8215's local-use one) translate it, and the IPv4-compatible form (RFC 4291, deprecated) embeds it.
+# Python's ipaddress calls 64:ff9b::/96 global, so 64:ff9b::7f00:1 (127.0.0.1) would pass a plain
+# is_global check; 6to4, Teredo and IPv4-mapped forms are unpacked by ipaddress itself.
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    embedded = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
+    if any(address in net for net in (*_NAT64, _IPV4_COMPATIBLE)) and int(address) > 1:
+        embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [a for a in embedded if a is not None]
+
+
+def address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A public unicast address, and so is every IPv4 address it maps to (SSRF: an IPv6 literal or AAAA
+    record must not lead to loopback, private or link-local space through a translation prefix)."""
+    if not address.is_global or address.is_multicast:
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        return all(v4.is_global and not v4.is_multicast for v4 in _embedded_ipv4(address))
+    return True
+
+
+def _url_parts(url: str):
+    if "\x00" in url or any(ord(c) < 32 for c in url):
+        raise WebhookUrlError("must not contain control characters")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port  # port raises for 99999 or "abc"
+    except ValueError as exc:  # "https://[/", an invalid IPv6 literal or port
+        raise WebhookUrlError(f"is not a valid URL ({exc})") from exc
+    if parts.scheme not in ("https", "http") or not host:
         raise WebhookUrlError("must be an absolute https:// URL")
+    return parts, host, port or (443 if parts.scheme == "https" else 80)
+
+
+def webhook_target(url: str) -> tuple[str, int, str]:
+    """Check the URL and resolve its host once: (host, port, the address to connect to). Refused: non-https
+    (outside development), credentials in the URL, and hosts that resolve to any non-public address
+    (SSRF). The address returned is the one checked: delivery connects to it (no second resolution, so
+    DNS rebinding has no window between the check and the connection)."""
+    parts, host, port = _url_parts(url)
     if parts.scheme != "https" and not settings.WEBHOOK_ALLOW_HTTP:
         raise WebhookUrlError("must use https")
     if parts.username or parts.password:
         raise WebhookUrlError("must not contain credentials")
-    if settings.WEBHOOK_ALLOW_PRIVATE:
-        return
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-    except (socket.gaierror, UnicodeError) as exc:
-        raise WebhookUrlError(f"host {parts.hostname!r} does not resolve") from exc
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if not address.is_global or address.is_multicast:
-            raise WebhookUrlError(f"host {parts.hostname!r} resolves to a non-public address ({address})")
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise WebhookUrlError(f"host {host!r} does not resolve") from exc
+    if not infos:
+        raise WebhookUrlError(f"host {host!r} does not resolve")
+    if not settings.WEBHOOK_ALLOW_PRIVATE:
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0].split("%")[0])
+            if not address_is_public(address):
+                raise WebhookUrlError(f"host {host!r} resolves to a non-public address ({address})")
+    return host, port, infos[0][4][0]
+
+
+def webhook_url_check(url: str) -> None:
+    """Refuse URLs a tenant must not point us at (see webhook_target)."""
+    webhook_target(url)
 
 
 def tenant_webhook_configure(*, tenant: Tenant, url: str, rotate_secret: bool = False) -> str | None:
@@ -80,6 +125,12 @@ def tenant_webhook_configure(*, tenant: Tenant, url: str, rotate_secret: bool = 
     tenant.webhook_url = url
     tenant.save(update_fields=["webhook_url", "webhook_secret"])
     return new_secret
+
+
+def tenant_webhook_remove(*, tenant: Tenant) -> None:
+    tenant.webhook_url = ""
+    tenant.webhook_secret = ""
+    tenant.save(update_fields=["webhook_url", "webhook_secret"])
 
 
 # --- outbox -------------------------------------------------------------------------------------------
@@ -182,7 +233,9 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
     if not url or not tenant.webhook_secret:
         return None, "tenant has no webhook configured", 0.0
     try:
-        webhook_url_check(url)  # again at send time: DNS may have changed since configuration
+        # Again at send time (DNS may have changed since configuration), and the connection goes to the
+        # address just checked.
+        host, port, address = webhook_target(url)
     except WebhookUrlError as exc:
         return None, f"refused: {exc}", 0.0
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
@@ -195,20 +248,38 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
         "webhook-signature": webhook_sign(tenant.webhook_secret, delivery.webhook_id, sent_at, body),
     }
     try:
-        resp = requests.post(
-            url,
-            data=body.encode(),
-            headers=headers,
-            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-            allow_redirects=False,
-        )
-    except requests.RequestException as exc:
+        resp = _post_pinned(url, host, port, address, body.encode(), headers)
+    except urllib3.exceptions.HTTPError as exc:
         return None, type(exc).__name__, (time.perf_counter() - started) * 1000
+    ok = 200 <= resp.status < 300
     return (
-        resp.status_code,
-        "" if resp.ok else f"HTTP {resp.status_code}",
+        resp.status,
+        "" if ok else f"HTTP {resp.status}",
         (time.perf_counter() - started) * 1000,
     )
+
+
+def _post_pinned(url: str, host: str, port: int, address: str, body: bytes, headers: dict):
+    """POST to ``address`` (already checked), presenting ``host`` for the Host header, TLS SNI and
+    certificate verification: the name is never resolved a second time."""
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    timeout = urllib3.Timeout(total=settings.WEBHOOK_TIMEOUT_SECONDS)
+    if parts.scheme == "https":
+        pool = urllib3.HTTPSConnectionPool(
+            address, port, server_hostname=host, assert_hostname=host, timeout=timeout, retries=False
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(address, port, timeout=timeout, retries=False)
+    netloc = host if port in (80, 443) else f"{host}:{port}"
+    if ":" in host and not host.startswith("["):
+        netloc = f"[{host}]" if port in (80, 443) else f"[{host}]:{port}"
+    try:
+        return pool.urlopen(
+            "POST", path, body=body, headers={**headers, "Host": netloc}, redirect=False, preload_content=True
+        )
+    finally:
+        pool.close()
 
 
 def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:

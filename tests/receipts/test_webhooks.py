@@ -188,6 +188,19 @@ def test_replay_of_another_tenants_delivery_is_404(hooked):
         ("https://localhost/hook", True, False),
         ("ftp://example.com/hook", True, True),
         ("not a url", True, True),
+        # IPv6 forms that lead to IPv4 loopback or private space
+        ("https://[64:ff9b::7f00:1]/hook", True, False),  # NAT64 of 127.0.0.1
+        ("https://[64:ff9b:1::a01:203]/hook", True, False),  # local-use NAT64 of 10.1.2.3
+        ("https://[2002:7f00:1::]/hook", True, False),  # 6to4 of 127.0.0.1
+        ("https://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/hook", True, False),  # Teredo, client 10.0.0.1
+        ("https://[::ffff:127.0.0.1]/hook", True, False),  # IPv4-mapped
+        ("https://[::127.0.0.1]/hook", True, False),  # IPv4-compatible
+        # malformed: a clear 400, never a 500
+        ("https://[/", True, True),
+        ("https://example.com:99999/hook", True, True),
+        ("https://example.com:abc/hook", True, True),
+        ("https://[::1\x00]/hook", True, True),
+        ("https://exa\x00mple.com/hook", True, True),
     ],
 )
 def test_forbidden_webhook_urls_are_rejected_at_configuration(settings, url, allow_http, allow_private):
@@ -211,3 +224,27 @@ def test_delivery_time_check_refuses_a_url_that_became_private(hooked, settings)
     webhooks_deliver_due()
     delivery = WebhookDelivery.objects.get()
     assert delivery.last_error.startswith("refused") and delivery.status == WebhookStatus.PENDING
+
+
+def test_a_public_address_passes_the_guard():
+    import ipaddress
+
+    from receipts.webhooks import address_is_public
+
+    for public in ("93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822"):
+        assert address_is_public(ipaddress.ip_address(public)), public
+
+
+def test_delete_removes_the_webhook_and_its_secret_and_queued_deliveries_stop(hooked):
+    tenant, api = hooked
+    configure(api, "http://127.0.0.1:9/hook")
+    msg = message(tenant)
+    transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
+    resp = api.delete("/v1/webhook")
+    assert resp.status_code == 204
+    tenant.refresh_from_db()
+    assert tenant.webhook_url == "" and tenant.webhook_secret == ""
+    assert api.get("/v1/webhook").json() == {"url": "", "has_secret": False}
+    webhooks_deliver_due()
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.last_error == "tenant has no webhook configured"
