@@ -134,7 +134,6 @@ class WebhookConfigApi(APIView):
             body["secret"] = secret
         return Response(body)
 
-
     @extend_schema(request=None, responses={204: None})
     def delete(self, request):
         """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
