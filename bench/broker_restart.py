@@ -13,9 +13,6 @@ faulty - fault-free - down time ≤ 30 s."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from datetime import timedelta
@@ -28,51 +25,6 @@ from bench import core, devprocs
 TARGET_EXCESS_SECONDS = 30.0
 # celery's log format: "[2026-12-01 11:40:02,546: WARNING/MainProcess] message"
 LOG_LINE = re.compile(r"^\[[^\]]*?: (WARNING|ERROR|CRITICAL)/([^\]]+)\] (.*)$")
-
-
-class RedisServer:
-    """A private redis-server without persistence: a restart comes back empty, as a crashed one would."""
-
-    def __init__(self):
-        self.port = devprocs.free_port()
-        self.dir = tempfile.mkdtemp(prefix="smsgw-bench-redis-")
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        import redis
-
-        argv = [
-            shutil.which("redis-server") or "redis-server",
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-        ]
-        self.proc = subprocess.Popen(
-            [*argv, "--save", "", "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis.from_url(self.url, socket_timeout=1).ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def kill9(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _statuses(tenant_id: int) -> dict:
@@ -155,7 +107,7 @@ def broker_restart(
     lead_seconds: float,
     timeout: float,
 ) -> dict:
-    redis_server = RedisServer()
+    redis_server = devprocs.RedisServer()
     redis_server.start()
     topo = None
     try:

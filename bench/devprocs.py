@@ -4,6 +4,7 @@ tests and the benchmark. Each writes to a log file; SIGKILL reaches the whole pr
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -160,3 +161,43 @@ def gunicorn(
     proc.worker_class = worker_class
     time.sleep(1.0)
     return proc
+
+
+class RedisServer:
+    """A private redis-server without persistence (tests and benchmarks of broker faults): a kill -9 and
+    a start bring it back empty, as a crashed Redis without AOF or RDB comes back. Never the shared one."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="smsgw-redis-")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 20) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:  # until it answers (a deadline, not a fixed wait)
+            try:
+                redis.Redis.from_url(self.url, socket_timeout=1).ping()
+                return
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill9()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from scheduling.models import Message, Status
+from scheduling.models import Message, Priority, Status
 from smsgw import broker
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ _last_check = 0.0
 
 
 def send_queue(priority: str) -> str:
+    """The queue a priority's send tasks are published to (scheduling.release) and counted in (here)."""
     return f"send.{priority}"
 
 
@@ -100,7 +101,7 @@ def lost_tasks_mark(now: datetime) -> int:
     if _redis_restarted():
         marked += _mark(now, None, "the broker restarted empty: its tasks were lost", published_before=now)
     after = timedelta(seconds=settings.TASK_LOST_AFTER_SECONDS)
-    priorities = ("transactional", "bulk")
+    priorities = tuple(Priority.values)
     depths = broker.queue_depths([send_queue(p) for p in priorities])
     for priority in priorities:
         if depths[send_queue(priority)] == 0:

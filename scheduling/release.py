@@ -29,6 +29,7 @@ from django.utils import timezone
 from scheduling import recovery, transitions
 from scheduling.models import Message, Status
 from scheduling.quiet import QuietWindow
+from scheduling.recovery import send_queue
 from smsgw.db import is_postgres
 from smsgw.models import Tenant
 
@@ -410,10 +411,6 @@ def _quiet_defer(quiet: list[tuple[dict, datetime, QuietWindow]], now: datetime)
             )
         )
     return moved
-
-
-def send_queue(priority: str) -> str:
-    return f"send.{priority}"
 
 
 def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[int], list[float]]]:

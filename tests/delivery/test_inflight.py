@@ -9,6 +9,7 @@ import time
 
 from delivery import inflight
 from delivery.providers.base import Outcome, Submission, SubmitResult
+from tests.waiting import wait_for
 
 
 class HeldProvider:
@@ -33,11 +34,8 @@ class HeldProvider:
             on_result(index, SubmitResult(outcome=Outcome.ACCEPTED, provider_message_id="SM1"))
 
 
-def until(predicate, timeout=10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
+def until(predicate) -> None:
+    wait_for(predicate, 10.0, "the flight to reach that state", interval=0.005)
 
 
 def pending(i: int, not_before: float = 0.0) -> inflight.Pending:

@@ -19,9 +19,9 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 from tests.integration.db_proxy import DatabaseProxy
+from tests.waiting import wait_for
 
 
 def split_host_unavailable() -> str | None:
@@ -40,12 +40,14 @@ class _Namespace:
     def __init__(self) -> None:
         self.holder = subprocess.Popen(["unshare", "--net", "--", "sleep", "infinity"])
         self.path = f"/proc/{self.holder.pid}/ns/net"
-        deadline = time.monotonic() + 10
+
         # unshare has switched namespaces once its /proc entry names a different one than ours.
-        while os.readlink(self.path) == os.readlink("/proc/self/ns/net"):
-            if time.monotonic() > deadline or self.holder.poll() is not None:
-                raise RuntimeError("unshare --net did not start")
-            time.sleep(0.01)
+        def switched() -> bool:
+            if self.holder.poll() is not None:
+                raise RuntimeError("unshare --net exited")
+            return os.readlink(self.path) != os.readlink("/proc/self/ns/net")
+
+        wait_for(switched, 10, "unshare --net to switch namespaces", interval=0.01)
 
     def ip(self, *args: str) -> str:
         return subprocess.run(

@@ -14,10 +14,10 @@ from django.db import connection
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from bench.devprocs import RedisServer
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.broker import queue_depths
 from tests.factories import messages_bulk, tenant_with_key
-from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import ROOT, free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,8 @@ def _http(
         headers["Authorization"] = f"Bearer {key}"
     if method == "POST":
         headers["Idempotency-Key"] = "embedded-smoke-1"
-    while True:
+
+    def attempt() -> tuple[int, dict]:
         req = urllib.request.Request(
             url, method=method, data=json.dumps(body).encode() if body else None, headers=headers
         )
@@ -40,10 +42,9 @@ def _http(
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
-        except OSError:  # refused, reset or timed out: the server is still busy
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.5)
+        # any other OSError (refused, reset, timed out: the server is still busy) is retried
+
+    return wait_for(attempt, max(0.0, deadline - time.monotonic()), f"{method} {url}", interval=0.5)
 
 
 def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt():
@@ -67,9 +68,12 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
     try:
         deadline = time.monotonic() + 240
         key_file = var / "demo-api-key"
-        while time.monotonic() < deadline and b"Press Ctrl-C" not in (var / "run.log").read_bytes():
+
+        def ready() -> bool:
             assert proc.poll() is None, (var / "run.log").read_text()
-            time.sleep(0.5)
+            return b"Press Ctrl-C" in (var / "run.log").read_bytes()
+
+        wait_for(ready, 240, "the embedded gateway to start", interval=0.5)
         key = key_file.read_text().strip()
         assert key.startswith("sk_")
         status, created = _http(
@@ -80,14 +84,19 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         )
         assert status == 201, created
         seen = []
-        while time.monotonic() < deadline:
-            status, msg = _http("GET", f"http://127.0.0.1:{web}/v1/messages/{created['id']}", key)
+
+        def delivered() -> bool:
+            _, msg = _http(
+                "GET", f"http://127.0.0.1:{web}/v1/messages/{created['id']}", key, deadline=deadline
+            )
             if not seen or seen[-1] != msg["status"]:
                 seen.append(msg["status"])
-            if msg["status"] == "delivered":  # the sandbox's signed callbacks reach the receipt endpoint
-                break
-            time.sleep(0.2)
-        assert seen[-1] == "delivered", ((var / "run.log").read_text()[-5000:], seen)
+            return msg["status"] == "delivered"  # the sandbox's signed callbacks reach the receipt endpoint
+
+        try:
+            wait_for(delivered, max(0.0, deadline - time.monotonic()), "delivered", interval=0.2)
+        except TimeoutError as exc:
+            raise AssertionError(((var / "run.log").read_text()[-5000:], seen)) from exc
         _, events = _http("GET", f"http://127.0.0.1:{web}/v1/messages/{created['id']}/events", key)
         changes = [e["to_status"] for e in events["events"] if e["from_status"] != e["to_status"]]
         assert changes == ["queued", "sending", "sent", "delivered"], events

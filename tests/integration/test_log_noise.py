@@ -15,11 +15,11 @@ import pytest
 import redis
 from django.db import connection
 
+from bench.devprocs import RedisServer
 from scheduling.models import Message, Status
 from smsgw.celery import app
 from tests import processes
 from tests.factories import RECIPIENT, message, tenant_with_key
-from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -36,7 +36,7 @@ def test_a_hung_request_does_not_hold_the_rest_of_its_batch(pipeline):
     pks = messages_bulk(tenant, n, due_at=timezone.now())
     connection.close()
     pipeline.worker("sweeper", queues="sweep", concurrency=1)
-    pipeline.worker("sender", queues="send.transactional,send.bulk", concurrency=1)
+    pipeline.worker("sender", queues="send.transactional,send.bulk,reconcile", concurrency=1)
     pipeline.beat()
     slow = timeouts | hung
     healthy = Message.objects.filter(pk__in=pks).exclude(to__in=slow)
@@ -50,6 +50,11 @@ def test_a_hung_request_does_not_hold_the_rest_of_its_batch(pipeline):
     assert all(m.attempts.get().outcome == AttemptOutcome.PENDING for m in slow_rows)
     for m in healthy:
         assert m.sent_at >= m.sending_at and (m.sent_at - m.sending_at).total_seconds() < TIMEOUT - 5
-    # Each healthy message was submitted once; the slow ones end by the timeout and reconciliation.
     submitted = pipeline.submissions_by_recipient()
     assert all(submitted[to] == 1 for to in healthy.values_list("to", flat=True))
+    # The slow ones end by their timeout and reconciliation: the hung accepts are found at the provider,
+    # the timed-out ones proven absent and sent again, once. Every message ends `sent`, stored once.
+    pipeline.wait_all_final(pks, timeout=TIMEOUT + 120)
+    assert Counter(Message.objects.filter(pk__in=pks).values_list("status", flat=True)) == {Status.SENT: n}
+    submitted = pipeline.submissions_by_recipient()
+    assert len(submitted) == n and set(submitted.values()) == {1}
