@@ -350,9 +350,14 @@ class QuietHoursInput(_Strict):
     exempt_transactional = serializers.BooleanField(required=False)
 
 
+@extend_schema_field({"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$", "example": "21:00"})
+class _HourMinuteField(serializers.TimeField):
+    """A local time of day as HH:MM (OpenAPI's "time" format would need seconds and an offset)."""
+
+
 class QuietHoursOutput(serializers.Serializer):
-    start = serializers.TimeField(source="quiet_hours_start", format="%H:%M", allow_null=True)
-    end = serializers.TimeField(source="quiet_hours_end", format="%H:%M", allow_null=True)
+    start = _HourMinuteField(source="quiet_hours_start", format="%H:%M", allow_null=True)
+    end = _HourMinuteField(source="quiet_hours_end", format="%H:%M", allow_null=True)
     timezone = serializers.CharField(source="default_timezone")
     exempt_transactional = serializers.BooleanField(source="quiet_hours_exempt_transactional")
 
