@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from delivery import capacity
 from smsgw import schema
 from smsgw.errors import field_error
+from smsgw.strict_input import json_type_errors
 
 MAX_RATE = 10_000.0
 
@@ -23,6 +24,8 @@ class SenderRateInput(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+            if wrong_type := json_type_errors(self.fields, data):
+                raise serializers.ValidationError(wrong_type)
         return super().to_internal_value(data)
 
 

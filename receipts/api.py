@@ -139,6 +139,8 @@ class WebhookConfigApi(APIView):
         url = data.get("url")
         if not isinstance(url, str) or len(url) > 500:
             raise field_error("url", "required: an https URL (or an empty string to disable)")
+        if not isinstance(data.get("rotate_secret", False), bool):
+            raise field_error("rotate_secret", "must be true or false")
         try:
             secret = webhooks.tenant_webhook_configure(
                 tenant=request.user.tenant, url=url.strip(), rotate_secret=bool(data.get("rotate_secret"))

@@ -21,6 +21,7 @@ from scheduling import examples, selectors, services
 from scheduling.models import Message, Priority, Status
 from smsgw import schema
 from smsgw.errors import field_error
+from smsgw.strict_input import json_type_errors
 
 MAX_METADATA_BYTES = 4096
 
@@ -39,6 +40,8 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+            if wrong_type := json_type_errors(self.fields, data):
+                raise serializers.ValidationError(wrong_type)
         return super().to_internal_value(data)
 
 
@@ -105,7 +108,12 @@ def message_create_input(data) -> dict:
     ``run_validation`` (the same conversion and validators the serializer runs), without building a
     serializer, which deep-copies every declared field per request. Anything else, including every
     invalid request, goes through the serializer itself, so errors are exactly the serializer's."""
-    if _FAST_INPUT and type(data) is dict and data.keys() <= _message_fields.keys():
+    if (
+        _FAST_INPUT
+        and type(data) is dict
+        and data.keys() <= _message_fields.keys()
+        and not json_type_errors(_message_fields, data)
+    ):
         validated = {}
         try:
             for name, field in _message_fields.items():
