@@ -19,9 +19,8 @@ from rest_framework.views import APIView
 
 from scheduling import examples, selectors, services
 from scheduling.models import Message, Priority, Status
-from smsgw import schema
+from smsgw import schema, strict_input
 from smsgw.errors import field_error
-from smsgw.strict_input import json_type_errors
 
 MAX_METADATA_BYTES = 4096
 
@@ -32,7 +31,7 @@ def _metadata(value):
     return value
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(strict_input.JsonTypedSerializer):
     """Unknown keys are an error: a typo such as `sendAt` must not silently send now."""
 
     def to_internal_value(self, data):
@@ -40,8 +39,6 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
-            if wrong_type := json_type_errors(self.fields, data):
-                raise serializers.ValidationError(wrong_type)
         return super().to_internal_value(data)
 
 
@@ -112,7 +109,7 @@ def message_create_input(data) -> dict:
         _FAST_INPUT
         and type(data) is dict
         and data.keys() <= _message_fields.keys()
-        and not json_type_errors(_message_fields, data)
+        and not strict_input.json_type_errors(_message_fields, data)
     ):
         validated = {}
         try:
@@ -327,12 +324,6 @@ class EventOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class MessageEventsOutput(serializers.Serializer):
-    message = serializers.CharField(help_text="The message's id.")
-    status = serializers.CharField(help_text="Its current status.")
-    events = EventOutput(many=True)
-
-
 class MessageCursor(CursorPagination):
     ordering = "-id"
     page_size = 50
@@ -351,6 +342,12 @@ def _idempotency_key(request) -> str | None:
     if not key.strip() or len(key) > 255:
         raise field_error("Idempotency-Key", "must be 1-255 characters")
     return key.strip()
+
+
+class MessageEventsOutput(serializers.Serializer):
+    message = serializers.CharField(help_text="The message's id.")
+    status = serializers.CharField(help_text="Its current status.")
+    events = EventOutput(many=True)
 
 
 class MessagesApi(APIView):

@@ -9,13 +9,13 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+import smsgw.schema
 from scheduling import examples
 from scheduling import schedule_selectors as selectors
 from scheduling import schedules as services
 from scheduling.api import StrictSerializer, _metadata
 from scheduling.materialize import naive
 from scheduling.models import Priority, Schedule
-from smsgw import schema
 
 # One definition of the strictness and metadata rules for both message and schedule input.
 _Strict = StrictSerializer
@@ -189,17 +189,6 @@ class OccurrencePreviewOutput(serializers.Serializer):
     message = serializers.DictField(allow_null=True, help_text="The message made for it, if any.")
 
 
-class OccurrencesOutput(serializers.Serializer):
-    schedule = serializers.CharField(help_text="The schedule's id.")
-    status = serializers.CharField()
-    occurrences = OccurrencePreviewOutput(many=True)
-
-
-class VersionsOutput(serializers.Serializer):
-    schedule = serializers.CharField(help_text="The schedule's id.")
-    versions = VersionOutput(many=True)
-
-
 class _Cursor(CursorPagination):
     ordering = "-id"
     page_size = 50
@@ -225,7 +214,7 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
 class SchedulesApi(APIView):
     @extend_schema(
         request=ScheduleCreateInput,
-        responses={201: ScheduleChangeOutput, 429: schema.QUOTA_OR_RATE_LIMITED},
+        responses={201: ScheduleChangeOutput, 429: smsgw.schema.QUOTA_OR_RATE_LIMITED},
         parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
         examples=[examples.RECURRING],
         summary="Create a recurring schedule",
@@ -239,11 +228,11 @@ class SchedulesApi(APIView):
         return _change_response(change, status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses=schema.paginated(ScheduleOutput, "SchedulePage"),
+        responses=smsgw.schema.paginated(ScheduleOutput, "SchedulePage"),
         parameters=[
             OpenApiParameter("status", str, description="Comma-separated statuses."),
             OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
-            *schema.PAGE_PARAMETERS,
+            *smsgw.schema.PAGE_PARAMETERS,
         ],
         operation_id="schedules_list",
         summary="List schedules (newest first, cursor pages)",
@@ -265,7 +254,7 @@ class ScheduleDetailApi(APIView):
 
     @extend_schema(
         request=ScheduleUpdateInput,
-        responses={200: ScheduleChangeOutput, 409: schema.CONFLICT},
+        responses={200: ScheduleChangeOutput, 409: smsgw.schema.CONFLICT},
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
     def patch(self, request, public_id: str):
@@ -278,7 +267,7 @@ class ScheduleDetailApi(APIView):
 
 
 def _action_view(name: str, service, summary: str, *, conflict: bool = True):
-    responses = {200: ScheduleChangeOutput, **({409: schema.CONFLICT} if conflict else {})}
+    responses = {200: ScheduleChangeOutput, **({409: smsgw.schema.CONFLICT} if conflict else {})}
 
     class _View(APIView):
         @extend_schema(request=None, responses=responses, summary=summary)
@@ -302,6 +291,17 @@ ScheduleCancelApi = _action_view(
     "Cancel for good: cancels pending occurrences (a repeat answers 200, changed: false)",
     conflict=False,
 )
+
+
+class OccurrencesOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    status = serializers.CharField()
+    occurrences = OccurrencePreviewOutput(many=True)
+
+
+class VersionsOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    versions = VersionOutput(many=True)
 
 
 class ScheduleOccurrencesApi(APIView):
@@ -332,8 +332,8 @@ class ScheduleVersionsApi(APIView):
 
 class ScheduleMessagesApi(APIView):
     @extend_schema(
-        responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
-        parameters=schema.PAGE_PARAMETERS,
+        responses=smsgw.schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
+        parameters=smsgw.schema.PAGE_PARAMETERS,
         operation_id="schedules_messages_list",
         summary="Occurrences made so far (newest first, cursor pages)",
     )

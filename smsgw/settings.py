@@ -121,10 +121,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "smsgw.schema.ApiAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
+# Adds the error responses every operation can give (401, 429, 400, 404, 413, 415) to the schema.
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "smsgw.schema.ApiAutoSchema"
 SPECTACULAR_SETTINGS = {
     "TITLE": "smsgw tenant API",
     "DESCRIPTION": "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.",

@@ -60,3 +60,12 @@ def json_type_errors(fields: Mapping[str, serializers.Field], data: Mapping) -> 
         elif kind == "array" and (child := _kind(field.child)) and not all(_fits(child, v) for v in value):
             errors[name] = [f"each item {MUST_BE[child]}"]
     return errors
+
+
+class JsonTypedSerializer(serializers.Serializer):
+    """A serializer that refuses a value of another JSON type than its field's (``json_type_errors``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping) and (wrong_type := json_type_errors(self.fields, data)):
+            raise serializers.ValidationError(wrong_type)
+        return super().to_internal_value(data)
