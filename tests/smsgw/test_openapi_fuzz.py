@@ -16,7 +16,7 @@ from schemathesis.config import SchemathesisConfig
 from tests.factories import tenant_with_key
 
 # Per operation and generation mode; 26 operations x 2 modes.
-MAX_EXAMPLES = 60
+MAX_EXAMPLES = 50
 SEED = 20261201
 
 CONFIG = {
