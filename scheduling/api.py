@@ -427,7 +427,7 @@ class MessageDetailApi(APIView):
 
     @extend_schema(
         request=MessageUpdateInput,
-        responses={200: MessageOutput, 409: schema.CONFLICT},
+        responses={200: MessageOutput, 409: schema.CONFLICT, 429: schema.QUOTA_OR_RATE_LIMITED},
         examples=[examples.RESCHEDULE],
         summary="Reschedule or edit a scheduled message (409 once queued or later)",
     )

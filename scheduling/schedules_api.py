@@ -214,7 +214,7 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
 class SchedulesApi(APIView):
     @extend_schema(
         request=ScheduleCreateInput,
-        responses={201: ScheduleChangeOutput, 429: smsgw.schema.QUOTA_OR_RATE_LIMITED},
+        responses={201: ScheduleChangeOutput},
         parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
         examples=[examples.RECURRING],
         summary="Create a recurring schedule",

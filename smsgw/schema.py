@@ -44,6 +44,9 @@ class ErrorDetail(serializers.Serializer):
     quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
     limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
     used = serializers.IntegerField(required=False, help_text="quota_exceeded only: how much is used.")
+    requested = serializers.IntegerField(
+        required=False, help_text="quota_exceeded only: how much this request needed."
+    )
     resets_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
     )
@@ -161,7 +164,8 @@ _RATE_LIMITED = _example(
 RATE_LIMITED = error(
     429,
     "Too many requests for this API key (shared by every web process). Wait `Retry-After` seconds; "
-    "`RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` describe the window.",
+    "`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy` describe the "
+    "bucket (they are on every answer to a key).",
     _RATE_LIMITED,
 )
 QUOTA_OR_RATE_LIMITED = error(
@@ -173,28 +177,44 @@ QUOTA_OR_RATE_LIMITED = error(
         "Quota exceeded",
         429,
         "quota_exceeded",
-        "Daily message quota of 1000 segments reached; it resets at 2026-12-02T00:00:00Z.",
+        "Daily message quota of 1000 segments reached; it resets at 2026-12-02T05:00:00+00:00.",
         quota="daily_message_quota",
         limit=1000,
-        used=1000,
-        resets_at="2026-12-02T00:00:00Z",
+        used=999,
+        requested=2,
+        resets_at="2026-12-02T05:00:00+00:00",
     ),
     _RATE_LIMITED,
 )
 
-# Every 429 says when to come back.
+# Every answer to a key carries the key's rate-limit state; a 429 also says when to come back.
 RATE_LIMIT_HEADERS = [
     OpenApiParameter(
-        "Retry-After", int, OpenApiParameter.HEADER, response=[429], description="Seconds to wait."
+        "Retry-After",
+        int,
+        OpenApiParameter.HEADER,
+        response=[429],
+        description="Seconds to wait (a quota refusal sends it only when waiting helps).",
     ),
     OpenApiParameter(
-        "RateLimit-Limit", int, OpenApiParameter.HEADER, response=[429], description="Requests per window."
+        "RateLimit-Limit", int, OpenApiParameter.HEADER, response=True, description="The key's burst."
     ),
     OpenApiParameter(
-        "RateLimit-Remaining", int, OpenApiParameter.HEADER, response=[429], description="Left in it."
+        "RateLimit-Remaining", int, OpenApiParameter.HEADER, response=True, description="Requests left now."
     ),
     OpenApiParameter(
-        "RateLimit-Reset", int, OpenApiParameter.HEADER, response=[429], description="Seconds to its end."
+        "RateLimit-Reset",
+        int,
+        OpenApiParameter.HEADER,
+        response=True,
+        description="Seconds until the bucket is full again.",
+    ),
+    OpenApiParameter(
+        "RateLimit-Policy",
+        str,
+        OpenApiParameter.HEADER,
+        response=True,
+        description="`<burst>;w=<seconds>`.",
     ),
 ]
 

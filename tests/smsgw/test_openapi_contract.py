@@ -312,13 +312,14 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
                 "RateLimit-Limit",
                 "RateLimit-Remaining",
                 "RateLimit-Reset",
+                "RateLimit-Policy",
             }
             if "requestBody" in op:
                 assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
             if "{public_id}" in path or "{webhook_id}" in path:
                 assert "404" in op["responses"], (path, method)
-    for path in ("/v1/messages", "/v1/schedules"):
-        assert "quota_exceeded" in spec["paths"][path]["post"]["responses"]["429"]["description"]
+    for path, method in (("/v1/messages", "post"), ("/v1/messages/{public_id}", "patch")):
+        assert "quota_exceeded" in spec["paths"][path][method]["responses"]["429"]["description"]
 
 
 def test_the_validator_rejects_what_the_schema_does_not_document(contract):
