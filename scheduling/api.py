@@ -344,6 +344,11 @@ def _idempotency_key(request) -> str | None:
     return key.strip()
 
 
+LIST_PARAMS = frozenset(
+    ("status", "to", "created_after", "created_before", "due_after", "due_before", "cursor", "page_size")
+)
+
+
 class MessageEventsOutput(serializers.Serializer):
     message = serializers.CharField(help_text="The message's id.")
     status = serializers.CharField(help_text="Its current status.")
@@ -414,6 +419,7 @@ class MessagesApi(APIView):
         summary="List messages (newest first, cursor pages)",
     )
     def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
         qs = selectors.message_list(tenant=request.user.tenant, params=request.query_params)
         paginator = MessageCursor()
         page = paginator.paginate_queryset(qs, request, view=self)

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import smsgw.schema
+import smsgw.strict_input as strict_input
 from scheduling import examples
 from scheduling import schedule_selectors as selectors
 from scheduling import schedules as services
@@ -211,6 +212,12 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
     return Response(body, status=code, headers={"Location": f"/v1/schedules/{change.schedule.public_id}"})
 
 
+# The query parameters each read accepts; any other is a 400 naming it.
+PAGE_PARAMS = frozenset(("cursor", "page_size"))
+LIST_PARAMS = PAGE_PARAMS | {"status", "to"}
+PREVIEW_PARAMS = frozenset(("count", "after"))
+
+
 class SchedulesApi(APIView):
     @extend_schema(
         request=ScheduleCreateInput,
@@ -238,6 +245,7 @@ class SchedulesApi(APIView):
         summary="List schedules (newest first, cursor pages)",
     )
     def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
         qs = selectors.schedule_list(tenant=request.user.tenant, params=request.query_params)
         paginator = _Cursor()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -315,6 +323,7 @@ class ScheduleOccurrencesApi(APIView):
     )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PREVIEW_PARAMS)
         items = selectors.schedule_preview(schedule=schedule, params=request.query_params)
         for item in items:
             for key in ("occurrence_at", "due_at"):
@@ -339,6 +348,7 @@ class ScheduleMessagesApi(APIView):
     )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PAGE_PARAMS)
         paginator = _Cursor()
         page = paginator.paginate_queryset(selectors.schedule_messages(schedule=schedule), request, view=self)
         return paginator.get_paginated_response(OccurrenceMessageOutput(page, many=True).data)

@@ -69,3 +69,12 @@ class JsonTypedSerializer(serializers.Serializer):
         if isinstance(data, Mapping) and (wrong_type := json_type_errors(self.fields, data)):
             raise serializers.ValidationError(wrong_type)
         return super().to_internal_value(data)
+
+
+def query_params_check(params: Mapping, allowed: frozenset[str]) -> None:
+    """A query parameter a list does not know is a 400 naming it: ``?stauts=sent`` must not silently
+    answer every message, as an unknown body key must not silently send now."""
+    unknown = sorted(name for name in params if name not in allowed)
+    if unknown:
+        # The name is echoed (it is the field to correct), cut short: it is whatever the client sent.
+        raise serializers.ValidationError({name[:64]: ["unknown query parameter"] for name in unknown[:10]})

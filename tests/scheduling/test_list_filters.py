@@ -66,3 +66,27 @@ def test_to_filter_that_cannot_be_a_number_is_a_400_naming_to(two_recipients, pa
     assert resp.status_code == 400, resp.content
     error = resp.json()["error"]
     assert error["code"] == "invalid" and list(error["fields"]) == ["to"]
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "name"),
+    [
+        ("/v1/messages", "stauts=sent", "stauts"),
+        ("/v1/messages", "to=%2B14155550123&dueAfter=2026-01-01T00:00:00Z", "dueAfter"),
+        ("/v1/messages", "=1", ""),
+        ("/v1/schedules", "state=active", "state"),
+        ("/v1/schedules", "created_after=2026-01-01T00:00:00Z", "created_after"),
+    ],
+)
+def test_unknown_query_parameter_is_a_400_naming_it(two_recipients, path, query, name):
+    resp = two_recipients.get(f"{path}?{query}")
+    assert resp.status_code == 400, resp.content
+    assert list(resp.json()["error"]["fields"]) == [name]
+
+
+@pytest.mark.parametrize("suffix", ["occurrences?counts=3", "messages?page=2"])
+def test_unknown_query_parameter_of_a_schedule_read_is_a_400_naming_it(two_recipients, suffix):
+    sid = two_recipients.get("/v1/schedules").json()["results"][0]["id"]
+    resp = two_recipients.get(f"/v1/schedules/{sid}/{suffix}")
+    assert resp.status_code == 400, resp.content
+    assert list(resp.json()["error"]["fields"]) == [suffix.split("?")[1].split("=")[0]]
