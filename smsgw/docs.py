@@ -9,13 +9,14 @@ import mimetypes
 from pathlib import Path
 
 import drf_spectacular_sidecar
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
-from django.urls import reverse
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.urls import path, reverse
 from django.views.decorators.http import require_safe
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
 ASSETS_DIR = Path(drf_spectacular_sidecar.__file__).parent / "static" / "drf_spectacular_sidecar"
-# Only the package's own files are served, by exact name: nothing a path could climb out to.
+# Only the package's own files are served: one fixed route each (no path parameter to climb out with);
+# any other name under /v1/docs/assets/ is an ordinary 404.
 ASSETS = frozenset(p.relative_to(ASSETS_DIR).as_posix() for p in ASSETS_DIR.rglob("*") if p.is_file())
 # The file names do not change within a sidecar version, and the version is in the URL.
 ASSET_MAX_AGE = 7 * 86400
@@ -23,7 +24,14 @@ VERSION = drf_spectacular_sidecar.__version__
 
 
 def asset_url(name: str) -> str:
-    return reverse("docs-asset", kwargs={"version": VERSION, "name": name})
+    return reverse(f"docs-asset-{name}")
+
+
+def asset_urlpatterns() -> list:
+    return [
+        path(f"v1/docs/assets/{VERSION}/{name}", docs_asset, {"name": name}, name=f"docs-asset-{name}")
+        for name in sorted(ASSETS)
+    ]
 
 
 class RedocView(SpectacularRedocView):
@@ -52,11 +60,7 @@ class SwaggerView(SpectacularSwaggerView):
 
 
 @require_safe
-def docs_asset(request: HttpRequest, version: str, name: str) -> HttpResponse:
-    if name not in ASSETS:
-        return JsonResponse(
-            {"error": {"code": "not_found", "message": "No such documentation asset."}}, status=404
-        )
+def docs_asset(request: HttpRequest, name: str) -> HttpResponse:
     content_type, _ = mimetypes.guess_type(name)
     response = FileResponse((ASSETS_DIR / name).open("rb"), content_type=content_type or "text/plain")
     response["Cache-Control"] = f"public, max-age={ASSET_MAX_AGE}"

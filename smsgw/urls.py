@@ -42,7 +42,7 @@ urlpatterns = [
     ),
     path("v1/docs", docs.RedocView.as_view(), name="docs"),
     path("v1/docs/swagger", docs.SwaggerView.as_view(), name="docs-swagger"),
-    path("v1/docs/assets/<str:version>/<path:name>", docs.docs_asset, name="docs-asset"),
+    *docs.asset_urlpatterns(),
     path("v1/webhook", receipts_api.WebhookConfigApi.as_view(), name="webhook-config"),
     path(
         "v1/webhook-deliveries/<str:webhook_id>/replay",
