@@ -342,3 +342,22 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
             contract.openapi.validate_response(
                 request, DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False))
             )
+
+
+def test_real_quota_and_rate_limit_refusals_match_the_schema(settings):
+    """The 429s of tenant limits (issue 10 §1, smsgw.limits: skipped where it is not installed) against
+    the shared error responses this schema documents for them."""
+    pytest.importorskip("smsgw.limits.models")
+    settings.RATELIMIT_URL = "database"
+    settings.API_RATE_PER_SECOND = 0
+    _, key = tenant_with_key("limited", daily_message_quota=1)
+    c = Contract(served_schema(), key)
+    c.call("post", "/v1/messages", 201, data={"to": RECIPIENT, "body": "one"})
+    error = c.call("post", "/v1/messages", 429, data={"to": RECIPIENT, "body": "two"})["error"]
+    assert error["code"] == "quota_exceeded" and error["quota"] == "daily_message_quota"
+    settings.API_RATE_PER_SECOND = 1
+    settings.API_RATE_BURST_SECONDS = 1.0
+    for _ in range(5):
+        c.client.get("/v1/quiet-hours")
+    assert c.call("get", "/v1/quiet-hours", 429)["error"]["code"] == "rate_limited"
+    c.call("get", "/v1/messages", 429)
