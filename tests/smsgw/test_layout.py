@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
+APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts", "limits")
 TOOLING_ONLY = ("bench", "psutil")
 
 
