@@ -47,7 +47,11 @@ def quota_gate(candidates: list[Candidate], now: datetime) -> Decision:
     if not tenants:
         return Decision(release=candidates)
     today = {tid: quotas.window_day(t, now) for tid, t in tenants.items()}
-    quotas.windows_ensure(today.items())
+    following = {
+        tid: quotas.window_day(tenants[tid], quotas.window_end(tenants[tid], d)) for tid, d in today.items()
+    }
+    # Today's rows (read and counted below) and tomorrow's (where deferred messages are booked), at once.
+    quotas.windows_ensure([*today.items(), *following.items()])
     released = dict(
         ((tid, day), used)
         for tid, day, used in QuotaWindow.objects.select_for_update()
@@ -69,7 +73,7 @@ def quota_gate(candidates: list[Candidate], now: datetime) -> Decision:
         else:
             over.append(c)
     for tid, n in sorted(used.items()):
-        quotas.bookings_add([(tenants[tid], now, n)], field="released")
+        quotas.bookings_add([(tenants[tid], now, n)], field="released", ensure=False)
     deferred = [c for c in over if tenants[c.tenant_id].quota_exceeded_policy != "fail"]
     failed = [c for c in over if tenants[c.tenant_id].quota_exceeded_policy == "fail"]
     for c in deferred:
@@ -80,9 +84,11 @@ def quota_gate(candidates: list[Candidate], now: datetime) -> Decision:
         decision.park.append((c, Park(resets_at, REASON, text, "quota_deferred", details)))
     # The deferred messages' segments go to the window they now wait for.
     quotas.bookings_add(
-        (tenants[c.tenant_id], quotas.window_end(tenants[c.tenant_id], today[c.tenant_id]), c.segments)
-        for c in deferred
-        if c.reason_code != REASON  # deferred again: already booked there
+        [
+            (tenants[c.tenant_id], quotas.window_end(tenants[c.tenant_id], today[c.tenant_id]), c.segments)
+            for c in deferred
+        ],
+        ensure=False,
     )
     if failed:
         _fail(failed, tenants, today, released, used, now)

@@ -137,7 +137,11 @@ def daily_book(*, tenant: Tenant, due_at: datetime, segments: int, now: datetime
 
 
 def bookings_add(
-    items: Iterable[tuple[Tenant, datetime, int]], *, field: str = "booked", sign: int = 1
+    items: Iterable[tuple[Tenant, datetime, int]],
+    *,
+    field: str = "booked",
+    sign: int = 1,
+    ensure: bool = True,
 ) -> None:
     """Add (or, with sign=-1, give back, never below 0) segments per (tenant, instant's window),
     unconditionally: a schedule's occurrences, a message deferred to the next window, a cancellation.
@@ -149,7 +153,7 @@ def bookings_add(
             totals[(tenant.pk, window_day(tenant, instant))] += segments
     if not totals:
         return
-    if sign > 0:
+    if sign > 0 and ensure:
         windows_ensure(totals)
     for (tenant_id, day), n in sorted(totals.items()):
         value = F(field) + n if sign > 0 else Greatest(F(field) - n, Value(0))
