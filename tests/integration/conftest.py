@@ -87,7 +87,9 @@ class Pipeline:
             proc.stop()
 
 
-def start_web(pipeline: Pipeline, *, web_only: dict[str, str] | None = None, **env: str) -> str:
+def start_web(
+    pipeline: Pipeline, *, web_only: dict[str, str] | None = None, workers: int = 2, **env: str
+) -> str:
     """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it so the sandbox's signed status
     callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first, and
     ``web_only`` to the web process's alone (e.g. its own DATABASE_URL). Returns the base URL."""
@@ -97,7 +99,7 @@ def start_web(pipeline: Pipeline, *, web_only: dict[str, str] | None = None, **e
     pipeline.env.update(env)
     web = processes.Proc(
         "web",
-        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)],
         {**pipeline.env, **(web_only or {})},
         ready_marker="Booting worker",
     )
