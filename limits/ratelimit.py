@@ -150,18 +150,32 @@ def limits_for(tenant) -> tuple[int, int]:
     return rate, burst
 
 
-def take(key: str, *, rate: int, burst: int) -> Outcome:
-    """One request from ``key``'s bucket: allowed or not, and the state for the headers."""
+# After a Redis failure this process lets requests through unlimited for this long before it tries
+# again, so an outage costs one connect timeout per process per interval, not one per request.
+REDIS_RETRY_SECONDS = 5.0
+_redis_down_until = 0.0
+
+
+def take(key: str, *, rate: int, burst: int) -> Outcome | None:
+    """One request from ``key``'s bucket: allowed or not, and the state for the headers; None when the
+    limiter cannot be reached (the request is let through, without headers that would be guesses)."""
+    global _redis_down_until
     interval = 1.0 / rate
     url = ratelimit_url()
-    if url:
-        try:
-            allowed, tat, now = _redis_take(url, key, interval, burst)
-        except Exception as exc:
-            log.warning("rate limiter unavailable (%s); request allowed", type(exc).__name__)
-            return Outcome(True, burst, burst, 0.0, 0.0, interval * burst)
-    else:
-        allowed, tat, now = _db_take(key, interval, burst)
+    if not url:
+        return _outcome(*_db_take(key, interval, burst), interval, burst)
+    if time.monotonic() < _redis_down_until:
+        return None
+    try:
+        allowed, tat, now = _redis_take(url, key, interval, burst)
+    except Exception as exc:  # any Redis failure: the limiter must not take the API down
+        _redis_down_until = time.monotonic() + REDIS_RETRY_SECONDS
+        log.warning(
+            "rate limiter unavailable (%s); requests allowed for %.0f s",
+            type(exc).__name__,
+            REDIS_RETRY_SECONDS,
+        )
+        return None
     return _outcome(allowed, tat, now, interval, burst)
 
 
@@ -177,6 +191,8 @@ class ApiKeyRateThrottle(BaseThrottle):
         if rate <= 0:
             return True
         outcome = take(api_key.prefix, rate=rate, burst=burst)
+        if outcome is None:
+            return True
         setattr(request._request, REQUEST_ATTR, outcome)
         if not outcome.allowed:
             raise RateLimited(wait=max(1, math.ceil(outcome.retry_after)), limit=burst, rate=rate)

@@ -137,3 +137,15 @@ def test_the_database_backend_keeps_one_row_per_key(settings):
     assert ApiRateBucket.objects.count() == 1
     Tenant.objects.filter(pk=api.tenant.pk).update(api_rate_per_second=0)
     assert "RateLimit-Limit" not in api.get("/v1/messages")
+
+
+def test_an_unreachable_redis_lets_requests_through_without_headers(settings, monkeypatch):
+    from limits import ratelimit
+
+    monkeypatch.setattr(ratelimit, "_redis_down_until", 0.0)
+    settings.RATELIMIT_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings.API_RATE_PER_SECOND = 1
+    api = client()
+    responses = [api.get("/v1/messages") for _ in range(5)]
+    assert {r.status_code for r in responses} == {200}
+    assert not any("RateLimit-Limit" in r for r in responses)
