@@ -70,7 +70,9 @@ class Outcome:
 def _outcome(allowed: bool, tat: float, now: float, interval: float, burst: int) -> Outcome:
     tau = interval * burst
     ahead = max(0.0, tat - now)  # how far the bucket is drawn down, in seconds
-    remaining = max(0, min(burst, math.floor((tau - ahead) / interval + 1e-9)))
+    # Epoch seconds as doubles carry ~0.5 us of rounding (and Redis returns them as decimal text): a
+    # thousandth of a token of slack keeps that from showing one request fewer than there is.
+    remaining = max(0, min(burst, math.floor((tau - ahead) / interval + 1e-3)))
     retry = 0.0 if allowed else max(0.0, ahead + interval - tau)
     return Outcome(allowed, burst, remaining, ahead, retry, tau)
 
