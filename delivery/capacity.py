@@ -177,7 +177,7 @@ def tenant_capacity_view(tenant) -> dict:
     from delivery import circuit
     from delivery.models import RateBucket
     from delivery.providers import get_adapter
-    from limits import quotas
+    from smsgw.limits import quotas
 
     adapter = get_adapter()
     provider, account = adapter.name, adapter.account

@@ -24,11 +24,11 @@ from django.db import connection, transaction
 from django.db.models import JSONField
 from django.utils import timezone
 
-from limits import quotas
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, Status, new_public_id
 from scheduling.quiet import QuietWindow, tenant_quiet_window
 from scheduling.recurrence import Occurrence, Recurrence
 from scheduling.rrules import parse_exdates, parse_rrule
+from smsgw.limits import quotas
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
-from limits import quotas
 from scheduling import quiet, transitions
 from scheduling.models import Message, MessageEvent, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 from smsgw.errors import Conflict, IdempotencyMismatch, field_error
+from smsgw.limits import quotas
 from smsgw.models import Tenant
 
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")

@@ -40,7 +40,7 @@ INSTALLED_APPS = [
     "scheduling",
     "delivery",
     "receipts",
-    "limits",  # after delivery: its release gate runs after the capacity gate
+    "smsgw.limits",  # after delivery: its release gate runs after the capacity gate
 ]
 
 MIDDLEWARE = [
@@ -51,7 +51,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "limits.ratelimit.RateLimitHeadersMiddleware",
+    "smsgw.limits.ratelimit.RateLimitHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "smsgw.urls"
@@ -125,7 +125,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["limits.ratelimit.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["smsgw.limits.ratelimit.ApiKeyRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from limits.models import QuotaWindow
 from scheduling import sweep
 from scheduling.models import Message, Status
+from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from tests.factories import recipient, tenant_with_key
 

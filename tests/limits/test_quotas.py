@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from limits.models import QuotaWindow
 from scheduling import transitions
 from scheduling.models import Message, MessageEvent, Status
+from smsgw.limits.models import QuotaWindow
 from tests.factories import recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts", "limits")
+APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
 TOOLING_ONLY = ("bench", "psutil")
 
 

@@ -29,7 +29,7 @@ from django.db import connection
 from rest_framework import exceptions, status
 from rest_framework.throttling import BaseThrottle
 
-from limits.models import ApiRateBucket
+from smsgw.limits.models import ApiRateBucket
 
 log = logging.getLogger(__name__)
 

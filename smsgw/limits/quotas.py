@@ -28,7 +28,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from rest_framework import exceptions, status
 
-from limits.models import QuotaWindow
+from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 
 DAILY = "daily_message_quota"

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from limits import quotas
-from limits.models import QuotaWindow
 from scheduling import transitions
 from scheduling.release import Candidate, Decision, Park
+from smsgw.limits import quotas
+from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 
 REASON = quotas.REASON
