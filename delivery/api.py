@@ -35,6 +35,7 @@ CapacityOutput = inline_serializer(
         "provider": serializers.CharField(),
         "provider_status": serializers.DictField(),
         "tenant": serializers.DictField(),
+        "quotas": serializers.DictField(help_text="Daily quota window and pending messages (limits.quotas)."),
         "senders": serializers.ListField(child=serializers.DictField()),
     },
 )

@@ -172,9 +172,12 @@ def sender_capacity_set(*, tenant, sender: str, segments_per_second: float | Non
 def tenant_capacity_view(tenant) -> dict:
     """What a tenant sees of its sending limits: its senders' rates (configured or default, and the
     adaptive rate now), the account's circuit, and its own rate limit."""
+    from django.utils import timezone
+
     from delivery import circuit
     from delivery.models import RateBucket
     from delivery.providers import get_adapter
+    from smsgw.limits import quotas
 
     adapter = get_adapter()
     provider, account = adapter.name, adapter.account
@@ -198,6 +201,7 @@ def tenant_capacity_view(tenant) -> dict:
             else None,
         },
         "tenant": {"send_rate_per_second": tenant.send_rate_per_second or None},
+        "quotas": quotas.usage_view(tenant, timezone.now()),
         "senders": [
             {
                 "sender": s,

@@ -28,6 +28,7 @@ from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, S
 from scheduling.quiet import QuietWindow, tenant_quiet_window
 from scheduling.recurrence import Occurrence, Recurrence
 from scheduling.rrules import parse_exdates, parse_rrule
+from smsgw.limits import quotas
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,25 @@ def _server_bound_cursor():
     return psycopg.Cursor(connection.connection)
 
 
+def _quota_book(rows: list[tuple[dict, dict]], ids: list[int], existing: int, tenants: dict) -> None:
+    """Schedules count toward the daily quota when their occurrences are made: each is booked in the
+    window it is due in, even beyond the quota (the schedule was accepted; when an occurrence becomes
+    due over the quota the sweep defers or fails it by the tenant's policy, limits.execution). New API
+    requests for that day then see the booking. Occurrences are never refused for max_pending_scheduled:
+    they count toward it as any pending message does."""
+    by_tenant = {tid: t for tid, t in tenants.items() if t.daily_message_quota}
+    if not ids or not by_tenant:
+        return
+    made = [(r["tenant_id"], r["due_at"], r["segments"]) for r, _ in rows if r["tenant_id"] in by_tenant]
+    if existing:  # some were already there (a re-run): book only the rows this run inserted
+        made = []
+        for start in range(0, len(ids), INSERT_BATCH):
+            made += Message.objects.filter(
+                pk__in=ids[start : start + INSERT_BATCH], tenant_id__in=list(by_tenant)
+            ).values_list("tenant_id", "due_at", "segments")
+    quotas.bookings_add((by_tenant[t], due, n) for t, due, n in made)
+
+
 def _advance(plans: list[_Plan], horizon_end: datetime, now: datetime) -> int:
     """Move each claimed schedule's cursor past what it just made (or end it), in one statement."""
     ended = 0
@@ -350,7 +370,9 @@ def schedules_materialize(*, now: datetime | None = None, limit: int | None = No
             return report
         tenants = Tenant.objects.in_bulk({s.tenant_id for s in schedules})
         plans = [_plan(s, tenants[s.tenant_id], horizon_end, now) for s in schedules]
-        ids, existing = _insert([row for p in plans for row in p.rows], now)
+        rows = [row for p in plans for row in p.rows]
+        ids, existing = _insert(rows, now)
+        _quota_book(rows, ids, existing, tenants)
         report.ended = _advance(plans, horizon_end, now)
     report.schedules, report.created, report.existing = len(schedules), len(ids), existing
     report.created_ids = ids
@@ -368,6 +390,7 @@ def schedule_materialize_one(schedule: Schedule, *, now: datetime) -> Materializ
     while schedule.status == ScheduleStatus.ACTIVE and schedule.next_occurrence_at <= horizon_end:
         plan = _plan(schedule, schedule.tenant, horizon_end, now)
         ids, existing = _insert(plan.rows, now)
+        _quota_book(plan.rows, ids, existing, {schedule.tenant_id: schedule.tenant})
         report.ended += _advance([plan], horizon_end, now)
         report.created += len(ids)
         report.existing += existing

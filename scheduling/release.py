@@ -282,8 +282,11 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
             )
         decision = Decision(release=candidates)
         for gate in _gates:
-            decision = gate(decision.release, now)
+            earlier, decision = decision, gate(decision.release, now)
             parks += [(by_id[c.id], p) for c, p in decision.park]
+            # A later gate (limits: the daily quota) narrows the release; slots and probes carry over.
+            decision.probes |= earlier.probes
+            decision.not_before = {**earlier.not_before, **decision.not_before}
         report.quiet_deferred = _quiet_defer(quiet, now)
         park_rows(parks, now, report)
         _release(decision, by_id, now, report, published, why)

@@ -23,6 +23,7 @@ from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 from smsgw.errors import Conflict, IdempotencyMismatch, field_error
+from smsgw.limits import quotas
 from smsgw.models import Tenant
 
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
@@ -209,7 +210,13 @@ def message_create(
         **time_fields,
     )
     try:
-        _message_insert(message, actor=actor, details=_intent_details(message, resolved))
+        if quotas.has_quota(tenant):
+            # The booking commits or rolls back with the row: a refused or failed insert books nothing.
+            with transaction.atomic():
+                quotas.acceptance_check(tenant=tenant, due_at=message.due_at, segments=segments, now=now)
+                _message_insert(message, actor=actor, details=_intent_details(message, resolved))
+        else:
+            _message_insert(message, actor=actor, details=_intent_details(message, resolved))
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -397,17 +404,28 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         )
         if changes.get("quiet_deferred_from"):
             details["quiet_hours_note"] = quiet.move_note(changes)
-    result = transitions.transition(
-        message.pk,
-        from_statuses=[Status.SCHEDULED],
-        to_status=Status.SCHEDULED,
-        kind="rescheduled" if "due_at" in changes else "edited",
-        actor=actor,
-        details=details,
-        set_fields=changes,
-        expected_version=message.version,
-        now=now,
-    )
+    with transaction.atomic():
+        result = transitions.transition(
+            message.pk,
+            from_statuses=[Status.SCHEDULED],
+            to_status=Status.SCHEDULED,
+            kind="rescheduled" if "due_at" in changes else "edited",
+            actor=actor,
+            details=details,
+            set_fields=changes,
+            expected_version=message.version,
+            now=now,
+        )
+        if result.won:
+            # Another day or more segments: the booking moves with it (429 if it does not fit there).
+            quotas.rebook(
+                tenant=tenant,
+                old_due=message.due_at,
+                old_segments=message.segments,
+                new_due=changes.get("due_at", message.due_at),
+                new_segments=changes.get("segments", message.segments),
+                now=now,
+            )
     if not result.won:
         raise Conflict(
             f"The message changed while this edit was applied; it is now {result.status}.",

@@ -33,6 +33,7 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         (S.SCHEDULED, S.QUEUED),
         (S.SCHEDULED, S.CANCELLED),
         (S.SCHEDULED, S.EXPIRED),
+        (S.SCHEDULED, S.FAILED),  # due while the daily quota is used up, tenant policy "fail" (limits)
         (S.QUEUED, S.QUEUED),  # re-publish after a presumed-lost broker message
         (S.QUEUED, S.SENDING),
         (S.QUEUED, S.CANCELLED),

@@ -5,7 +5,17 @@ from smsgw.models import ApiKey, Tenant
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "is_active", "default_from", "default_timezone", "created_at")
+    list_display = (
+        "slug",
+        "name",
+        "is_active",
+        "default_from",
+        "default_timezone",
+        "daily_message_quota",
+        "max_pending_scheduled",
+        "quota_exceeded_policy",
+        "created_at",
+    )
     search_fields = ("slug", "name")
 
 

@@ -49,12 +49,25 @@ def api_exception_handler(exc, context):
         body = {"code": code, "message": str(message)}
         if isinstance(exc, Conflict):
             body["status"] = exc.current_status
-            body.update(exc.extra)
+        body.update(getattr(exc, "extra", None) or {})  # e.g. quota_exceeded: quota, limit, used, resets_at
     return Response({"error": body}, status=response.status_code, headers=_headers(response))
 
 
+# Headers an error response keeps from DRF's own (RateLimit-*: limits.ratelimit, also set by its middleware).
+PASSED_HEADERS = frozenset(
+    {
+        "WWW-Authenticate",
+        "Retry-After",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "RateLimit-Policy",
+    }
+)
+
+
 def _headers(response: Response) -> dict:
-    return {k: v for k, v in response.items() if k in ("WWW-Authenticate", "Retry-After")}
+    return {k: v for k, v in response.items() if k in PASSED_HEADERS}
 
 
 def _flatten(detail, prefix: str = "") -> dict:

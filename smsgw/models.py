@@ -24,6 +24,16 @@ class Tenant(models.Model):
     daily_message_quota = models.PositiveIntegerField(default=0)
     max_pending_scheduled = models.PositiveIntegerField(default=0)
     send_rate_per_second = models.PositiveIntegerField(default=0)
+    # A message that becomes due while the daily quota is used up (limits.execution): wait for the next
+    # quota window, or fail with reason quota_exceeded.
+    quota_exceeded_policy = models.CharField(
+        max_length=8,
+        choices=[("defer", "defer to the next quota window"), ("fail", "fail (quota_exceeded)")],
+        default="defer",
+        db_default="defer",
+    )
+    # API requests per second per API key (limits.ratelimit); empty = SMSGW_API_RATE_PER_SECOND, 0 = none.
+    api_rate_per_second = models.PositiveIntegerField(null=True, blank=True)
     webhook_url = models.URLField(blank=True)
     webhook_secret = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

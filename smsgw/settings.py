@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "scheduling",
     "delivery",
     "receipts",
+    "smsgw.limits",  # after delivery: its release gate runs after the capacity gate
 ]
 
 MIDDLEWARE = [
@@ -50,6 +51,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "smsgw.limits.ratelimit.RateLimitHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "smsgw.urls"
@@ -123,6 +125,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["smsgw.limits.ratelimit.ApiKeyRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 # Adds the error responses every operation can give (401, 429, 400, 404, 413, 415) to the schema.
@@ -420,6 +423,18 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "webhooks", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
     },
 }
+
+# --- tenant limits (limits/) ----------------------------------------------------------------------
+# API requests per second per API key when the tenant sets none (Tenant.api_rate_per_second), and the
+# burst a full bucket allows, in seconds of that rate. 0 = unlimited.
+API_RATE_PER_SECOND = env_int("SMSGW_API_RATE_PER_SECOND", 50, minimum=0)
+API_RATE_BURST_SECONDS = env_float("SMSGW_API_RATE_BURST_SECONDS", 2.0, minimum=0.0)
+# Where the per-key buckets live, shared by every web process: a Redis URL, by default the broker's when
+# the broker is Redis; anything else ("database", or a RabbitMQ/filesystem broker) = the database.
+RATELIMIT_URL = env_str(
+    "SMSGW_RATELIMIT_URL",
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "database",
+)
 
 # --- receipts and tenant webhooks -----------------------------------------------------------------
 RECEIPT_BATCH_SIZE = env_int("SMSGW_RECEIPT_BATCH_SIZE", 500, minimum=1)

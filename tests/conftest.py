@@ -38,6 +38,13 @@ def _fast_capacity_defaults(settings):
 
 
 @pytest.fixture(autouse=True)
+def _no_api_rate_limit(settings):
+    """Tests about something else than the API rate limit must not be refused by it (a race test sends
+    hundreds of requests from one key); the rate-limit tests set their own limits."""
+    settings.API_RATE_PER_SECOND = 0
+
+
+@pytest.fixture(autouse=True)
 def _empty_broker():
     """Each test starts with an empty broker (the sweep asks it how deep the send queues are before it
     re-publishes anything), and in-process sweeps do not run the periodic lost-task check unless a test

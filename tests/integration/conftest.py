@@ -36,6 +36,9 @@ FAST = {
     "SMSGW_RATE_ALPHANUMERIC": "100000",
     "SMSGW_RATE_MESSAGING_SERVICE": "100000",
     "SMSGW_ACCOUNT_RATE": "100000",
+    # No API rate limit by default (a race test sends hundreds of requests from one key); the rate-limit
+    # tests set a tenant's own limit.
+    "SMSGW_API_RATE_PER_SECOND": "0",
 }
 
 
@@ -87,7 +90,9 @@ class Pipeline:
             proc.stop()
 
 
-def start_web(pipeline: Pipeline, *, web_only: dict[str, str] | None = None, **env: str) -> str:
+def start_web(
+    pipeline: Pipeline, *, web_only: dict[str, str] | None = None, workers: int = 2, **env: str
+) -> str:
     """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it so the sandbox's signed status
     callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first, and
     ``web_only`` to the web process's alone (e.g. its own DATABASE_URL). Returns the base URL."""
@@ -97,7 +102,7 @@ def start_web(pipeline: Pipeline, *, web_only: dict[str, str] | None = None, **e
     pipeline.env.update(env)
     web = processes.Proc(
         "web",
-        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)],
         {**pipeline.env, **(web_only or {})},
         ready_marker="Booting worker",
     )
