@@ -63,7 +63,7 @@ class SenderCapacityApi(APIView):
     # 200 with the capacity view, like PUT: the sender stays, at the default rate.
     @extend_schema(
         request=None,
-        responses={200: CapacityOutput, 400: schema.BAD_REQUEST, 403: schema.FORBIDDEN},
+        responses={200: CapacityOutput, 400: schema.BAD_PATH, 403: schema.FORBIDDEN},
         summary="Back to the default rate",
     )
     def delete(self, request, sender: str):

@@ -262,7 +262,7 @@ class ScheduleDetailApi(APIView):
 
     @extend_schema(
         request=ScheduleUpdateInput,
-        responses={200: ScheduleChangeOutput, 409: smsgw.schema.CONFLICT},
+        responses={200: ScheduleChangeOutput, 409: smsgw.schema.SCHEDULE_CONFLICT},
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
     def patch(self, request, public_id: str):
@@ -275,7 +275,7 @@ class ScheduleDetailApi(APIView):
 
 
 def _action_view(name: str, service, summary: str, *, conflict: bool = True):
-    responses = {200: ScheduleChangeOutput, **({409: smsgw.schema.CONFLICT} if conflict else {})}
+    responses = {200: ScheduleChangeOutput, **({409: smsgw.schema.SCHEDULE_CONFLICT} if conflict else {})}
 
     class _View(APIView):
         @extend_schema(request=None, responses=responses, summary=summary)

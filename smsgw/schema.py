@@ -79,31 +79,34 @@ def error(http_status: int, description: str, *examples: OpenApiExample) -> Open
     return OpenApiResponse(ErrorEnvelope, description=description, examples=list(examples))
 
 
-BAD_REQUEST = error(
+_INVALID_FIELD = _example(
+    "Invalid field",
     400,
-    "Invalid input: `fields` names each body key, query parameter (`cursor`, `page_size`, `to`, ...) or "
-    "header to correct. Nothing was changed.",
-    _example(
-        "Invalid field",
-        400,
-        "invalid",
-        "timezone: unknown IANA timezone 'Mars/Olympus'",
-        fields={"timezone": ["unknown IANA timezone 'Mars/Olympus'"]},
-    ),
-    _example(
-        "Bad cursor",
-        400,
-        "invalid",
-        "cursor: invalid cursor",
-        fields={"cursor": ["invalid cursor"]},
-    ),
-    _example(
-        "Malformed JSON",
-        400,
-        "malformed_request",
-        "JSON parse error - Expecting value: line 1 column 1 (char 0)",
-        fields={"body": ["JSON parse error - Expecting value: line 1 column 1 (char 0)"]},
-    ),
+    "invalid",
+    "timezone: unknown IANA timezone 'Mars/Olympus'",
+    fields={"timezone": ["unknown IANA timezone 'Mars/Olympus'"]},
+)
+_MALFORMED = _example(
+    "Malformed JSON",
+    400,
+    "malformed_request",
+    "JSON parse error - Expecting value: line 1 column 1 (char 0)",
+    fields={"body": ["JSON parse error - Expecting value: line 1 column 1 (char 0)"]},
+)
+_BAD_QUERY = _example(
+    "Invalid query parameter",
+    400,
+    "invalid",
+    "page_size: must be a whole number from 1 to 500",
+    fields={"page_size": ["must be a whole number from 1 to 500"]},
+)
+_BAD_400 = "Invalid input: `fields` names each {} to correct. Nothing was changed."
+BAD_BODY = error(400, _BAD_400.format("body key (or header)"), _INVALID_FIELD, _MALFORMED)
+BAD_QUERY = error(400, _BAD_400.format("query parameter (`cursor`, `page_size`, `to`, ...)"), _BAD_QUERY)
+BAD_PATH = error(
+    400,
+    _BAD_400.format("path parameter"),
+    _example("Invalid sender", 400, "invalid", "sender: not a sender", fields={"sender": ["not a sender"]}),
 )
 UNAUTHENTICATED = error(
     401,
@@ -128,13 +131,24 @@ NOT_FOUND = error(
 )
 CONFLICT = error(
     409,
-    "The object's current status does not allow this; `status` gives it. Nothing was changed.",
+    "The message's current status does not allow this; `status` gives it. Nothing was changed.",
     _example(
         "Too late to cancel",
         409,
         "conflict",
         "Too late to cancel: the message is already sent.",
         status="sent",
+    ),
+)
+SCHEDULE_CONFLICT = error(
+    409,
+    "The schedule's current status does not allow this; `status` gives it. Nothing was changed.",
+    _example(
+        "Cancelled schedule",
+        409,
+        "conflict",
+        "A cancelled schedule cannot be changed.",
+        status="cancelled",
     ),
 )
 IDEMPOTENCY_MISMATCH = error(
@@ -256,8 +270,10 @@ class ApiAutoSchema(AutoSchema):
             isinstance(p, OpenApiParameter) and p.location in inputs and not p.response
             for p in self.get_override_parameters()
         )
-        if has_body or has_input:
-            errors[400] = BAD_REQUEST
+        if has_body:
+            errors[400] = BAD_BODY
+        elif has_input:
+            errors[400] = BAD_QUERY
         if self._authenticated():
             errors[401] = UNAUTHENTICATED
             errors[429] = RATE_LIMITED

@@ -361,3 +361,44 @@ def test_real_quota_and_rate_limit_refusals_match_the_schema(settings):
         c.client.get("/v1/quiet-hours")
     assert c.call("get", "/v1/quiet-hours", 429)["error"]["code"] == "rate_limited"
     c.call("get", "/v1/messages", 429)
+
+
+def _examples(spec: dict):
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for media in op.get("requestBody", {}).get("content", {}).values():
+                for name, ex in (media.get("examples") or {}).items():
+                    yield f"{method} {path} request {name}", media["schema"], ex["value"]
+            for code, response in op["responses"].items():
+                for media in (response.get("content") or {}).values():
+                    for name, ex in (media.get("examples") or {}).items():
+                        yield f"{method} {path} {code} {name}", media["schema"], ex["value"]
+            for param in op.get("parameters", []):
+                for name, ex in (param.get("examples") or {}).items():
+                    yield f"{method} {path} ?{param['name']} {name}", param["schema"], ex["value"]
+
+
+def test_every_example_in_the_reference_fits_its_schema():
+    from jsonschema import Draft202012Validator
+
+    spec = strict(served_schema())
+    examples = list(_examples(spec))
+    assert len(examples) > 100
+    for where, schema, value in examples:
+        errors = list(Draft202012Validator({**schema, "components": spec["components"]}).iter_errors(value))
+        assert not errors, (where, [e.message for e in errors])
+
+
+def test_the_common_calls_have_examples():
+    spec = served_schema()
+    names = {where.rsplit(" ", 1)[-1] for where, _, _ in _examples(spec)}
+    assert {
+        "SendNow",
+        "SendAtALocalTimeInATimezone",
+        "Reschedule",
+        "EveryWeekdayAt08:30InBerlin",
+        "QuotaExceeded",
+        "RateLimited",
+        "TooLateToCancel",
+        "OneRecipient",
+    } <= names
