@@ -15,7 +15,10 @@ def _instant(params, name: str):
     raw = params.get(name)
     if raw is None:
         return None
-    value = parse_datetime(raw)
+    try:
+        value = parse_datetime(raw)
+    except ValueError:  # well formed but impossible, e.g. month 13: a 500 before
+        value = None
     if value is None or value.tzinfo is None:
         raise field_error(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
     return value
