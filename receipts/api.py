@@ -125,7 +125,9 @@ class WebhookConfigApi(APIView):
         ),
     )
     def put(self, request):
-        data = request.data if isinstance(request.data, dict) else {}
+        if not isinstance(request.data, dict):
+            raise field_error("body", "must be a JSON object")
+        data = request.data
         url = data.get("url")
         if not isinstance(url, str) or len(url) > 500:
             raise field_error("url", "required: an https URL (or an empty string to disable)")

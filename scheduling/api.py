@@ -27,9 +27,13 @@ def _metadata(value):
 class StrictSerializer(serializers.Serializer):
     """Unknown keys are an error: a typo such as `sendAt` must not silently send now."""
 
-    def to_internal_value(self, data):
-        if not isinstance(data, dict):  # [] or "x" as a body: name the body, not "non_field_errors"
+    def run_validation(self, data=serializers.empty):
+        if data is not serializers.empty and not isinstance(data, dict):
+            # null, [] or "x" as a body: name the body, not "non_field_errors"
             raise serializers.ValidationError({"body": ["must be a JSON object"]})
+        return super().run_validation(data)
+
+    def to_internal_value(self, data):
         unknown = sorted(set(data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError({k: ["unknown field"] for k in unknown})

@@ -20,7 +20,9 @@ Error messages never echo the offending value (it is hostile, and may be a body 
 
 from __future__ import annotations
 
+import math
 import re
+from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -36,6 +38,8 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogates"
+NOT_FINITE = "numbers must be finite (1e400 is out of range)"
+NOT_UTF8 = "must be valid UTF-8 (percent-encoded)"
 
 # Error codes of the envelope for statuses Django (not DRF) answers.
 _CODES = {
@@ -88,6 +92,9 @@ def json_problem(data) -> tuple[str, str] | None:
             if is_bad_text(value):
                 return field, NUL_OR_SURROGATE
             continue
+        if isinstance(value, float) and not math.isfinite(value):
+            # 1e400 parses to inf: PostgreSQL's jsonb refuses it and the strict renderer cannot write it.
+            return field, NOT_FINITE
         if not isinstance(value, dict | list):
             continue
         if depth > MAX_JSON_DEPTH:
@@ -149,6 +156,28 @@ def _bad_header(meta: dict) -> str | None:
     return None
 
 
+def _not_utf8_query_field(query_string: str) -> str | None:
+    """Django decodes a query string leniently (invalid UTF-8 becomes U+FFFD, so a filter silently
+    matches nothing); the parameter whose raw bytes are not UTF-8 is named instead."""
+    if "%" not in query_string and query_string.isascii():
+        return None
+    try:
+        raw = query_string.encode("iso-8859-1")  # PEP 3333: the bytes as received, one char per byte
+    except UnicodeEncodeError:
+        raw = query_string.encode("utf-8")
+    for pair in raw.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        try:
+            name = unquote_to_bytes(key.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return "query"
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return name if not is_bad_text(name) else "query"
+    return None
+
+
 def _is_json(response: HttpResponse) -> bool:
     return response.get("Content-Type", "").split(";")[0].strip() == "application/json"
 
@@ -184,6 +213,9 @@ class ApiBoundaryMiddleware:
         header = _bad_header(request.META)
         if header is not None:
             return _field_error(header, NUL_OR_SURROGATE)
+        field = _not_utf8_query_field(request.META.get("QUERY_STRING", ""))
+        if field is not None:
+            return _field_error(field, NOT_UTF8)
         field = first_bad_field(request.GET)
         if field is not None:
             return _field_error(field, NUL_OR_SURROGATE)
