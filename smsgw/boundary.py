@@ -237,4 +237,8 @@ class ApiBoundaryMiddleware:
         for name in _KEPT_HEADERS:
             if name in response:
                 replacement[name] = response[name]
+        # Django logs an error response once (django.request); without this the replacement, which it
+        # has not seen, is logged a second time.
+        if getattr(response, "_has_been_logged", False):
+            replacement._has_been_logged = True
         return replacement

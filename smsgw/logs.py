@@ -120,7 +120,7 @@ _DB_QUOTED = re.compile(
 _PHONE = re.compile(r"(?:\+|%2[bB])\d(?:[ ().-]?\d){5,16}|(?<![\w.:/-])\d{11,15}(?![\w])")
 _API_KEY = re.compile(r"\bsk_([A-Za-z0-9]+)_[A-Za-z0-9_-]+")
 _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=_-]+")
-_AUTH_HEADER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+")
+_AUTH_HEADER = re.compile(r"\b(Bearer|Basic)\s+(?!sk_)[A-Za-z0-9._~+/=-]+")  # an API key keeps its prefix
 _SQL_LITERAL = re.compile(r"'(?:[^']|'')*'")
 # Settings whose values never appear in a log line (literal match; values shorter than 8 characters are
 # not worth a false positive on every line).
@@ -177,6 +177,21 @@ def redact(text: str) -> str:
 _plain = logging.Formatter()
 
 
+def _statement(record: logging.LogRecord) -> str:
+    """A statement logged by django.db.backends (``(duration) sql; args=params; alias=alias``, the SQL with
+    its parameters interpolated): the literals and the parameters go."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    if hasattr(record, "params"):
+        record.params = REDACTED
+    if hasattr(record, "sql"):
+        record.sql = _SQL_LITERAL.sub("'…'", str(record.sql))
+    if len(args) == 4:
+        duration, sql, _params, alias = args
+        sql = _SQL_LITERAL.sub("'…'", str(sql))
+        return f"({duration:.3f}) {sql}; args={REDACTED}; alias={alias}"
+    return _SQL_LITERAL.sub("'…'", str(record.msg))
+
+
 class Redact(logging.Filter):
     """Rewrites each record before any formatter sees it: its message (with its arguments merged in), the
     formatted exception (``exc_text``, which every formatter prints instead of formatting ``exc_info``
@@ -184,19 +199,13 @@ class Redact(logging.Filter):
     logged by ``django.db.backends`` (settings.DEBUG) lose their literals and parameters."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string: keep the template only
-            message = str(record.msg)
         if record.name.startswith("django.db.backends"):
-            message = _SQL_LITERAL.sub("'…'", message)
-            for attr in ("sql", "params"):
-                if hasattr(record, attr):
-                    setattr(
-                        record,
-                        attr,
-                        REDACTED if attr == "params" else _SQL_LITERAL.sub("'…'", str(record.sql)),
-                    )
+            message = _statement(record)
+        else:
+            try:
+                message = record.getMessage()
+            except Exception:  # a bad format string: keep the template only
+                message = str(record.msg)
         record.msg, record.args = redact(message), None
         if record.exc_info:
             if not record.exc_text:
