@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import secrets
+from datetime import timedelta
 
 import pytest
 from celery.signals import after_setup_logger
@@ -271,3 +272,32 @@ def test_celery_and_settings_install_the_filter_last_on_every_handler():
     console = next(h for h in logging.getLogger().handlers if h.get_name() == "console")
     assert isinstance(console.filters[-1], Redact)
     assert logging.getLogger("django").handlers == [], "django's own console handler would print unredacted"
+
+
+def test_gunicorn_access_lines_are_redacted():
+    from types import SimpleNamespace
+
+    from gunicorn.config import Config
+
+    from smsgw.gunicorn_logging import RedactingLogger
+
+    cfg = Config()
+    cfg.set("accesslog", "-")
+    logger = RedactingLogger(cfg)
+    out = io.StringIO()
+    for handler in logger.access_log.handlers:
+        handler.setStream(out)
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": "/v1/messages?to=%2B14155550187",
+        "PATH_INFO": "/v1/capacity/senders/+14155550100",
+        "QUERY_STRING": "to=%2B14155550187",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+    }
+    req = SimpleNamespace(headers=[("AUTHORIZATION", "Bearer sk_abcd_s3cr3t")], uri=environ["RAW_URI"])
+    resp = SimpleNamespace(status="200 OK", sent=10, headers=[], response_length=10)
+    logger.access(resp, req, environ, timedelta(seconds=0.01))
+    line = out.getvalue()
+    assert "GET /v1/messages" in line
+    assert "14155550187" not in line and "s3cr3t" not in line
