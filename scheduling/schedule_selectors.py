@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_datetime
 
 from scheduling.materialize import occurrence_key, quiet_window_of, recurrence_of
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.selectors import instant_in_range
 from smsgw.errors import field_error
 
 PREVIEW_DEFAULT = 10
@@ -51,7 +52,7 @@ def _preview_params(params) -> tuple[int, datetime]:
             after = parse_datetime(params["after"])
         except ValueError:  # well formed but impossible, e.g. month 13
             after = None
-        if after is None or after.tzinfo is None:
+        if after is None or after.tzinfo is None or not instant_in_range(after):
             raise field_error("after", "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
     return int(raw), after
 

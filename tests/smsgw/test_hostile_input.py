@@ -601,3 +601,39 @@ def test_other_tenants_are_not_reachable_through_any_of_this(client):
     )
     assert_envelope(client.get(f"/v1/messages/{theirs.public_id}"), 404)
     assert client.get("/v1/messages").json()["results"] == []
+
+
+# --- instants and counts at the edge of what Python can represent ----------------------------------------
+
+EDGE_INSTANTS = {
+    "month-13": "2026-13-45T00:00:00Z",
+    "year-1-east": "0001-01-01T00:00:00+01:00",
+    "year-9999-west": "9999-12-31T23:59:59-01:00",
+    "offset-99h": "2026-12-01T09:00:00+99:00",
+}
+INSTANT_PARAMS = [
+    ("/v1/messages", p) for p in ("created_after", "created_before", "due_after", "due_before")
+] + [("/v1/schedules/{schedule}/occurrences", "after")]
+
+
+@pytest.mark.parametrize("value", EDGE_INSTANTS.values(), ids=EDGE_INSTANTS.keys())
+@pytest.mark.parametrize(("path", "param"), INSTANT_PARAMS)
+def test_an_impossible_or_unrepresentable_instant_is_a_400_naming_it(client, existing, path, param, value):
+    assert_envelope(client.get(path.format(**existing), {param: value}), 400, param)
+
+
+@pytest.mark.parametrize("count", ["\u00b2", "\u0661\u0662", "99999999999999999999", "-1", "0", "1001"])
+def test_a_preview_count_that_is_not_1_to_1000_is_a_400_naming_count(client, existing, count):
+    resp = client.get(f"/v1/schedules/{existing['schedule']}/occurrences", {"count": count})
+    assert_envelope(resp, 400, "count")
+
+
+def test_a_schedule_start_past_year_9000_is_a_400_and_until_forever_is_accepted(client, existing):
+    before = snapshot(client.tenant)
+    far = client.post("/v1/schedules", {**SCHEDULE, "start": "9999-12-31T09:00:00"}, format="json")
+    assert_envelope(far, 400, "start")
+    assert snapshot(client.tenant) == before
+    forever = client.post(
+        "/v1/schedules", {**SCHEDULE, "rrule": "FREQ=DAILY;UNTIL=99991231T235959Z"}, format="json"
+    )
+    assert forever.status_code == 201, forever.content
