@@ -34,6 +34,7 @@ from rest_framework.parsers import JSONParser
 # interpreter's recursion limit (DRF's JSONField and copy.deepcopy recurse too).
 MAX_JSON_DEPTH = 32
 API_PREFIXES = ("/v1/", "/receipts/")
+API_ROOTS = frozenset({"/v1", "/receipts"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -58,8 +59,12 @@ _MESSAGES = {
     413: "Request body too large.",
     500: "Internal error. It has been logged; nothing in the request was applied.",
 }
-# Headers of the original response that stay on the envelope.
-_KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+# Headers that describe the replaced body; every other header of the original response is kept.
+_BODY_HEADERS = frozenset({"content-type", "content-length", "content-language", "content-disposition"})
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PREFIXES) or path in API_ROOTS
 
 
 def is_bad_text(value: str) -> bool:
@@ -133,7 +138,7 @@ def envelope(
     error: dict = {"code": code or _CODES.get(status, "error"), "message": message}
     if fields:
         error["fields"] = fields
-    return JsonResponse({"error": error}, status=status)
+    return JsonResponse({"error": error}, status=status, json_dumps_params={"separators": (",", ":")})
 
 
 def _field_error(field: str, message: str, status: int = 400, code: str = "invalid") -> JsonResponse:
@@ -190,7 +195,7 @@ class ApiBoundaryMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path_info.startswith(API_PREFIXES):
+        if not is_api_path(request.path_info):
             return self.get_response(request)
         early = self._refuse_early(request)
         response = early if early is not None else self.get_response(request)
@@ -222,7 +227,7 @@ class ApiBoundaryMiddleware:
         return None
 
     def process_view(self, request, view_func, view_args, view_kwargs):
-        if not request.path_info.startswith(API_PREFIXES):
+        if not is_api_path(request.path_info):
             return None
         field = first_bad_field(view_kwargs)
         if field is not None:
@@ -234,9 +239,9 @@ class ApiBoundaryMiddleware:
     def _as_envelope(self, response: HttpResponse) -> JsonResponse:
         status = response.status_code
         replacement = envelope(status, _MESSAGES.get(status, "Request failed."))
-        for name in _KEPT_HEADERS:
-            if name in response:
-                replacement[name] = response[name]
+        for name, value in response.headers.items():
+            if name.lower() not in _BODY_HEADERS:  # Allow, Retry-After, RateLimit-*, Vary, ...
+                replacement[name] = value
         # Django logs an error response once (django.request); without this the replacement, which it
         # has not seen, is logged a second time.
         if getattr(response, "_has_been_logged", False):

@@ -463,7 +463,9 @@ def test_next_and_previous_links_still_walk_every_page(client):
 # --- Django's own error pages become the envelope on API paths -----------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/v1/nope", "/v1/messages/x/y/z", "/v1/", "/receipts/twilio/extra/"])
+@pytest.mark.parametrize(
+    "path", ["/v1/nope", "/v1/messages/x/y/z", "/v1/", "/v1", "/receipts", "/receipts/twilio/extra/"]
+)
 def test_unknown_api_paths_are_a_json_404(client, path):
     assert assert_envelope(client.get(path), 404)["code"] == "not_found"
 
