@@ -25,6 +25,7 @@ import re
 from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
@@ -234,6 +235,17 @@ class ApiBoundaryMiddleware:
             return _field_error(field, NUL_OR_SURROGATE)
         if is_bad_text(request.path_info):
             return _field_error("path", NUL_OR_SURROGATE)
+        return None
+
+    def process_exception(self, request, exception):
+        """Django's own limits on a form body (DATA_UPLOAD_MAX_NUMBER_FIELDS, ..._MEMORY_SIZE) raised where
+        a view reads ``request.POST``: the field is the body."""
+        if not is_api_path(request.path_info):
+            return None
+        if isinstance(exception, RequestDataTooBig):
+            return _field_error("body", "request body too large", 413, code="request_too_large")
+        if isinstance(exception, TooManyFieldsSent | TooManyFilesSent):
+            return _field_error("body", "too many form fields")
         return None
 
     def _as_envelope(self, response: HttpResponse) -> JsonResponse:

@@ -470,6 +470,15 @@ def test_unknown_api_paths_are_a_json_404(client, path):
     assert assert_envelope(client.get(path), 404)["code"] == "not_found"
 
 
+def test_a_callback_with_too_many_form_fields_is_a_400_naming_body(client, settings):
+    fields = "&".join(f"f{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    resp = client.generic(
+        "POST", "/receipts/twilio/", fields, content_type="application/x-www-form-urlencoded"
+    )
+    assert_envelope(resp, 400, "body")
+    assert ReceiptEvent.objects.count() == 0
+
+
 def test_wrong_method_on_the_receipt_endpoint_is_a_json_405_with_allow(client):
     resp = client.get("/receipts/twilio/")
     assert assert_envelope(resp, 405)["code"] == "method_not_allowed"
