@@ -47,7 +47,9 @@ class SenderCapacityApi(APIView):
     @extend_schema(request=SenderRateInput, responses=CapacityOutput, summary="Set a sender's rate")
     def put(self, request, sender: str):
         _check_sender(sender)
-        data = SenderRateInput(data=request.data if isinstance(request.data, dict) else {})
+        if not isinstance(request.data, dict):
+            raise field_error("body", "must be a JSON object")
+        data = SenderRateInput(data=request.data)
         data.is_valid(raise_exception=True)
         _set(request, sender, data.validated_data["segments_per_second"])
         return Response(capacity.tenant_capacity_view(request.user.tenant))
