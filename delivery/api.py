@@ -55,7 +55,9 @@ class SenderCapacityApi(APIView):
     )
     def put(self, request, sender: str):
         _check_sender(sender)
-        data = SenderRateInput(data=request.data if isinstance(request.data, dict) else {})
+        if not isinstance(request.data, dict):
+            raise field_error("body", "must be a JSON object")
+        data = SenderRateInput(data=request.data)
         data.is_valid(raise_exception=True)
         _set(request, sender, data.validated_data["segments_per_second"])
         return Response(capacity.tenant_capacity_view(request.user.tenant))

@@ -19,6 +19,7 @@ from delivery.providers.base import CallbackInvalid
 from receipts import spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
+from smsgw.boundary import NUL_OR_SURROGATE, first_bad_field
 from smsgw.errors import field_error
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     if not adapter.validate_callback(callback_url(request), params, request.headers):
         # Nothing is written for an unsigned or tampered callback.
         return _error(403, adapter.signature_header, "missing or invalid signature")
+    bad = first_bad_field(params)
+    if bad is not None:
+        # Signed but unstorable (a NUL; PostgreSQL refuses it in jsonb): a 400, never a 500 that the
+        # provider would retry. Nothing is written.
+        return _error(400, bad, NUL_OR_SURROGATE)
     try:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:
@@ -135,7 +141,9 @@ class WebhookConfigApi(APIView):
         summary="Set (or, with an empty url, disable) the status webhook",
     )
     def put(self, request):
-        data = request.data if isinstance(request.data, dict) else {}
+        if not isinstance(request.data, dict):
+            raise field_error("body", "must be a JSON object")
+        data = request.data
         url = data.get("url")
         if not isinstance(url, str) or len(url) > 500:
             raise field_error("url", "required: an https URL (or an empty string to disable)")

@@ -13,7 +13,6 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -21,6 +20,7 @@ from scheduling import examples, selectors, services
 from scheduling.models import Message, Priority, Status
 from smsgw import schema, strict_input
 from smsgw.errors import field_error
+from smsgw.pagination import StrictCursorPagination
 
 MAX_METADATA_BYTES = 4096
 
@@ -34,11 +34,16 @@ def _metadata(value):
 class StrictSerializer(strict_input.JsonTypedSerializer):
     """Unknown keys are an error: a typo such as `sendAt` must not silently send now."""
 
+    def run_validation(self, data=serializers.empty):
+        if data is not serializers.empty and not isinstance(data, dict):
+            # null, [] or "x" as a body: name the body, not "non_field_errors"
+            raise serializers.ValidationError({"body": ["must be a JSON object"]})
+        return super().run_validation(data)
+
     def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
         return super().to_internal_value(data)
 
 
@@ -324,11 +329,8 @@ class EventOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class MessageCursor(CursorPagination):
+class MessageCursor(StrictCursorPagination):
     ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _actor(request) -> str:

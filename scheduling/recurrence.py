@@ -25,6 +25,7 @@ day up to the year 9999 (seconds of CPU per request).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -147,7 +148,9 @@ class Recurrence:
             kwargs["bysecond"] = (start.second,)
         bound = start + MAX_SPAN
         if rule.until is not None:
-            bound = min(bound, rule.until.astimezone(self.zone).replace(tzinfo=None) + UNTIL_SLACK)
+            # UNTIL=99991231T235959Z ("forever") overflows here: start + MAX_SPAN bounds it anyway.
+            with contextlib.suppress(OverflowError):
+                bound = min(bound, rule.until.astimezone(self.zone).replace(tzinfo=None) + UNTIL_SLACK)
         try:
             base = du.rrule(rule.freq, dtstart=start, interval=rule.interval, wkst=rule.wkst, **kwargs)
         except ValueError as exc:  # e.g. HOURLY;INTERVAL=5;BYHOUR=3 can never be reached from start

@@ -268,6 +268,9 @@ def parse_rrule(text: str) -> ParsedRule:
 _START_FORMATS = "a local date-time such as 2026-12-01T08:30:00 (no offset; the zone goes in 'timezone')"
 
 
+MAX_START_YEAR = 9000
+
+
 def parse_start(value: str) -> datetime:
     """``start``: a naive local wall time with a time of day, whole seconds."""
     if not isinstance(value, str) or not value.strip():
@@ -291,6 +294,8 @@ def parse_start(value: str) -> datetime:
         )
     if parsed.microsecond:
         raise RuleError("start", f"{text!r}: fractions of a second are not supported")
+    if parsed.year > MAX_START_YEAR:  # the rule's 100-year bound must stay within datetime's range
+        raise RuleError("start", f"{text!r}: the year must be at most {MAX_START_YEAR}")
     return parsed
 
 

@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling import selectors as message_selectors
 from scheduling.materialize import occurrence_key, quiet_window_of, recurrence_of
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.selectors import instant_in_range
 from smsgw.errors import field_error
 
 PREVIEW_DEFAULT = 10
@@ -43,12 +44,16 @@ def schedule_messages(*, schedule: Schedule) -> QuerySet[Message]:
 
 def _preview_params(params) -> tuple[int, datetime]:
     raw = params.get("count", str(PREVIEW_DEFAULT))
-    if not str(raw).isdigit() or not 1 <= int(raw) <= PREVIEW_MAX:
+    # isascii: str.isdigit() accepts "²" and other digits int() refuses (a 500 before).
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 6 or not 1 <= int(raw) <= PREVIEW_MAX:
         raise field_error("count", f"must be a whole number from 1 to {PREVIEW_MAX}")
     after = timezone.now()
     if params.get("after"):
-        after = parse_datetime(params["after"])
-        if after is None or after.tzinfo is None:
+        try:
+            after = parse_datetime(params["after"])
+        except ValueError:  # well formed but impossible, e.g. month 13
+            after = None
+        if after is None or after.tzinfo is None or not instant_in_range(after):
             raise field_error("after", "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
     return int(raw), after
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -17,6 +16,7 @@ from scheduling import schedules as services
 from scheduling.api import StrictSerializer, _metadata
 from scheduling.materialize import naive
 from scheduling.models import Priority, Schedule
+from smsgw.pagination import StrictCursorPagination
 
 # One definition of the strictness and metadata rules for both message and schedule input.
 _Strict = StrictSerializer
@@ -190,11 +190,8 @@ class OccurrencePreviewOutput(serializers.Serializer):
     message = serializers.DictField(allow_null=True, help_text="The message made for it, if any.")
 
 
-class _Cursor(CursorPagination):
+class _Cursor(StrictCursorPagination):
     ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _actor(request) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -25,10 +27,23 @@ def _instant(params, name: str):
     raw = params.get(name)
     if raw is None:
         return None
-    value = parse_datetime(raw)
-    if value is None or value.tzinfo is None:
+    try:
+        value = parse_datetime(raw)
+    except ValueError:  # well formed but impossible, e.g. month 13: a 500 before
+        value = None
+    if value is None or value.tzinfo is None or not instant_in_range(value):
         raise field_error(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
     return value
+
+
+def instant_in_range(value) -> bool:
+    """Year 1 with a positive offset (or 9999 with a negative one) is before (after) datetime's range in
+    UTC: the database adapter's conversion raised OverflowError (a 500)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 def message_list(*, tenant, params) -> QuerySet[Message]:

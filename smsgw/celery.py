@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, after_setup_task_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 
@@ -11,8 +11,10 @@ app.autodiscover_tasks()
 
 
 @after_setup_logger.connect
+@after_setup_task_logger.connect
 def _quiet_logs(logger=None, **_kwargs) -> None:
-    """Workers and beat: a repeated error once per window, and no INFO line per periodic tick."""
+    """Workers and beat: a repeated error once per window, no INFO line per periodic tick, and every line
+    redacted (no body, number, metadata value or secret; smsgw.logs.Redact)."""
     from smsgw.logs import handlers_quiet
 
     handlers_quiet(logger)

@@ -2,6 +2,9 @@
 a second through an outage, and the periodic ticks (sweep, receipts, webhooks, probes) leave no INFO
 line each time they run, so an idle gateway's logs stay quiet and a real event stands out.
 
+Every line is also redacted (``Redact``, below): no message body, full phone number, metadata value or
+secret, including in formatted exceptions.
+
 Installed on every handler of the root logger: by ``LOGGING`` in the web processes, and through Celery's
 ``after_setup_logger`` signal in workers and beat (smsgw.celery).
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -83,10 +87,132 @@ class RepeatLimit(logging.Filter):
 
 
 def handlers_quiet(logger: logging.Logger | None = None) -> None:
-    """Add both filters to every handler of ``logger`` (the root logger by default), once."""
+    """Add the filters to every handler of ``logger`` (the root logger by default), once each, in this
+    order: RepeatLimit and QuietTicks read the record's template and arguments, which Redact merges."""
     logger = logger or logging.getLogger()
     for handler in logger.handlers:
         if not any(isinstance(f, RepeatLimit) for f in handler.filters):
             handler.addFilter(RepeatLimit())
         if not any(isinstance(f, QuietTicks) for f in handler.filters):
             handler.addFilter(QuietTicks())
+        for f in [f for f in handler.filters if isinstance(f, Redact)] or [Redact()]:
+            handler.removeFilter(f)  # (re)added last
+            handler.addFilter(f)
+
+
+# --- redaction: no body, full number, metadata value or secret in any log line -----------------------
+# PostgreSQL's error text carries the row or the statement: ``DETAIL:  Failing row contains (…, +1415…,
+# <body>, <metadata>…)``, ``DETAIL:  Key (idempotency_key)=(…) already exists``, ``LINE 1: …'<body>'…``,
+# and psycopg (and Django's wrappers, which copy its message) put all of it in str(exc), so every log of
+# such an exception, and every traceback Django (django.request, for a 500) or Celery writes, carried it.
+# Only the first line of a database error is kept: it names the constraint, column or type, not the data.
+_DB_DETAIL = re.compile(r"(\\n|\n)[ \t]*(?:DETAIL|HINT|CONTEXT|QUERY|WHERE|STATEMENT|LINE \d+):")
+# Where a real multi-line exception message ends inside a formatted traceback (the detail may itself
+# span lines: a body with a newline).
+_TRACEBACK_RESUMES = re.compile(r"\n(?=\n|Traceback \(|The above exception|During handling)")
+# First lines that quote a value: ``invalid input syntax for type integer: "…"``.
+_DB_QUOTED = re.compile(
+    r"((?:invalid input syntax for type [\w ]+|invalid input value for enum [\w.]+|at or near"
+    r'|malformed [\w ]+ literal|character with byte sequence [^"]*?)[: ]*)"[^"\n]*"'
+)
+# E.164-looking runs (with +, or percent-encoded as %2B in a URL) and bare runs of 11-15 digits; the
+# last two digits stay, like scheduling.phone.mask.
+_PHONE = re.compile(r"(?:\+|%2[bB])\d(?:[ ().-]?\d){5,16}|(?<![\w.:/-])\d{11,15}(?![\w])")
+_API_KEY = re.compile(r"\bsk_([A-Za-z0-9]+)_[A-Za-z0-9_-]+")
+_WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=_-]+")
+_AUTH_HEADER = re.compile(r"\b(Bearer|Basic)\s+(?!sk_)[A-Za-z0-9._~+/=-]+")  # an API key keeps its prefix
+_SQL_LITERAL = re.compile(r"'(?:[^']|'')*'")
+# Settings whose values never appear in a log line (literal match; values shorter than 8 characters are
+# not worth a false positive on every line).
+SECRET_SETTINGS = ("SECRET_KEY", "TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET")
+REDACTED = "[redacted]"
+
+
+def _cut_db_detail(text: str) -> str:
+    while True:
+        found = _DB_DETAIL.search(text)
+        if found is None:
+            return text
+        start = found.start()
+        if found.group(1) == "\n":
+            resume = _TRACEBACK_RESUMES.search(text, found.end())
+            end = resume.start() if resume else len(text)
+        else:  # an escaped \n inside a repr(): the detail runs to the end of the real line
+            newline = text.find("\n", found.end())
+            end = newline if newline >= 0 else len(text)
+        text = text[:start] + f" [database detail {REDACTED}]" + text[end:]
+
+
+def _mask_phone(match: re.Match) -> str:
+    digits = re.sub(r"\D", "", match.group().replace("%2B", "").replace("%2b", ""))
+    return "+***" + digits[-2:]
+
+
+def _configured_secrets() -> list[str]:
+    try:
+        from django.conf import settings
+
+        if not settings.configured:
+            return []
+        values = [getattr(settings, name, "") for name in SECRET_SETTINGS]
+    except Exception:  # logging must never fail because settings are half-loaded
+        return []
+    return [v for v in values if isinstance(v, str) and len(v) >= 8]
+
+
+def redact(text: str) -> str:
+    """``text`` without database error detail, phone numbers, API keys, webhook or configured secrets."""
+    if not text:
+        return text
+    text = _cut_db_detail(text)
+    text = _DB_QUOTED.sub(r'\1"…"', text)
+    for secret in _configured_secrets():
+        text = text.replace(secret, REDACTED)
+    text = _API_KEY.sub(r"sk_\1_" + REDACTED, text)
+    text = _WEBHOOK_SECRET.sub("whsec_" + REDACTED, text)
+    text = _AUTH_HEADER.sub(r"\1 " + REDACTED, text)
+    return _PHONE.sub(_mask_phone, text)
+
+
+_plain = logging.Formatter()
+
+
+def _statement(record: logging.LogRecord) -> str:
+    """A statement logged by django.db.backends (``(duration) sql; args=params; alias=alias``, the SQL with
+    its parameters interpolated): the literals and the parameters go."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    if hasattr(record, "params"):
+        record.params = REDACTED
+    if hasattr(record, "sql"):
+        record.sql = _SQL_LITERAL.sub("'…'", str(record.sql))
+    if len(args) == 4:
+        duration, sql, _params, alias = args
+        sql = _SQL_LITERAL.sub("'…'", str(sql))
+        return f"({duration:.3f}) {sql}; args={REDACTED}; alias={alias}"
+    return _SQL_LITERAL.sub("'…'", str(record.msg))
+
+
+class Redact(logging.Filter):
+    """Rewrites each record before any formatter sees it: its message (with its arguments merged in), the
+    formatted exception (``exc_text``, which every formatter prints instead of formatting ``exc_info``
+    again; ``exc_info`` is dropped so no later handler formats the raw one) and the stack. Statements
+    logged by ``django.db.backends`` (settings.DEBUG) lose their literals and parameters."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("django.db.backends"):
+            message = _statement(record)
+        else:
+            try:
+                message = record.getMessage()
+            except Exception:  # a bad format string: keep the template only
+                message = str(record.msg)
+        record.msg, record.args = redact(message), None
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = _plain.formatException(record.exc_info)
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True

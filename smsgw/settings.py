@@ -44,6 +44,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "smsgw.boundary.ApiBoundaryMiddleware",  # first: it turns every /v1/ and /receipts/ error into JSON
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -122,7 +123,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["smsgw.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["smsgw.boundary.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["smsgw.limits.ratelimit.ApiKeyRateThrottle"],
@@ -334,16 +335,22 @@ LOGGING = {
     "filters": {
         "repeat_limit": {"()": "smsgw.logs.RepeatLimit"},
         "quiet_ticks": {"()": "smsgw.logs.QuietTicks"},
+        "redact": {"()": "smsgw.logs.Redact"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "plain",
-            "filters": ["repeat_limit", "quiet_ticks"],
+            "filters": ["repeat_limit", "quiet_ticks", "redact"],  # redact last: it merges the args
         }
     },
+    # Django's default config gives "django" its own console handler (with DEBUG) that would print
+    # django.request's tracebacks unredacted before the record reaches the root handler.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
     "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
 }
+# Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.boundary).
+API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)
 
 # --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
 # Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by

@@ -1,0 +1,261 @@
+"""The API's edge against hostile input: whatever arrives at ``/v1/...`` or ``/receipts/...``, the answer is
+our JSON error envelope (``{"error": {"code", "message", "fields"?}}``), never a 500 or an HTML page.
+
+Text that PostgreSQL cannot store is refused here, before any query: a NUL (PostgreSQL rejects ``\\x00`` in
+``text`` and in ``jsonb``) or an unpaired UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one, and psycopg
+and sqlite3 cannot encode it to UTF-8). Both were 500s with a traceback, wherever they appeared: a JSON key
+or value, a query parameter, a path id, a header, a signed provider callback.
+
+* ``StrictJSONParser`` (DRF's parser for every view): such text anywhere in a body is a 400 naming the
+  top-level field; a body nested deeper than ``MAX_JSON_DEPTH`` (or deep enough to exhaust the
+  interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
+* ``ApiBoundaryMiddleware`` (the outermost middleware): the same check over path ids, query parameters
+  and headers (400 naming the parameter); a declared body larger than ``SMSGW_API_MAX_BODY_BYTES`` is a
+  413 ``request_too_large`` before anything reads it; and any error response that is not already JSON
+  (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a
+  traceback is never shown and a client (or Twilio) always gets the documented shape.
+
+Error messages never echo the offending value (it is hostile, and may be a body or a number).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from urllib.parse import unquote_to_bytes
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions
+from rest_framework.parsers import JSONParser
+
+# A JSON body deeper than this is refused. Our deepest legitimate input is metadata or quiet_hours inside
+# the request object (3 levels); 32 leaves room for tenants' structured metadata and stays far below the
+# interpreter's recursion limit (DRF's JSONField and copy.deepcopy recurse too).
+MAX_JSON_DEPTH = 32
+API_PREFIXES = ("/v1/", "/receipts/")
+API_ROOTS = frozenset({"/v1", "/receipts"})
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogates"
+NOT_FINITE = "numbers must be finite (1e400 is out of range)"
+NOT_UTF8 = "must be valid UTF-8 (percent-encoded)"
+
+# Error codes of the envelope for statuses Django (not DRF) answers.
+_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    500: "server_error",
+}
+_MESSAGES = {
+    400: "The request could not be read.",
+    403: "Forbidden.",
+    404: "No such endpoint.",
+    405: "Method not allowed.",
+    413: "Request body too large.",
+    500: "Internal error. It has been logged; nothing in the request was applied.",
+}
+# Headers that describe the replaced body; every other header of the original response is kept.
+_BODY_HEADERS = frozenset({"content-type", "content-length", "content-language", "content-disposition"})
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PREFIXES) or path in API_ROOTS
+
+
+def is_bad_text(value: str) -> bool:
+    return _BAD_TEXT.search(value) is not None
+
+
+def first_bad_field(mapping) -> str | None:
+    """The first key of a flat str -> str|list[str] mapping (a QueryDict, form params, URL kwargs) whose
+    key or value(s) hold a NUL or a surrogate; None if all are clean."""
+    items = mapping.lists() if hasattr(mapping, "lists") else mapping.items()
+    for key, values in items:
+        if not isinstance(values, list | tuple):
+            values = [values]
+        if is_bad_text(str(key)):
+            return "query"
+        for value in values:
+            if isinstance(value, str) and is_bad_text(value):
+                return str(key)
+    return None
+
+
+def json_problem(data) -> tuple[str, str] | None:
+    """(field, message) for the first problem in parsed JSON: text PostgreSQL cannot store, or nesting
+    deeper than MAX_JSON_DEPTH; the field is the top-level key it sits under (``body`` for the top level
+    itself). Iterative, so it never recurses however deep the input."""
+    stack: list[tuple[object, str, int]] = [(data, "body", 1)]
+    while stack:
+        value, field, depth = stack.pop()
+        if isinstance(value, str):
+            if is_bad_text(value):
+                return field, NUL_OR_SURROGATE
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            # 1e400 parses to inf: PostgreSQL's jsonb refuses it and the strict renderer cannot write it.
+            return field, NOT_FINITE
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return "body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if is_bad_text(key):
+                    return (field if depth > 1 else "body"), NUL_OR_SURROGATE
+                stack.append((item, key if depth == 1 else field, depth + 1))
+        else:
+            stack.extend((item, field, depth + 1) for item in value)
+    return None
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser, plus: deep nesting and unstorable text are 400s naming the field."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            # json.loads recurses once per level: 100,000 levels exhaust the stack (a 500 before).
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+        problem = json_problem(data)
+        if problem is not None:
+            field, message = problem
+            if field == "body":
+                raise exceptions.ParseError(message)
+            raise exceptions.ValidationError({field: [message]})
+        return data
+
+
+def envelope(
+    status: int, message: str, *, code: str | None = None, fields: dict | None = None
+) -> JsonResponse:
+    error: dict = {"code": code or _CODES.get(status, "error"), "message": message}
+    if fields:
+        error["fields"] = fields
+    return JsonResponse({"error": error}, status=status, json_dumps_params={"separators": (",", ":")})
+
+
+def _field_error(field: str, message: str, status: int = 400, code: str = "invalid") -> JsonResponse:
+    return envelope(status, f"{field}: {message}", code=code, fields={field: [message]})
+
+
+def max_body_bytes() -> int:
+    return int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+
+
+def _header_name(meta_key: str) -> str:
+    return "-".join(part.capitalize() for part in meta_key.removeprefix("HTTP_").split("_"))
+
+
+def _bad_header(meta: dict) -> str | None:
+    for key, value in meta.items():
+        is_header = key.startswith("HTTP_") or key in ("CONTENT_TYPE", "CONTENT_LENGTH")
+        if is_header and isinstance(value, str) and is_bad_text(value):
+            return _header_name(key)
+    return None
+
+
+def _not_utf8_query_field(query_string: str) -> str | None:
+    """Django decodes a query string leniently (invalid UTF-8 becomes U+FFFD, so a filter silently
+    matches nothing); the parameter whose raw bytes are not UTF-8 is named instead."""
+    if "%" not in query_string and query_string.isascii():
+        return None
+    try:
+        raw = query_string.encode("iso-8859-1")  # PEP 3333: the bytes as received, one char per byte
+    except UnicodeEncodeError:
+        raw = query_string.encode("utf-8")
+    for pair in raw.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        try:
+            name = unquote_to_bytes(key.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return "query"
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return name if not is_bad_text(name) else "query"
+    return None
+
+
+def _is_json(response: HttpResponse) -> bool:
+    return response.get("Content-Type", "").split(";")[0].strip() == "application/json"
+
+
+class ApiBoundaryMiddleware:
+    """Installed first in MIDDLEWARE, so it also sees the responses Django builds for exceptions raised
+    anywhere inside (``convert_exception_to_response`` wraps every layer)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not is_api_path(request.path_info):
+            return self.get_response(request)
+        early = self._refuse_early(request)
+        response = early if early is not None else self.get_response(request)
+        if response.status_code >= 400 and not _is_json(response):
+            if response.status_code == 404 and is_bad_text(request.path_info):
+                return _field_error("path", NUL_OR_SURROGATE)  # no route matched the hostile path
+            response = self._as_envelope(response)
+        return response
+
+    def _refuse_early(self, request: HttpRequest) -> HttpResponse | None:
+        raw_length = request.META.get("CONTENT_LENGTH") or ""
+        if raw_length:
+            if not raw_length.isascii() or not raw_length.isdigit() or len(raw_length) > 18:
+                return _field_error("Content-Length", "must be a whole number of bytes")
+            limit = max_body_bytes()
+            if int(raw_length) > limit:
+                return _field_error(
+                    "body", f"request bodies are at most {limit} bytes", 413, code="request_too_large"
+                )
+        header = _bad_header(request.META)
+        if header is not None:
+            return _field_error(header, NUL_OR_SURROGATE)
+        field = _not_utf8_query_field(request.META.get("QUERY_STRING", ""))
+        if field is not None:
+            return _field_error(field, NOT_UTF8)
+        field = first_bad_field(request.GET)
+        if field is not None:
+            return _field_error(field, NUL_OR_SURROGATE)
+        return None
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if not is_api_path(request.path_info):
+            return None
+        field = first_bad_field(view_kwargs)
+        if field is not None:
+            return _field_error(field, NUL_OR_SURROGATE)
+        if is_bad_text(request.path_info):
+            return _field_error("path", NUL_OR_SURROGATE)
+        return None
+
+    def process_exception(self, request, exception):
+        """Django's own limits on a form body (DATA_UPLOAD_MAX_NUMBER_FIELDS, ..._MEMORY_SIZE) raised where
+        a view reads ``request.POST``: the field is the body."""
+        if not is_api_path(request.path_info):
+            return None
+        if isinstance(exception, RequestDataTooBig):
+            return _field_error("body", "request body too large", 413, code="request_too_large")
+        if isinstance(exception, TooManyFieldsSent | TooManyFilesSent):
+            return _field_error("body", "too many form fields")
+        return None
+
+    def _as_envelope(self, response: HttpResponse) -> JsonResponse:
+        status = response.status_code
+        replacement = envelope(status, _MESSAGES.get(status, "Request failed."))
+        for name, value in response.headers.items():
+            if name.lower() not in _BODY_HEADERS:  # Allow, Retry-After, RateLimit-*, Vary, ...
+                replacement[name] = value
+        # Django logs an error response once (django.request); without this the replacement, which it
+        # has not seen, is logged a second time.
+        if getattr(response, "_has_been_logged", False):
+            replacement._has_been_logged = True
+        return replacement
