@@ -11,12 +11,12 @@ from rest_framework.views import APIView
 from delivery import capacity
 from smsgw import schema
 from smsgw.errors import field_error
-from smsgw.strict_input import json_type_errors
+from smsgw.strict_input import JsonTypedSerializer
 
 MAX_RATE = 10_000.0
 
 
-class SenderRateInput(serializers.Serializer):
+class SenderRateInput(JsonTypedSerializer):
     segments_per_second = serializers.FloatField(min_value=0.001, max_value=MAX_RATE)
 
     def to_internal_value(self, data):
@@ -24,8 +24,6 @@ class SenderRateInput(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
-            if wrong_type := json_type_errors(self.fields, data):
-                raise serializers.ValidationError(wrong_type)
         return super().to_internal_value(data)
 
 

@@ -8,10 +8,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from scheduling import selectors as message_selectors
 from scheduling.materialize import occurrence_key, quiet_window_of, recurrence_of
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
-from scheduling.selectors import instant_in_range
+from scheduling.selectors import instant_in_range, recipient_param
 from smsgw.errors import field_error
 
 PREVIEW_DEFAULT = 10
@@ -29,7 +28,7 @@ def schedule_list(*, tenant, params) -> QuerySet[Schedule]:
             )
         qs = qs.filter(status__in=statuses)
     if params.get("to"):
-        qs = qs.filter(to=message_selectors.recipient_param(params["to"]))
+        qs = qs.filter(to=recipient_param(params["to"]))
     return qs
 
 

@@ -8,14 +8,13 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-import smsgw.schema
-import smsgw.strict_input as strict_input
 from scheduling import examples
 from scheduling import schedule_selectors as selectors
 from scheduling import schedules as services
 from scheduling.api import StrictSerializer, _metadata
 from scheduling.materialize import naive
 from scheduling.models import Priority, Schedule
+from smsgw import schema, strict_input
 from smsgw.pagination import StrictCursorPagination
 
 # One definition of the strictness and metadata rules for both message and schedule input.
@@ -232,11 +231,11 @@ class SchedulesApi(APIView):
         return _change_response(change, status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses=smsgw.schema.paginated(ScheduleOutput, "SchedulePage"),
+        responses=schema.paginated(ScheduleOutput, "SchedulePage"),
         parameters=[
             OpenApiParameter("status", str, description="Comma-separated statuses."),
             OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
-            *smsgw.schema.PAGE_PARAMETERS,
+            *schema.PAGE_PARAMETERS,
         ],
         operation_id="schedules_list",
         summary="List schedules (newest first, cursor pages)",
@@ -259,7 +258,7 @@ class ScheduleDetailApi(APIView):
 
     @extend_schema(
         request=ScheduleUpdateInput,
-        responses={200: ScheduleChangeOutput, 409: smsgw.schema.SCHEDULE_CONFLICT},
+        responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
     def patch(self, request, public_id: str):
@@ -272,7 +271,7 @@ class ScheduleDetailApi(APIView):
 
 
 def _action_view(name: str, service, summary: str, *, conflict: bool = True):
-    responses = {200: ScheduleChangeOutput, **({409: smsgw.schema.SCHEDULE_CONFLICT} if conflict else {})}
+    responses = {200: ScheduleChangeOutput, **({409: schema.SCHEDULE_CONFLICT} if conflict else {})}
 
     class _View(APIView):
         @extend_schema(request=None, responses=responses, summary=summary)
@@ -338,8 +337,8 @@ class ScheduleVersionsApi(APIView):
 
 class ScheduleMessagesApi(APIView):
     @extend_schema(
-        responses=smsgw.schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
-        parameters=smsgw.schema.PAGE_PARAMETERS,
+        responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
+        parameters=schema.PAGE_PARAMETERS,
         operation_id="schedules_messages_list",
         summary="Occurrences made so far (newest first, cursor pages)",
     )
