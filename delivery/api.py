@@ -9,12 +9,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from delivery import capacity
+from smsgw import schema
 from smsgw.errors import field_error
+from smsgw.strict_input import JsonTypedSerializer
 
 MAX_RATE = 10_000.0
 
 
-class SenderRateInput(serializers.Serializer):
+class SenderRateInput(JsonTypedSerializer):
     segments_per_second = serializers.FloatField(min_value=0.001, max_value=MAX_RATE)
 
     def to_internal_value(self, data):
@@ -44,7 +46,11 @@ class CapacityApi(APIView):
 
 
 class SenderCapacityApi(APIView):
-    @extend_schema(request=SenderRateInput, responses=CapacityOutput, summary="Set a sender's rate")
+    @extend_schema(
+        request=SenderRateInput,
+        responses={200: CapacityOutput, 403: schema.FORBIDDEN},
+        summary="Set a sender's rate",
+    )
     def put(self, request, sender: str):
         _check_sender(sender)
         if not isinstance(request.data, dict):
@@ -54,7 +60,12 @@ class SenderCapacityApi(APIView):
         _set(request, sender, data.validated_data["segments_per_second"])
         return Response(capacity.tenant_capacity_view(request.user.tenant))
 
-    @extend_schema(request=None, responses=CapacityOutput, summary="Back to the default rate")
+    # 200 with the capacity view, like PUT: the sender stays, at the default rate.
+    @extend_schema(
+        request=None,
+        responses={200: CapacityOutput, 400: schema.BAD_PATH, 403: schema.FORBIDDEN},
+        summary="Back to the default rate",
+    )
     def delete(self, request, sender: str):
         _check_sender(sender)
         _set(request, sender, None)

@@ -39,7 +39,7 @@ sleep 2
 cat <<MSG
 
 smsgw is running (embedded mode).
-  API:      http://127.0.0.1:$WEB_PORT/v1/messages   (OpenAPI: /v1/openapi.json)
+  API:      http://127.0.0.1:$WEB_PORT/v1/messages   (reference: /v1/docs, OpenAPI: /v1/openapi.json)
   Sandbox:  $TWILIO_API_BASE_URL   (submissions: /_sandbox/stats)
   API key:  $(cat "$SMSGW_VAR_DIR/demo-api-key")      (also in $SMSGW_VAR_DIR/demo-api-key)
 Press Ctrl-C to stop.

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 .venv/bin/ruff check --quiet .
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
+DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 
 # 1. Embedded mode's database: everything that does not span processes, on SQLite (WAL).
 env -u DATABASE_URL -u CELERY_BROKER_URL SMSGW_VAR_DIR="$(mktemp -d)" \

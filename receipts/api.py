@@ -107,7 +107,16 @@ class WebhookConfigApi(APIView):
     """GET/PUT/DELETE the tenant's status webhook. The signing secret is shown only when created or
     rotated."""
 
-    @extend_schema(responses=inline_serializer("WebhookConfig", {"url": serializers.CharField()}))
+    @extend_schema(
+        responses=inline_serializer(
+            "WebhookConfig",
+            {
+                "url": serializers.CharField(help_text="Empty: no webhook."),
+                "has_secret": serializers.BooleanField(),
+            },
+        ),
+        summary="The status webhook",
+    )
     def get(self, request):
         tenant = request.user.tenant
         return Response({"url": tenant.webhook_url, "has_secret": bool(tenant.webhook_secret)})
@@ -121,8 +130,15 @@ class WebhookConfigApi(APIView):
             },
         ),
         responses=inline_serializer(
-            "WebhookConfigOutput", {"url": serializers.CharField(), "secret": serializers.CharField()}
+            "WebhookConfigOutput",
+            {
+                "url": serializers.CharField(),
+                "secret": serializers.CharField(
+                    required=False, help_text="Only when created or rotated: keep it, it is not shown again."
+                ),
+            },
         ),
+        summary="Set (or, with an empty url, disable) the status webhook",
     )
     def put(self, request):
         if not isinstance(request.data, dict):
@@ -131,6 +147,8 @@ class WebhookConfigApi(APIView):
         url = data.get("url")
         if not isinstance(url, str) or len(url) > 500:
             raise field_error("url", "required: an https URL (or an empty string to disable)")
+        if not isinstance(data.get("rotate_secret", False), bool):
+            raise field_error("rotate_secret", "must be true or false")
         try:
             secret = webhooks.tenant_webhook_configure(
                 tenant=request.user.tenant, url=url.strip(), rotate_secret=bool(data.get("rotate_secret"))
@@ -142,7 +160,7 @@ class WebhookConfigApi(APIView):
             body["secret"] = secret
         return Response(body)
 
-    @extend_schema(request=None, responses={204: None})
+    @extend_schema(request=None, responses={204: None}, summary="Remove the status webhook")
     def delete(self, request):
         """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
         Deliveries already queued are not attempted any more (delivery finds no webhook configured)."""
@@ -156,6 +174,7 @@ class WebhookReplayApi(APIView):
         responses=inline_serializer(
             "WebhookReplay", {"id": serializers.CharField(), "status": serializers.CharField()}
         ),
+        summary="Deliver a webhook again",
     )
     def post(self, request, webhook_id: str):
         try:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling import selectors, services
+from scheduling import examples, selectors, services
 from scheduling.models import Message, Priority, Status
+from smsgw import schema, strict_input
 from smsgw.errors import field_error
 from smsgw.pagination import StrictCursorPagination
 
@@ -24,7 +31,7 @@ def _metadata(value):
     return value
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(strict_input.JsonTypedSerializer):
     """Unknown keys are an error: a typo such as `sendAt` must not silently send now."""
 
     def run_validation(self, data=serializers.empty):
@@ -103,7 +110,12 @@ def message_create_input(data) -> dict:
     ``run_validation`` (the same conversion and validators the serializer runs), without building a
     serializer, which deep-copies every declared field per request. Anything else, including every
     invalid request, goes through the serializer itself, so errors are exactly the serializer's."""
-    if _FAST_INPUT and type(data) is dict and data.keys() <= _message_fields.keys():
+    if (
+        _FAST_INPUT
+        and type(data) is dict
+        and data.keys() <= _message_fields.keys()
+        and not strict_input.json_type_errors(_message_fields, data)
+    ):
         validated = {}
         try:
             for name, field in _message_fields.items():
@@ -148,6 +160,34 @@ def _timestamps(m: Message) -> dict:
     return {n: (getattr(m, n).isoformat() if getattr(m, n) else None) for n in _TIMESTAMP_FIELDS}
 
 
+class RequestedOutput(serializers.Serializer):
+    send_at = serializers.CharField(allow_null=True, help_text="`send_at` as given (null: send now).")
+    local_time = serializers.CharField(allow_null=True, help_text="The local wall time asked for.")
+    timezone = serializers.CharField(allow_null=True)
+    dst_policy = serializers.CharField()
+    dst_adjustment = serializers.CharField(help_text="How a skipped or repeated local time was resolved.")
+
+
+TimestampsOutput = type(
+    "TimestampsOutput",
+    (serializers.Serializer,),
+    {n: serializers.DateTimeField(allow_null=True) for n in _TIMESTAMP_FIELDS},
+)
+
+
+class ScheduleRefOutput(serializers.Serializer):
+    id = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    occurrence_key = serializers.CharField()
+
+
+class MessageQuietOutput(serializers.Serializer):
+    start = serializers.CharField(allow_null=True)
+    end = serializers.CharField(allow_null=True)
+    timezone = serializers.CharField()
+    deferred_from = serializers.DateTimeField(allow_null=True)
+
+
 # The message as the API shows it, for the OpenAPI schema. Responses are built by ``message_data``,
 # which returns exactly what this serializer's ``.data`` would (a docstring here would show in the schema).
 class MessageOutput(serializers.Serializer):
@@ -165,7 +205,9 @@ class MessageOutput(serializers.Serializer):
     requested = serializers.SerializerMethodField()
     due_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
-    expected_send_at = serializers.DateTimeField(allow_null=True)
+    expected_send_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it is expected to reach the provider; null once on its way."
+    )
     provider = serializers.CharField()
     provider_message_id = serializers.CharField(allow_null=True)
     provider_status = serializers.CharField()
@@ -181,16 +223,19 @@ class MessageOutput(serializers.Serializer):
         fields["from"] = serializers.CharField(source="from_number")
         return fields
 
-    @extend_schema(exclude=True)
+    @extend_schema_field(RequestedOutput)
     def get_requested(self, m: Message) -> dict:
         return _requested(m)
 
+    @extend_schema_field(TimestampsOutput)
     def get_timestamps(self, m: Message) -> dict:
         return _timestamps(m)
 
+    @extend_schema_field(ScheduleRefOutput(allow_null=True))
     def get_schedule(self, m: Message) -> dict | None:
         return _schedule(m)
 
+    @extend_schema_field(MessageQuietOutput(allow_null=True))
     def get_quiet_hours(self, m: Message) -> dict | None:
         return _quiet(m)
 
@@ -301,11 +346,37 @@ def _idempotency_key(request) -> str | None:
     return key.strip()
 
 
+LIST_PARAMS = frozenset(
+    ("status", "to", "created_after", "created_before", "due_after", "due_before", "cursor", "page_size")
+)
+
+
+class MessageEventsOutput(serializers.Serializer):
+    message = serializers.CharField(help_text="The message's id.")
+    status = serializers.CharField(help_text="Its current status.")
+    events = EventOutput(many=True)
+
+
 class MessagesApi(APIView):
     @extend_schema(
         request=MessageCreateInput,
-        responses={201: MessageOutput, 200: MessageOutput},
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+        responses={
+            201: MessageOutput,
+            200: OpenApiResponse(MessageOutput, description="A replay of an earlier Idempotency-Key."),
+            422: schema.IDEMPOTENCY_MISMATCH,
+            429: schema.QUOTA_OR_RATE_LIMITED,
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="1-255 characters. A repeat with the same body returns the original (200, "
+                "`Idempotent-Replayed: true`); with a different body, 422.",
+            ),
+            OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201]),
+        ],
+        examples=[examples.SEND_NOW, examples.SEND_AT_LOCAL_TIME, examples.SEND_AT_INSTANT],
         summary="Send a message now or at a time",
     )
     def post(self, request):
@@ -320,20 +391,37 @@ class MessagesApi(APIView):
         return Response(message_data(message), status=201 if created else 200, headers=headers)
 
     @extend_schema(
-        responses=MessageOutput(many=True),
+        responses=schema.paginated(MessageOutput, "MessagePage"),
         parameters=[
-            OpenApiParameter("status", str, description="Comma-separated statuses."),
-            OpenApiParameter("to", str, description="Recipient, E.164."),
-            OpenApiParameter("created_after", str),
-            OpenApiParameter("created_before", str),
-            OpenApiParameter("due_after", str),
-            OpenApiParameter("due_before", str),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("page_size", int),
+            OpenApiParameter(
+                "status",
+                str,
+                description="Comma-separated statuses.",
+                examples=[OpenApiExample("Scheduled or queued", value="scheduled,queued")],
+            ),
+            OpenApiParameter(
+                "to",
+                str,
+                description="Recipient, normalised like the `to` field (E.164; a leading space from an "
+                "unencoded `+` is read as `+`). A number that cannot be one is a 400 naming `to`.",
+                examples=[OpenApiExample("One recipient", value="+14155550123")],
+            ),
+            OpenApiParameter("created_after", str, description="ISO 8601 instant."),
+            OpenApiParameter("created_before", str, description="ISO 8601 instant."),
+            OpenApiParameter(
+                "due_after",
+                str,
+                description="ISO 8601 instant.",
+                examples=[OpenApiExample("Due from", value="2026-12-24T00:00:00Z")],
+            ),
+            OpenApiParameter("due_before", str, description="ISO 8601 instant."),
+            *schema.PAGE_PARAMETERS,
         ],
+        operation_id="messages_list",
         summary="List messages (newest first, cursor pages)",
     )
     def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
         qs = selectors.message_list(tenant=request.user.tenant, params=request.query_params)
         paginator = MessageCursor()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -347,7 +435,8 @@ class MessageDetailApi(APIView):
 
     @extend_schema(
         request=MessageUpdateInput,
-        responses=MessageOutput,
+        responses={200: MessageOutput, 409: schema.CONFLICT, 429: schema.QUOTA_OR_RATE_LIMITED},
+        examples=[examples.RESCHEDULE],
         summary="Reschedule or edit a scheduled message (409 once queued or later)",
     )
     def patch(self, request, public_id: str):
@@ -362,10 +451,7 @@ class MessageDetailApi(APIView):
 class MessageCancelApi(APIView):
     @extend_schema(
         request=None,
-        responses={
-            200: MessageOutput,
-            409: inline_serializer("CancelConflict", {"error": serializers.DictField()}),
-        },
+        responses={200: MessageOutput, 409: schema.CONFLICT},
         summary="Cancel (scheduled or queued only; 409 with the real stage otherwise)",
     )
     def post(self, request, public_id: str):
@@ -376,7 +462,7 @@ class MessageCancelApi(APIView):
 
 
 class MessageEventsApi(APIView):
-    @extend_schema(responses=EventOutput(many=True), summary="The message's timeline, oldest first")
+    @extend_schema(responses=MessageEventsOutput, summary="The message's timeline, oldest first")
     def get(self, request, public_id: str):
         message = services.message_get(tenant=request.user.tenant, public_id=public_id)
         events = selectors.message_events(message=message)

@@ -14,7 +14,7 @@ import re
 
 import phonenumbers
 
-__all__ = ["VALID_FICTIONAL_NUMBERS", "PhoneNumberError", "mask", "normalize_e164"]
+__all__ = ["VALID_FICTIONAL_NUMBERS", "PhoneNumberError", "mask", "normalize_e164", "normalize_e164_query"]
 
 VALID_FICTIONAL_NUMBERS: tuple[str, ...] = (
     "+14155550100",
@@ -74,6 +74,17 @@ def normalize_e164(raw: str) -> str:
     if not phonenumbers.is_valid_number(parsed):
         raise PhoneNumberError("phone number is not a valid number for its country")
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def normalize_e164_query(raw: str) -> str:
+    """``normalize_e164`` for a number given in a URL's query string, where an unencoded ``+`` arrives as
+    a space: ``?to=+14155550100`` is read as ``" 14155550100"``. A leading space before a digit is that
+    ``+``; anything else is judged exactly as the field is."""
+    if isinstance(raw, str) and raw[:1] == " ":
+        text = raw.lstrip(" ")
+        if text[:1].isascii() and text[:1].isdigit():
+            raw = "+" + text
+    return normalize_e164(raw)
 
 
 _MASK_HEAD_DIGITS = 4

@@ -10,7 +10,7 @@ from django.utils.dateparse import parse_datetime
 
 from scheduling.materialize import occurrence_key, quiet_window_of, recurrence_of
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
-from scheduling.selectors import instant_in_range
+from scheduling.selectors import instant_in_range, recipient_param
 from smsgw.errors import field_error
 
 PREVIEW_DEFAULT = 10
@@ -28,7 +28,7 @@ def schedule_list(*, tenant, params) -> QuerySet[Schedule]:
             )
         qs = qs.filter(status__in=statuses)
     if params.get("to"):
-        qs = qs.filter(to=params["to"])
+        qs = qs.filter(to=recipient_param(params["to"]))
     return qs
 
 

@@ -3,16 +3,18 @@ endpoint; the rules live in ``scheduling.schedules`` (writes) and ``scheduling.s
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling import examples
 from scheduling import schedule_selectors as selectors
 from scheduling import schedules as services
 from scheduling.api import StrictSerializer, _metadata
 from scheduling.materialize import naive
 from scheduling.models import Priority, Schedule
+from smsgw import schema, strict_input
 from smsgw.pagination import StrictCursorPagination
 
 # One definition of the strictness and metadata rules for both message and schedule input.
@@ -64,6 +66,24 @@ ScheduleCreateInput = type("ScheduleCreateInput", (_Strict,), _schedule_fields(T
 ScheduleUpdateInput = type("ScheduleUpdateInput", (_Strict,), _schedule_fields(False))
 
 
+class ScheduleQuietOutput(serializers.Serializer):
+    requested = serializers.DictField(allow_null=True, help_text="The schedule's own override, if any.")
+    effective = serializers.DictField(allow_null=True, help_text="The window that applies (null: none).")
+
+
+class NextOccurrenceOutput(serializers.Serializer):
+    local_time = serializers.CharField()
+    occurrence_at = serializers.DateTimeField()
+
+
+class ScheduleTimestampsOutput(serializers.Serializer):
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    paused_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+
+
 class ScheduleOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     status = serializers.CharField()
@@ -82,7 +102,7 @@ class ScheduleOutput(serializers.Serializer):
     quiet_hours = serializers.SerializerMethodField()
     recipient_timezone = serializers.CharField()
     next_occurrence = serializers.SerializerMethodField()
-    materialized_until = serializers.DateTimeField()
+    materialized_until = serializers.DateTimeField(allow_null=True)
     materialized_count = serializers.IntegerField()
     timestamps = serializers.SerializerMethodField()
 
@@ -94,10 +114,12 @@ class ScheduleOutput(serializers.Serializer):
     def get_start(self, s: Schedule) -> str:
         return naive(s.start_local).isoformat()
 
+    @extend_schema_field(ScheduleQuietOutput)
     def get_quiet_hours(self, s: Schedule) -> dict:
         window = services.quiet_window_of(s, s.tenant)
         return {"requested": s.quiet_hours or None, "effective": window.as_dict() if window else None}
 
+    @extend_schema_field(NextOccurrenceOutput(allow_null=True))
     def get_next_occurrence(self, s: Schedule) -> dict | None:
         """The materializer's cursor: the first occurrence not yet made into a message."""
         if s.cursor_local is None:
@@ -107,9 +129,25 @@ class ScheduleOutput(serializers.Serializer):
             "occurrence_at": s.next_occurrence_at.isoformat(),
         }
 
+    @extend_schema_field(ScheduleTimestampsOutput)
     def get_timestamps(self, s: Schedule) -> dict:
         names = ("created_at", "updated_at", "paused_at", "ended_at", "cancelled_at")
         return {n: (getattr(s, n).isoformat() if getattr(s, n) else None) for n in names}
+
+
+class OccurrenceChangesOutput(serializers.Serializer):
+    materialized = serializers.IntegerField(help_text="Occurrences made into messages by this change.")
+    cancelled = serializers.ListField(child=serializers.CharField(), help_text="Messages cancelled.")
+    kept = serializers.ListField(
+        child=serializers.DictField(), help_text="Messages already on their way, left as they were."
+    )
+
+
+class ScheduleChangeOutput(ScheduleOutput):
+    """A schedule after a write, with what the write did to its occurrences."""
+
+    occurrences = OccurrenceChangesOutput()
+    changed = serializers.BooleanField(help_text="False when the call changed nothing (e.g. a repeat).")
 
 
 class VersionOutput(serializers.Serializer):
@@ -131,10 +169,11 @@ class OccurrenceMessageOutput(serializers.Serializer):
     timezone = serializers.CharField(source="requested_timezone")
     dst_adjustment = serializers.CharField()
     due_at = serializers.DateTimeField()
-    quiet_deferred_from = serializers.DateTimeField()
-    sent_at = serializers.DateTimeField()
-    cancelled_at = serializers.DateTimeField()
+    quiet_deferred_from = serializers.DateTimeField(allow_null=True)
+    sent_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
 
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_local_time(self, m) -> str | None:
         return naive(m.requested_local_time).isoformat() if m.requested_local_time else None
 
@@ -169,9 +208,19 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
     return Response(body, status=code, headers={"Location": f"/v1/schedules/{change.schedule.public_id}"})
 
 
+# The query parameters each read accepts; any other is a 400 naming it.
+PAGE_PARAMS = frozenset(("cursor", "page_size"))
+LIST_PARAMS = PAGE_PARAMS | {"status", "to"}
+PREVIEW_PARAMS = frozenset(("count", "after"))
+
+
 class SchedulesApi(APIView):
     @extend_schema(
-        request=ScheduleCreateInput, responses={201: ScheduleOutput}, summary="Create a recurring schedule"
+        request=ScheduleCreateInput,
+        responses={201: ScheduleChangeOutput},
+        parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
+        examples=[examples.RECURRING],
+        summary="Create a recurring schedule",
     )
     def post(self, request):
         data = ScheduleCreateInput(data=request.data)
@@ -182,11 +231,17 @@ class SchedulesApi(APIView):
         return _change_response(change, status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses=ScheduleOutput(many=True),
-        parameters=[OpenApiParameter("status", str), OpenApiParameter("to", str)],
+        responses=schema.paginated(ScheduleOutput, "SchedulePage"),
+        parameters=[
+            OpenApiParameter("status", str, description="Comma-separated statuses."),
+            OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
+            *schema.PAGE_PARAMETERS,
+        ],
+        operation_id="schedules_list",
         summary="List schedules (newest first, cursor pages)",
     )
     def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
         qs = selectors.schedule_list(tenant=request.user.tenant, params=request.query_params)
         paginator = _Cursor()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -203,7 +258,7 @@ class ScheduleDetailApi(APIView):
 
     @extend_schema(
         request=ScheduleUpdateInput,
-        responses=ScheduleOutput,
+        responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
     def patch(self, request, public_id: str):
@@ -215,9 +270,11 @@ class ScheduleDetailApi(APIView):
         return _change_response(change)
 
 
-def _action_view(name: str, service, summary: str):
+def _action_view(name: str, service, summary: str, *, conflict: bool = True):
+    responses = {200: ScheduleChangeOutput, **({409: schema.SCHEDULE_CONFLICT} if conflict else {})}
+
     class _View(APIView):
-        @extend_schema(request=None, responses=ScheduleOutput, summary=summary)
+        @extend_schema(request=None, responses=responses, summary=summary)
         def post(self, request, public_id: str):
             change = service(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
             return _change_response(change)
@@ -233,8 +290,22 @@ ScheduleResumeApi = _action_view(
     "ScheduleResumeApi", services.schedule_resume, "Resume from the next occurrence after now"
 )
 ScheduleCancelApi = _action_view(
-    "ScheduleCancelApi", services.schedule_cancel, "Cancel for good: cancels pending occurrences"
+    "ScheduleCancelApi",
+    services.schedule_cancel,
+    "Cancel for good: cancels pending occurrences (a repeat answers 200, changed: false)",
+    conflict=False,
 )
+
+
+class OccurrencesOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    status = serializers.CharField()
+    occurrences = OccurrencePreviewOutput(many=True)
+
+
+class VersionsOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    versions = VersionOutput(many=True)
 
 
 class ScheduleOccurrencesApi(APIView):
@@ -243,11 +314,12 @@ class ScheduleOccurrencesApi(APIView):
             OpenApiParameter("count", int, description=f"1-{selectors.PREVIEW_MAX}, default 10"),
             OpenApiParameter("after", str, description="ISO 8601 instant; default now"),
         ],
-        responses=OccurrencePreviewOutput(many=True),
+        responses=OccurrencesOutput,
         summary="Preview the next N occurrences in local time and UTC",
     )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PREVIEW_PARAMS)
         items = selectors.schedule_preview(schedule=schedule, params=request.query_params)
         for item in items:
             for key in ("occurrence_at", "due_at"):
@@ -256,7 +328,7 @@ class ScheduleOccurrencesApi(APIView):
 
 
 class ScheduleVersionsApi(APIView):
-    @extend_schema(responses=VersionOutput(many=True), summary="Every version, with actor and time")
+    @extend_schema(responses=VersionsOutput, summary="Every version, with actor and time")
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
         versions = selectors.schedule_versions(schedule=schedule)
@@ -264,9 +336,15 @@ class ScheduleVersionsApi(APIView):
 
 
 class ScheduleMessagesApi(APIView):
-    @extend_schema(responses=OccurrenceMessageOutput(many=True), summary="Occurrences made so far")
+    @extend_schema(
+        responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
+        parameters=schema.PAGE_PARAMETERS,
+        operation_id="schedules_messages_list",
+        summary="Occurrences made so far (newest first, cursor pages)",
+    )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PAGE_PARAMS)
         paginator = _Cursor()
         page = paginator.paginate_queryset(selectors.schedule_messages(schedule=schedule), request, view=self)
         return paginator.get_paginated_response(OccurrenceMessageOutput(page, many=True).data)
@@ -278,9 +356,14 @@ class QuietHoursInput(_Strict):
     exempt_transactional = serializers.BooleanField(required=False)
 
 
+@extend_schema_field({"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$", "example": "21:00"})
+class _HourMinuteField(serializers.TimeField):
+    """A local time of day as HH:MM (OpenAPI's "time" format would need seconds and an offset)."""
+
+
 class QuietHoursOutput(serializers.Serializer):
-    start = serializers.TimeField(source="quiet_hours_start", format="%H:%M", allow_null=True)
-    end = serializers.TimeField(source="quiet_hours_end", format="%H:%M", allow_null=True)
+    start = _HourMinuteField(source="quiet_hours_start", format="%H:%M", allow_null=True)
+    end = _HourMinuteField(source="quiet_hours_end", format="%H:%M", allow_null=True)
     timezone = serializers.CharField(source="default_timezone")
     exempt_transactional = serializers.BooleanField(source="quiet_hours_exempt_transactional")
 
@@ -290,14 +373,20 @@ class QuietHoursApi(APIView):
     def get(self, request):
         return Response(QuietHoursOutput(request.user.tenant).data)
 
-    @extend_schema(request=QuietHoursInput, responses=QuietHoursOutput, summary="Set quiet hours")
+    @extend_schema(
+        request=QuietHoursInput,
+        responses=QuietHoursOutput,
+        examples=[examples.QUIET_HOURS],
+        summary="Set quiet hours",
+    )
     def put(self, request):
         data = QuietHoursInput(data=request.data)
         data.is_valid(raise_exception=True)
         tenant = services.tenant_quiet_hours_set(tenant=request.user.tenant, data=data.validated_data)
         return Response(QuietHoursOutput(tenant).data)
 
-    @extend_schema(request=None, responses=QuietHoursOutput, summary="Switch quiet hours off")
+    # 200 with the resulting policy, like PUT: the policy stays (start and end null), only the window goes.
+    @extend_schema(request=None, responses={200: QuietHoursOutput}, summary="Switch quiet hours off")
     def delete(self, request):
         tenant = services.tenant_quiet_hours_set(
             tenant=request.user.tenant, data={"start": None, "end": None}

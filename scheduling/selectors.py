@@ -8,9 +8,19 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Message, MessageEvent, Status
+from scheduling.phone import PhoneNumberError, normalize_e164_query
 from smsgw.errors import field_error
 
 MAX_TIMELINE = 1000
+
+
+def recipient_param(raw: str) -> str:
+    """The ``to`` filter, normalised as the ``to`` field is (or a 400 naming ``to``): a filter that can
+    never match must not silently answer an empty page."""
+    try:
+        return normalize_e164_query(raw)
+    except PhoneNumberError as exc:
+        raise field_error("to", str(exc)) from exc
 
 
 def _instant(params, name: str):
@@ -45,7 +55,7 @@ def message_list(*, tenant, params) -> QuerySet[Message]:
             raise field_error("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
         qs = qs.filter(status__in=statuses)
     if params.get("to"):
-        qs = qs.filter(to=params["to"])
+        qs = qs.filter(to=recipient_param(params["to"]))
     for name, lookup in (
         ("created_after", "created_at__gte"),
         ("created_before", "created_at__lt"),

@@ -129,11 +129,21 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["smsgw.limits.ratelimit.ApiKeyRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
+# Adds the error responses every operation can give (401, 429, 400, 404, 413, 415) to the schema.
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "smsgw.schema.ApiAutoSchema"
 SPECTACULAR_SETTINGS = {
     "TITLE": "smsgw tenant API",
-    "DESCRIPTION": "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.",
+    "DESCRIPTION": (
+        "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.\n\n"
+        "Authenticate every call with `Authorization: Bearer sk_<prefix>_<secret>`; the key names the "
+        'tenant. Errors are always `{"error": {"code", "message", "fields"}}`: a 400 names '
+        "each field, query parameter or header to correct, and a refused request changes nothing. Lists "
+        "are newest first in cursor pages `{next, previous, results}`: follow `next`."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: a nullable object is oneOf [its schema, null], which validators read one way (3.0 is ambiguous).
+    "OAS_VERSION": "3.1.0",
 }
 
 # --- Celery ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from delivery import api as delivery_api
 from receipts import api as receipts_api
 from scheduling import api
 from scheduling import schedules_api as sched
-from smsgw import health
+from smsgw import docs, health
 
 urlpatterns = [
     path("v1/messages", api.MessagesApi.as_view(), name="messages"),
@@ -40,6 +40,9 @@ urlpatterns = [
         {"format": "json"},
         name="openapi",
     ),
+    path("v1/docs", docs.RedocView.as_view(), name="docs"),
+    path("v1/docs/swagger", docs.SwaggerView.as_view(), name="docs-swagger"),
+    *docs.asset_urlpatterns(),
     path("v1/webhook", receipts_api.WebhookConfigApi.as_view(), name="webhook-config"),
     path(
         "v1/webhook-deliveries/<str:webhook_id>/replay",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -103,6 +104,15 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         assert events["events"][0]["kind"] == "created"
         _, stats = _http("GET", f"http://127.0.0.1:{sandbox}/_sandbox/stats")
         assert stats["submissions"] == 1
+        # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
+        # script it names, all from this server.
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:
+            page = resp.read().decode()
+        scripts = re.findall(r'<script src="([^"]+)"', page)
+        assert scripts and all(src.startswith("/v1/docs/assets/") for src in scripts), page
+        for src in scripts:
+            with urllib.request.urlopen(f"http://127.0.0.1:{web}{src}", timeout=30) as resp:
+                assert resp.status == 200 and len(resp.read()) > 100_000, src
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

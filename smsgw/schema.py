@@ -1,0 +1,293 @@
+"""The OpenAPI contract's shared parts: the bearer scheme, the error envelope and the error responses every
+operation can give, and the page shape of cursor-paginated lists.
+
+``ApiAutoSchema`` (REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]) adds to each operation the errors that follow
+from its shape, so a view declares only the ones particular to it (409, 422, 403, the quota 429):
+- 401 and 429 (``rate_limited``) on every authenticated operation;
+- 400 where there is a request body, a query parameter or a request header to get wrong;
+- 404 where the path names an object by id;
+- 413 and 415 where there is a request body.
+tests/smsgw/test_openapi_contract.py checks real responses against the result."""
+
+from __future__ import annotations
+
+import re
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    target_class = "smsgw.auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "sk_<prefix>_<secret>",
+            "description": "`Authorization: Bearer sk_<prefix>_<secret>`. The key names the tenant; every "
+            "object another tenant owns answers 404.",
+        }
+
+
+class ErrorDetail(serializers.Serializer):
+    code = serializers.CharField(
+        help_text="Machine-readable: invalid, malformed_request, not_authenticated, authentication_failed, "
+        "permission_denied, not_found, conflict, idempotency_key_reused, request_too_large, "
+        "unsupported_media_type, quota_exceeded, rate_limited, ..."
+    )
+    message = serializers.CharField(help_text="For a person; for a 400, names the first field to correct.")
+    status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
+    quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
+    limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
+    used = serializers.IntegerField(required=False, help_text="quota_exceeded only: how much is used.")
+    requested = serializers.IntegerField(
+        required=False, help_text="quota_exceeded only: how much this request needed."
+    )
+    resets_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # "fields" is an attribute of every serializer, so it cannot be declared on the class.
+        fields["fields"] = serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            required=False,
+            help_text="400: each field to correct (a body key, a query parameter or a header) and why.",
+        )
+        return fields
+
+
+class ErrorEnvelope(serializers.Serializer):
+    error = ErrorDetail()
+
+
+def _example(name: str, http_status: int, code: str, message: str, **extra) -> OpenApiExample:
+    return OpenApiExample(
+        name,
+        value={"error": {"code": code, "message": message, **extra}},
+        response_only=True,
+        status_codes=[str(http_status)],
+    )
+
+
+def error(http_status: int, description: str, *examples: OpenApiExample) -> OpenApiResponse:
+    return OpenApiResponse(ErrorEnvelope, description=description, examples=list(examples))
+
+
+_INVALID_FIELD = _example(
+    "Invalid field",
+    400,
+    "invalid",
+    "timezone: unknown IANA timezone 'Mars/Olympus'",
+    fields={"timezone": ["unknown IANA timezone 'Mars/Olympus'"]},
+)
+_MALFORMED = _example(
+    "Malformed JSON",
+    400,
+    "malformed_request",
+    "JSON parse error - Expecting value: line 1 column 1 (char 0)",
+    fields={"body": ["JSON parse error - Expecting value: line 1 column 1 (char 0)"]},
+)
+_BAD_QUERY = _example(
+    "Invalid query parameter",
+    400,
+    "invalid",
+    "page_size: must be a whole number from 1 to 500",
+    fields={"page_size": ["must be a whole number from 1 to 500"]},
+)
+_BAD_400 = "Invalid input: `fields` names each {} to correct. Nothing was changed."
+BAD_BODY = error(400, _BAD_400.format("body key (or header)"), _INVALID_FIELD, _MALFORMED)
+BAD_QUERY = error(400, _BAD_400.format("query parameter (`cursor`, `page_size`, `to`, ...)"), _BAD_QUERY)
+BAD_PATH = error(
+    400,
+    _BAD_400.format("path parameter"),
+    _example("Invalid sender", 400, "invalid", "sender: not a sender", fields={"sender": ["not a sender"]}),
+)
+UNAUTHENTICATED = error(
+    401,
+    "No API key, a malformed, unknown or revoked one, or a disabled tenant. The answer carries "
+    "`WWW-Authenticate: Bearer`.",
+    _example("Unknown key", 401, "authentication_failed", "Unknown API key."),
+)
+FORBIDDEN = error(
+    403,
+    "The object exists but is not this tenant's to change.",
+    _example(
+        "Not yours",
+        403,
+        "permission_denied",
+        "This sender's rate is set by the operator or another tenant.",
+    ),
+)
+NOT_FOUND = error(
+    404,
+    "No such object for this tenant (another tenant's object is a 404 too).",
+    _example("Unknown id", 404, "not_found", "No message with this id."),
+)
+CONFLICT = error(
+    409,
+    "The message's current status does not allow this; `status` gives it. Nothing was changed.",
+    _example(
+        "Too late to cancel",
+        409,
+        "conflict",
+        "Too late to cancel: the message is already sent.",
+        status="sent",
+    ),
+)
+SCHEDULE_CONFLICT = error(
+    409,
+    "The schedule's current status does not allow this; `status` gives it. Nothing was changed.",
+    _example(
+        "Cancelled schedule",
+        409,
+        "conflict",
+        "A cancelled schedule cannot be changed.",
+        status="cancelled",
+    ),
+)
+IDEMPOTENCY_MISMATCH = error(
+    422,
+    "The `Idempotency-Key` was already used with a different body. Nothing was stored.",
+    _example(
+        "Key reused",
+        422,
+        "idempotency_key_reused",
+        "This Idempotency-Key was already used with a different request body; use a new key for a "
+        "different message.",
+    ),
+)
+TOO_LARGE = error(
+    413,
+    "The request body is larger than the API accepts. Nothing was stored.",
+    _example("Too large", 413, "request_too_large", "The request body is too large."),
+)
+UNSUPPORTED_MEDIA_TYPE = error(
+    415,
+    "The body is not `application/json`.",
+    _example("Not JSON", 415, "unsupported_media_type", 'Unsupported media type "text/plain" in request.'),
+)
+_RATE_LIMITED = _example(
+    "Rate limited", 429, "rate_limited", "Too many requests for this API key; retry after 1 s."
+)
+RATE_LIMITED = error(
+    429,
+    "Too many requests for this API key (shared by every web process). Wait `Retry-After` seconds; "
+    "`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy` describe the "
+    "bucket (they are on every answer to a key).",
+    _RATE_LIMITED,
+)
+QUOTA_OR_RATE_LIMITED = error(
+    429,
+    "`quota_exceeded`: accepting this would exceed a tenant quota (`quota` names it; `limit`, `used` and "
+    "`resets_at` say by how much and until when). Nothing was stored. Or `rate_limited`, as on every "
+    "operation.",
+    _example(
+        "Quota exceeded",
+        429,
+        "quota_exceeded",
+        "Daily message quota of 1000 segments reached; it resets at 2026-12-02T05:00:00+00:00.",
+        quota="daily_message_quota",
+        limit=1000,
+        used=999,
+        requested=2,
+        resets_at="2026-12-02T05:00:00+00:00",
+    ),
+    _RATE_LIMITED,
+)
+
+# Every answer to a key carries the key's rate-limit state; a 429 also says when to come back.
+RATE_LIMIT_HEADERS = [
+    OpenApiParameter(
+        "Retry-After",
+        int,
+        OpenApiParameter.HEADER,
+        response=[429],
+        description="Seconds to wait (a quota refusal sends it only when waiting helps).",
+    ),
+    OpenApiParameter(
+        "RateLimit-Limit", int, OpenApiParameter.HEADER, response=True, description="The key's burst."
+    ),
+    OpenApiParameter(
+        "RateLimit-Remaining", int, OpenApiParameter.HEADER, response=True, description="Requests left now."
+    ),
+    OpenApiParameter(
+        "RateLimit-Reset",
+        int,
+        OpenApiParameter.HEADER,
+        response=True,
+        description="Seconds until the bucket is full again.",
+    ),
+    OpenApiParameter(
+        "RateLimit-Policy",
+        str,
+        OpenApiParameter.HEADER,
+        response=True,
+        description="`<burst>;w=<seconds>`.",
+    ),
+]
+
+
+def paginated(serializer: type[serializers.Serializer], name: str):
+    """The page a CursorPagination answers: ``{next, previous, results}``."""
+    return inline_serializer(
+        name,
+        {
+            "next": serializers.URLField(allow_null=True, help_text="The next page's URL; null on the last."),
+            "previous": serializers.URLField(allow_null=True, help_text="The previous page's URL, or null."),
+            "results": serializer(many=True),
+        },
+    )
+
+
+class ApiAutoSchema(AutoSchema):
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        for code, response in self._implied_errors().items():
+            if str(code) not in responses:
+                responses[str(code)] = self._get_response_for_code(response, str(code), direction=direction)
+        return dict(sorted(responses.items()))
+
+    def get_override_parameters(self):
+        params = super().get_override_parameters()
+        if self._authenticated():
+            params = [*params, *RATE_LIMIT_HEADERS]
+        return params
+
+    def _authenticated(self) -> bool:
+        return bool(self.view.get_authenticators())
+
+    def _implied_errors(self) -> dict[int, OpenApiResponse]:
+        errors: dict[int, OpenApiResponse] = {}
+        has_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None
+        inputs = (OpenApiParameter.QUERY, OpenApiParameter.HEADER)
+        has_input = any(
+            isinstance(p, OpenApiParameter) and p.location in inputs and not p.response
+            for p in self.get_override_parameters()
+        )
+        if has_body:
+            errors[400] = BAD_BODY
+        elif has_input:
+            errors[400] = BAD_QUERY
+        if self._authenticated():
+            errors[401] = UNAUTHENTICATED
+            errors[429] = RATE_LIMITED
+        if re.search(r"\{\w*id\}", self.path):
+            errors[404] = NOT_FOUND
+        if has_body:
+            errors[413] = TOO_LARGE
+            errors[415] = UNSUPPORTED_MEDIA_TYPE
+        return errors
+
+
+PAGE_PARAMETERS = [
+    OpenApiParameter(
+        "cursor", str, description="Opaque: the `next` or `previous` URL of a page carries it. Else 400."
+    ),
+    OpenApiParameter("page_size", int, description="1-500, default 50. Else 400 naming `page_size`."),
+]

@@ -1,0 +1,427 @@
+"""The served OpenAPI schema against real responses: every operation is called through the Django test
+client, on its happy path and its error paths, and each response (status, headers, body) is validated with
+openapi-core against the operation's documented responses. Objects are validated strictly (a key the
+schema does not name is a mismatch), and the walk fails if an operation of the schema was not exercised."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+
+import pytest
+from django.urls import resolve
+from django.utils import timezone
+from openapi_core import OpenAPI
+from openapi_core.contrib.django import DjangoOpenAPIRequest, DjangoOpenAPIResponse
+from rest_framework.test import APIClient
+
+from receipts.models import WebhookDelivery, WebhookStatus
+from scheduling import transitions
+from scheduling.models import Status
+from smsgw.models import ApiKey
+from tests.factories import RECIPIENT, message, tenant_with_key
+
+pytestmark = pytest.mark.django_db
+
+METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def strict(schema):
+    """Every object that lists its properties accepts only those (OpenAPI's default accepts any extra)."""
+    if isinstance(schema, dict):
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        for value in schema.values():
+            strict(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            strict(value)
+    return schema
+
+
+def served_schema() -> dict:
+    resp = APIClient().get("/v1/openapi.json")
+    assert resp.status_code == 200
+    return resp.json()
+
+
+class Contract:
+    """A test client whose every answer is checked against the schema, with a record of what was seen."""
+
+    def __init__(self, spec: dict, key: str):
+        self.spec = spec
+        self.openapi = OpenAPI.from_dict(strict(copy.deepcopy(spec)))
+        self.operations = {(path, m) for path, ops in spec["paths"].items() for m in ops if m in METHODS}
+        self.seen: dict[tuple[str, str], set[int]] = {}
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        self.key = key
+
+    def call(self, method: str, path: str, expect: int, *, auth: str | None = "key", **kwargs):
+        client = APIClient()
+        if auth:
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.key if auth == 'key' else auth}")
+        if "data" in kwargs and "format" not in kwargs and "content_type" not in kwargs:
+            kwargs["format"] = "json"
+        resp = getattr(client, method)(path, **kwargs)
+        assert resp.status_code == expect, (method, path, resp.status_code, resp.content[:500])
+        if resp.wsgi_request.resolver_match is None:  # answered by the API's edge before routing
+            resp.wsgi_request.resolver_match = resolve(resp.wsgi_request.path)
+        request = DjangoOpenAPIRequest(resp.wsgi_request)
+        # Raises with the mismatch (undocumented status, body or header not matching its schema).
+        self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
+        self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
+        return resp.json() if resp.content else None
+
+
+@pytest.fixture
+def contract(settings):
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    tenant, key = tenant_with_key("acme")
+    c = Contract(served_schema(), key)
+    c.tenant = tenant
+    return c
+
+
+def soon(hours: float = 2) -> str:
+    at = timezone.now() + timedelta(hours=hours)
+    return at.replace(second=0, microsecond=0, tzinfo=None).isoformat()
+
+
+def messages_walk(c: Contract) -> None:
+    c.call("post", "/v1/messages", 201, data={"to": RECIPIENT, "body": "now"})
+    later = c.call(
+        "post",
+        "/v1/messages",
+        201,
+        data={
+            "to": RECIPIENT,
+            "body": "later",
+            "send_at": soon(),
+            "timezone": "America/New_York",
+            "metadata": {"order": "A-1"},
+            "quiet_hours": {"start": "21:00", "end": "08:00"},
+            "recipient_timezone": "America/New_York",
+        },
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+    c.call(
+        "post",
+        "/v1/messages",
+        200,
+        data={
+            "to": RECIPIENT,
+            "body": "later",
+            "send_at": soon(),
+            "timezone": "America/New_York",
+            "metadata": {"order": "A-1"},
+            "quiet_hours": {"start": "21:00", "end": "08:00"},
+            "recipient_timezone": "America/New_York",
+        },
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+    c.call("post", "/v1/messages", 422, data={"to": RECIPIENT, "body": "other"}, HTTP_IDEMPOTENCY_KEY="k-1")
+    c.call("post", "/v1/messages", 400, data={"to": RECIPIENT, "body": "x", "timezone": "Mars/Olympus"})
+    c.call("post", "/v1/messages", 400, data="{not json", content_type="application/json")
+    c.call("post", "/v1/messages", 415, data="to=1", content_type="text/plain")
+    c.call("post", "/v1/messages", 401, auth=None, data={"to": RECIPIENT, "body": "x"})
+    c.call("post", "/v1/messages", 401, auth="sk_nope_nope", data={"to": RECIPIENT, "body": "x"})
+
+    page = c.call("get", "/v1/messages", 200, data={"page_size": 1})
+    assert len(page["results"]) == 1 and page["next"]
+    c.call("get", page["next"], 200)
+    c.call("get", "/v1/messages", 200, data={"status": "scheduled,queued", "to": RECIPIENT})
+    c.call("get", "/v1/messages", 400, data={"status": "bogus"})
+    c.call("get", "/v1/messages", 401, auth=None)
+
+    mid = later["id"]
+    c.call("get", f"/v1/messages/{mid}", 200)
+    c.call("get", "/v1/messages/msg_unknown", 404)
+    c.call("patch", f"/v1/messages/{mid}", 200, data={"body": "edited"})
+    c.call("patch", f"/v1/messages/{mid}", 400, data={"sendAt": "tomorrow"})
+    c.call("patch", "/v1/messages/msg_unknown", 404, data={"body": "x"})
+    c.call("get", f"/v1/messages/{mid}/events", 200)
+    c.call("get", "/v1/messages/msg_unknown/events", 404)
+    c.call("post", f"/v1/messages/{mid}/cancel", 200)
+    c.call("post", f"/v1/messages/{mid}/cancel", 200)  # a repeat is the same answer
+    c.call("patch", f"/v1/messages/{mid}", 409, data={"body": "too late"})
+    c.call("post", "/v1/messages/msg_unknown/cancel", 404)
+
+    # A message that has been sent: its timestamps and provider fields are filled in.
+    sent = message(c.tenant)
+    steps = [
+        (Status.SCHEDULED, Status.QUEUED),
+        (Status.QUEUED, Status.SENDING),
+        (Status.SENDING, Status.SENT),
+    ]
+    for from_status, to_status in steps:
+        transitions.transition(
+            sent.pk,
+            from_statuses=[from_status],
+            to_status=to_status,
+            kind=to_status,
+            set_fields={"provider_message_id": "SM123"} if to_status == Status.SENT else None,
+        )
+    c.call("get", f"/v1/messages/{sent.public_id}", 200)
+    c.call("get", f"/v1/messages/{sent.public_id}/events", 200)
+    c.call("post", f"/v1/messages/{sent.public_id}/cancel", 409)
+
+
+def schedules_walk(c: Contract) -> None:
+    body = {
+        "to": RECIPIENT,
+        "body": "Take your medicine",
+        "rrule": "FREQ=HOURLY;INTERVAL=6",
+        "start": soon(1),
+        "timezone": "UTC",
+        "exdate": ["2031-01-01"],
+        "quiet_hours": {"start": "21:00", "end": "08:00"},
+    }
+    sid = c.call("post", "/v1/schedules", 201, data=body)["id"]
+    c.call("post", "/v1/schedules", 201, data={**body, "start": soon(3), "quiet_hours": {"enabled": False}})
+    c.call("post", "/v1/schedules", 400, data={**body, "rrule": "FREQ=SOMETIMES"})
+    c.call("post", "/v1/schedules", 401, auth=None, data=body)
+
+    c.call("get", "/v1/schedules", 200, data={"page_size": 1})
+    c.call("get", "/v1/schedules", 200, data={"status": "active", "to": RECIPIENT})
+    c.call("get", "/v1/schedules", 400, data={"status": "bogus"})
+
+    c.call("get", f"/v1/schedules/{sid}", 200)
+    c.call("get", "/v1/schedules/sch_unknown", 404)
+    c.call("patch", f"/v1/schedules/{sid}", 200, data={"body": "Take two"})
+    c.call("patch", f"/v1/schedules/{sid}", 400, data={"rrule": "nope"})
+    c.call("patch", "/v1/schedules/sch_unknown", 404, data={"body": "x"})
+
+    c.call("get", f"/v1/schedules/{sid}/occurrences", 200, data={"count": 3})
+    c.call("get", f"/v1/schedules/{sid}/occurrences", 400, data={"count": 0})
+    c.call("get", "/v1/schedules/sch_unknown/occurrences", 404)
+    c.call("get", f"/v1/schedules/{sid}/versions", 200)
+    c.call("get", "/v1/schedules/sch_unknown/versions", 404)
+    c.call("get", f"/v1/schedules/{sid}/messages", 200, data={"page_size": 2})
+    c.call("get", "/v1/schedules/sch_unknown/messages", 404)
+
+    c.call("post", f"/v1/schedules/{sid}/resume", 200)  # already active: the same answer
+    c.call("post", f"/v1/schedules/{sid}/pause", 200)
+    c.call("post", f"/v1/schedules/{sid}/pause", 200)
+    c.call("post", "/v1/schedules/sch_unknown/pause", 404)
+    c.call("post", f"/v1/schedules/{sid}/resume", 200)
+    c.call("post", "/v1/schedules/sch_unknown/resume", 404)
+    c.call("post", f"/v1/schedules/{sid}/cancel", 200)
+    c.call("post", f"/v1/schedules/{sid}/cancel", 200)
+    c.call("post", "/v1/schedules/sch_unknown/cancel", 404)
+    c.call("post", f"/v1/schedules/{sid}/pause", 409)
+    c.call("post", f"/v1/schedules/{sid}/resume", 409)
+    c.call("patch", f"/v1/schedules/{sid}", 409, data={"body": "x"})
+    c.call("get", f"/v1/schedules/{sid}/occurrences", 200)
+
+
+def settings_walk(c: Contract) -> None:
+    c.call("get", "/v1/quiet-hours", 200)
+    c.call(
+        "put", "/v1/quiet-hours", 200, data={"start": "21:00", "end": "08:00", "exempt_transactional": True}
+    )
+    c.call("put", "/v1/quiet-hours", 400, data={"start": "25:00", "end": "08:00"})
+    c.call("delete", "/v1/quiet-hours", 200)
+    c.call("get", "/v1/quiet-hours", 401, auth=None)
+
+    c.call("get", "/v1/capacity", 200)
+    c.call("put", "/v1/capacity/senders/+14155550100", 200, data={"segments_per_second": 2})
+    c.call("put", "/v1/capacity/senders/+14155550100", 400, data={"segments_per_second": -1})
+    c.call("put", "/v1/capacity/senders/!!", 400, data={"segments_per_second": 1})
+    c.call("delete", "/v1/capacity/senders/+14155550100", 200)
+    c.call("delete", "/v1/capacity/senders/!!", 400)
+    other, _ = tenant_with_key("other")
+    from delivery import capacity
+
+    capacity.sender_capacity_set(tenant=other, sender="+14155550122", segments_per_second=9)
+    c.call("put", "/v1/capacity/senders/+14155550122", 403, data={"segments_per_second": 1})
+    c.call("delete", "/v1/capacity/senders/+14155550122", 403)
+
+    c.call("get", "/v1/webhook", 200)
+    c.call("put", "/v1/webhook", 200, data={"url": "https://127.0.0.1:9/hook"})
+    c.call("put", "/v1/webhook", 200, data={"url": "https://127.0.0.1:9/hook2"})
+    c.call("put", "/v1/webhook", 400, data={"url": "https://[/"})
+    c.call("get", "/v1/webhook", 200)
+
+    msg = message(c.tenant)
+    transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
+    delivery = WebhookDelivery.objects.get(tenant=c.tenant)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookStatus.DEAD)
+    c.call("post", f"/v1/webhook-deliveries/{delivery.webhook_id}/replay", 200)
+    c.call("post", "/v1/webhook-deliveries/wh_unknown/replay", 404)
+    c.call("delete", "/v1/webhook", 204)
+    c.call("delete", "/v1/webhook", 401, auth=None)
+
+
+def unauthenticated_walk(c: Contract) -> None:
+    """Every operation, without a key and with a revoked one: 401 in the envelope."""
+    fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
+    _, revoked = tenant_with_key("revoked")
+    ApiKey.objects.filter(tenant__slug="revoked").update(revoked_at=timezone.now())
+    for path, method in sorted(c.operations):
+        for name, value in fill.items():
+            path = path.replace(name, value)
+        c.call(method, path, 401, auth=None)
+        c.call(method, path, 401, auth=revoked)
+
+
+def hostile_walk(c: Contract, settings) -> None:
+    """What the API's edge refuses (smsgw.boundary): an oversized body on every operation that takes one
+    is a 413, a NUL in a query parameter a 400 naming it; both in the documented envelope."""
+    settings.API_MAX_BODY_BYTES = 4096
+    big = {"body": "x" * 5000}
+    fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
+    for path, method in sorted(c.operations):
+        op = c.spec["paths"][path][method]
+        for name, value in fill.items():
+            path = path.replace(name, value)
+        if "requestBody" in op:
+            assert c.call(method, path, 413, data=big)["error"]["code"] == "request_too_large"
+        if any(p["in"] == "query" for p in op.get("parameters", [])):
+            query = next(p["name"] for p in op["parameters"] if p["in"] == "query")
+            error = c.call(method, f"{path}?{query}=%00", 400)["error"]
+            assert list(error["fields"]) == [query], error
+
+
+def test_every_operation_answers_what_the_schema_documents(contract, settings):
+    messages_walk(contract)
+    schedules_walk(contract)
+    settings_walk(contract)
+    unauthenticated_walk(contract)
+    hostile_walk(contract, settings)
+    missing = sorted(op for op in contract.operations if op not in contract.seen)
+    assert not missing, f"operations never exercised: {missing}"
+    # Each operation was seen answering both a success and an error, and only documented codes.
+    for op, codes in contract.seen.items():
+        assert any(c < 300 for c in codes) and any(c >= 400 for c in codes), (op, codes)
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/v1/messages", "get"),
+        ("/v1/schedules", "get"),
+        ("/v1/schedules/{public_id}/messages", "get"),
+        ("/v1/messages/{public_id}/events", "get"),
+        ("/v1/schedules/{public_id}/versions", "get"),
+        ("/v1/schedules/{public_id}/occurrences", "get"),
+    ],
+)
+def test_lists_are_documented_as_the_objects_they_return(path, method):
+    spec = served_schema()
+    ref = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    component = spec["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert component["type"] == "object"
+    if path in ("/v1/messages", "/v1/schedules", "/v1/schedules/{public_id}/messages"):
+        assert set(component["properties"]) == {"next", "previous", "results"}
+
+
+def test_every_authenticated_operation_documents_its_errors_and_the_bearer_scheme():
+    spec = served_schema()
+    assert spec["components"]["securitySchemes"]["ApiKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "sk_<prefix>_<secret>",
+        "description": spec["components"]["securitySchemes"]["ApiKey"]["description"],
+    }
+    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            assert op["security"] == [{"ApiKey": []}], (path, method)
+            for code in ("401", "429"):
+                assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
+            assert set(op["responses"]["429"]["headers"]) == {
+                "Retry-After",
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+                "RateLimit-Policy",
+            }
+            if "requestBody" in op:
+                assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
+            if "{public_id}" in path or "{webhook_id}" in path:
+                assert "404" in op["responses"], (path, method)
+    for path, method in (("/v1/messages", "post"), ("/v1/messages/{public_id}", "patch")):
+        assert "quota_exceeded" in spec["paths"][path][method]["responses"]["429"]["description"]
+
+
+def test_the_validator_rejects_what_the_schema_does_not_document(contract):
+    """The contract check itself: an undocumented key, a wrong type or an undocumented status fail."""
+    from django.http import JsonResponse
+    from openapi_core.exceptions import OpenAPIError
+
+    resp = contract.client.get("/v1/quiet-hours")
+    request = DjangoOpenAPIRequest(resp.wsgi_request)
+    good = resp.json()
+    contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good)))
+    for body, status in [
+        ({**good, "surprise": 1}, 200),
+        ({**good, "exempt_transactional": "yes"}, 200),
+        ([good], 200),
+        (good, 418),
+        ({"detail": "Not found."}, 404),
+    ]:
+        with pytest.raises(OpenAPIError):
+            contract.openapi.validate_response(
+                request, DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False))
+            )
+
+
+def test_real_quota_and_rate_limit_refusals_match_the_schema(settings):
+    """The 429s of tenant limits (issue 10 §1, smsgw.limits: skipped where it is not installed) against
+    the shared error responses this schema documents for them."""
+    pytest.importorskip("smsgw.limits.models")
+    settings.RATELIMIT_URL = "database"
+    settings.API_RATE_PER_SECOND = 0
+    _, key = tenant_with_key("limited", daily_message_quota=1)
+    c = Contract(served_schema(), key)
+    c.call("post", "/v1/messages", 201, data={"to": RECIPIENT, "body": "one"})
+    error = c.call("post", "/v1/messages", 429, data={"to": RECIPIENT, "body": "two"})["error"]
+    assert error["code"] == "quota_exceeded" and error["quota"] == "daily_message_quota"
+    settings.API_RATE_PER_SECOND = 1
+    settings.API_RATE_BURST_SECONDS = 1.0
+    for _ in range(5):
+        c.client.get("/v1/quiet-hours")
+    assert c.call("get", "/v1/quiet-hours", 429)["error"]["code"] == "rate_limited"
+    c.call("get", "/v1/messages", 429)
+
+
+def _examples(spec: dict):
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for media in op.get("requestBody", {}).get("content", {}).values():
+                for name, ex in (media.get("examples") or {}).items():
+                    yield f"{method} {path} request {name}", media["schema"], ex["value"]
+            for code, response in op["responses"].items():
+                for media in (response.get("content") or {}).values():
+                    for name, ex in (media.get("examples") or {}).items():
+                        yield f"{method} {path} {code} {name}", media["schema"], ex["value"]
+            for param in op.get("parameters", []):
+                for name, ex in (param.get("examples") or {}).items():
+                    yield f"{method} {path} ?{param['name']} {name}", param["schema"], ex["value"]
+
+
+def test_every_example_in_the_reference_fits_its_schema():
+    from jsonschema import Draft202012Validator
+
+    spec = strict(served_schema())
+    examples = list(_examples(spec))
+    assert len(examples) > 100
+    for where, schema, value in examples:
+        errors = list(Draft202012Validator({**schema, "components": spec["components"]}).iter_errors(value))
+        assert not errors, (where, [e.message for e in errors])
+
+
+def test_the_common_calls_have_examples():
+    spec = served_schema()
+    names = {where.rsplit(" ", 1)[-1] for where, _, _ in _examples(spec)}
+    assert {
+        "SendNow",
+        "SendAtALocalTimeInATimezone",
+        "Reschedule",
+        "EveryWeekdayAt08:30InBerlin",
+        "QuotaExceeded",
+        "RateLimited",
+        "TooLateToCancel",
+        "OneRecipient",
+    } <= names
