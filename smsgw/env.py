@@ -72,3 +72,13 @@ def env_pairs(name: str) -> dict[str, str]:
             raise ImproperlyConfigured(f"{name} must be a comma-separated list of id:secret pairs")
         out[key.strip()] = value.strip()
     return out
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value

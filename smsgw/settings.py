@@ -9,22 +9,51 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from smsgw.env import env_bool, env_float, env_int, env_list, env_pairs, env_str
+from smsgw import security
+from smsgw.env import env_bool, env_choice, env_float, env_int, env_list, env_pairs, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# The embedded default is for a laptop; production must set its own key (checked below).
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 EMBEDDED = not env_str("DATABASE_URL")
-if not SECRET_KEY:
-    if not EMBEDDED and not env_bool("SMSGW_ALLOW_INSECURE_KEY", False):
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DATABASE_URL is set (production mode)")
+# development: a laptop (the embedded run, benchmarks); test: the test suite; production: everything
+# else, and the default as soon as DATABASE_URL is set. Production refuses to start insecurely: a weak
+# or missing DJANGO_SECRET_KEY, missing Twilio credentials (smsgw.security says why).
+SMSGW_ENV = env_choice(
+    "SMSGW_ENV", "development" if EMBEDDED else "production", ("development", "test", "production")
+)
+PRODUCTION = SMSGW_ENV == "production"
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if PRODUCTION:
+    if problem := security.secret_key_problem(SECRET_KEY):
+        raise ImproperlyConfigured(
+            f"{problem} (SMSGW_ENV=production). Generate one with: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
+elif not SECRET_KEY:
     SECRET_KEY = "embedded-insecure-key-not-for-production"
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# --- TLS ------------------------------------------------------------------------------------------
+# proxy (production default): TLS ends at a reverse proxy / load balancer that sets X-Forwarded-Proto
+# (and strips any such header sent by the client); direct: this process is reached over TLS itself;
+# off: plain HTTP (development and test default; in production `check --deploy` then warns).
+SMSGW_TLS = env_choice("SMSGW_TLS", "proxy" if PRODUCTION else "off", ("proxy", "direct", "off"))
+if SMSGW_TLS == "proxy":
+    _proto_header = env_str("SMSGW_PROXY_SSL_HEADER", "X-Forwarded-Proto")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proto_header.upper().replace("-", "_"), "https")
+if SMSGW_TLS != "off":
+    SECURE_SSL_REDIRECT = True
+    # Load-balancer probes speak plain HTTP to the process; they carry no data.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SMSGW_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SMSGW_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SMSGW_HSTS_PRELOAD", True)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -234,11 +263,15 @@ SCHEDULE_MAX_PER_DAY = env_int("SMSGW_SCHEDULE_MAX_PER_DAY", 24, minimum=1)
 
 # --- provider -------------------------------------------------------------------------------------
 SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", "twilio")
-TWILIO_ACCOUNT_SID = env_str("TWILIO_ACCOUNT_SID", "AC00000000000000000000000000000000" if EMBEDDED else "")
-TWILIO_AUTH_TOKEN = env_str("TWILIO_AUTH_TOKEN", "sandbox-auth-token" if EMBEDDED else "")
+# Outside production the defaults are the sandbox's (deploy/run-embedded.sh starts it on :8081).
+TWILIO_ACCOUNT_SID = env_str("TWILIO_ACCOUNT_SID", "" if PRODUCTION else "AC00000000000000000000000000000000")
+TWILIO_AUTH_TOKEN = env_str("TWILIO_AUTH_TOKEN", "" if PRODUCTION else "sandbox-auth-token")
+_twilio_problem = security.twilio_credentials_problem(TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN)
+if PRODUCTION and SMSGW_PROVIDER == "twilio" and _twilio_problem:
+    raise ImproperlyConfigured(f"{_twilio_problem} (SMSGW_ENV=production)")
 # The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in production).
 TWILIO_API_BASE_URL = env_str(
-    "TWILIO_API_BASE_URL", "http://127.0.0.1:8081" if EMBEDDED else "https://api.twilio.com"
+    "TWILIO_API_BASE_URL", "https://api.twilio.com" if PRODUCTION else "http://127.0.0.1:8081"
 )
 TWILIO_TIMEOUT_SECONDS = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 if SENDING_LEASE_SECONDS <= TWILIO_TIMEOUT_SECONDS:

@@ -37,6 +37,7 @@ def process_env(**overrides: str) -> dict[str, str]:
         DATABASE_URL=database_url(),
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
         DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        SMSGW_ENV=settings.SMSGW_ENV,
         PYTHONUNBUFFERED="1",
     )
     env.update({k: str(v) for k, v in overrides.items()})

@@ -1,0 +1,163 @@
+"""Production mode (SMSGW_ENV=production, the default once DATABASE_URL is set) refuses to start
+insecurely and passes Django's deployment checklist behind a TLS-terminating proxy. Each case loads the
+settings in a fresh interpreter, as a process starting up would."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STRONG_KEY = secrets.token_urlsafe(50)
+SID = "AC" + "0123456789abcdef" * 2
+
+
+def _env(**overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "DJANGO_"))}
+    env.update(
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
+        DJANGO_SETTINGS_MODULE="smsgw.settings",
+        SMSGW_VAR_DIR=os.environ.get("SMSGW_VAR_DIR", str(ROOT / ".var")),
+        DJANGO_SECRET_KEY=STRONG_KEY,
+        TWILIO_ACCOUNT_SID=SID,
+        TWILIO_AUTH_TOKEN=secrets.token_hex(16),
+    )
+    for k, v in overrides.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def _run(code: str, **overrides: str | None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_env(**overrides),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+LOAD = "import django; django.setup(); from django.conf import settings; print(settings.SMSGW_ENV)"
+
+
+def test_production_is_the_default_with_a_database_url_and_starts_with_strong_settings():
+    out = _run(LOAD)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "production"
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (None, "is not set"),
+        ("", "is not set"),
+        ("bench", "5 characters long"),
+        ("test-only-secret", "16 characters long"),
+        ("django-insecure-" + secrets.token_urlsafe(50), "django-insecure-"),
+        ("ab" * 40, "distinct characters"),
+    ],
+)
+def test_weak_or_missing_secret_key_stops_start_up(key, why):
+    out = _run(LOAD, DJANGO_SECRET_KEY=key)
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and why in out.stderr and "DJANGO_SECRET_KEY" in out.stderr
+
+
+@pytest.mark.parametrize("env", ["development", "test"])
+def test_a_weak_key_is_accepted_outside_production(env):
+    out = _run(
+        LOAD, SMSGW_ENV=env, DJANGO_SECRET_KEY="bench", TWILIO_ACCOUNT_SID=None, TWILIO_AUTH_TOKEN=None
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == env
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"TWILIO_ACCOUNT_SID": None}, "TWILIO_ACCOUNT_SID must be set"),
+        ({"TWILIO_AUTH_TOKEN": None}, "TWILIO_AUTH_TOKEN must be set"),
+        ({"TWILIO_ACCOUNT_SID": None, "TWILIO_AUTH_TOKEN": ""}, "TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN"),
+        ({"TWILIO_ACCOUNT_SID": "AC123"}, "'AC' followed by 32 hexadecimal digits"),
+        ({"TWILIO_ACCOUNT_SID": "SK" + "0" * 32}, "'AC' followed by 32 hexadecimal digits"),
+    ],
+)
+def test_missing_twilio_credentials_stop_start_up(overrides, named):
+    out = _run(LOAD, **overrides)
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and named in out.stderr
+
+
+def test_an_unknown_mode_is_refused():
+    out = _run(LOAD, SMSGW_ENV="staging")
+    assert out.returncode != 0 and "SMSGW_ENV must be one of" in out.stderr
+
+
+def test_check_deploy_reports_no_security_warning():
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--tag", "security", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "security.W" not in out.stdout + out.stderr
+
+
+def test_check_deploy_warns_when_tls_is_switched_off():
+    # The control for the test above: the checklist does look at these settings.
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--tag", "security", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=_env(SMSGW_TLS="off"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "security.W008" in out.stderr and "security.W004" in out.stderr
+
+
+REQUESTS = """
+import json, django
+django.setup()
+from django.test import Client
+c = Client()
+out = {}
+for name, path, headers in [
+    ("http_api", "/v1/openapi.json", {}),
+    ("proxied_https_api", "/v1/openapi.json", {"HTTP_X_FORWARDED_PROTO": "https"}),
+    ("http_health", "/healthz", {}),
+]:
+    r = c.get(path, **headers)
+    out[name] = {"status": r.status_code, "location": r.get("Location", ""),
+                 "hsts": r.get("Strict-Transport-Security", "")}
+r = c.get("/admin/login/", HTTP_X_FORWARDED_PROTO="https")
+out["admin_cookies"] = {k: bool(m["secure"]) for k, m in r.cookies.items()}
+print(json.dumps(out))
+"""
+
+
+def test_behind_the_proxy_http_redirects_to_https_and_https_carries_hsts():
+    out = _run(REQUESTS)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["http_api"]["status"] == 301
+    assert seen["http_api"]["location"] == "https://testserver/v1/openapi.json"
+    assert seen["proxied_https_api"]["status"] == 200
+    assert seen["proxied_https_api"]["hsts"] == "max-age=31536000; includeSubDomains; preload"
+    # Load-balancer probes speak plain HTTP and are not redirected.
+    assert seen["http_health"]["status"] == 200
+    assert seen["admin_cookies"] == {"csrftoken": True}
