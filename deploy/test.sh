@@ -19,6 +19,9 @@ SMSGW_ENV=production DATABASE_URL=postgres://postgres@127.0.0.1:5432/smsgw \
   TWILIO_AUTH_TOKEN="$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')" \
   .venv/bin/python manage.py check --deploy --fail-level WARNING
 
+# The systemd units parse, and every ExecStart exists in this checkout's .venv.
+./deploy/verify-units.sh >/dev/null
+
 # 1. Embedded mode's database: everything that does not span processes, on SQLite (WAL).
 env -u DATABASE_URL -u CELERY_BROKER_URL SMSGW_VAR_DIR="$(mktemp -d)" \
   .venv/bin/python -m pytest -q -m "not integration" -p no:cacheprovider

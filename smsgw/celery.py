@@ -1,13 +1,22 @@
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 
 app = Celery("smsgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@celeryd_init.connect
+def _check_role(options=None, conf=None, **_kwargs) -> None:
+    # Before the worker connects or forks: a host missing a setting this worker's role needs stops here
+    # (smsgw.roles). SystemExit passes through Celery's signal dispatch, which catches only Exception.
+    from smsgw import roles
+
+    roles.check_worker(roles.queues_of(options or {}, conf))
 
 
 @after_setup_logger.connect

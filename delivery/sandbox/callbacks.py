@@ -157,6 +157,7 @@ class StatusCallbackHook:
         self._workers: list[asyncio.Task] = []
         self._early: dict[str, _Chain] = {}
         self.sent = self.failed = self.dropped = self.pending = self.attempts = self.retries = 0
+        self.results: dict[str, int] = {}
 
     # -- server hooks -------------------------------------------------------------------------------
     def message_accepted(self, message: SandboxMessage) -> None:
@@ -224,6 +225,8 @@ class StatusCallbackHook:
             "pending": self.pending,
             "attempts": self.attempts,
             "retries": self.retries,
+            # every attempt by what it ended with: ok, ct (no connection), rt (read timeout), 4xx, 5xx
+            "results": dict(self.results),
         }
 
     def reset(self) -> None:
@@ -232,6 +235,7 @@ class StatusCallbackHook:
         self.generation += 1
         self._early = {}
         self.sent = self.failed = self.dropped = self.pending = self.attempts = self.retries = 0
+        self.results = {}
         if self._queue is not None:
             while not self._queue.empty():
                 self._queue.get_nowait()
@@ -317,6 +321,7 @@ class StatusCallbackHook:
             if chain.generation != self.generation:
                 return
             self.attempts += 1
+            self.results[result] = self.results.get(result, 0) + 1
         else:
             result = FINAL  # the callback's total time is used up
         if result in self.state.retry_policy and chain.attempt < cfg.callback_retries:

@@ -1,0 +1,65 @@
+"""What each kind of process needs from its host's configuration, checked when it starts.
+
+Settings that every process needs are checked when the settings load (smsgw.settings, smsgw.security).
+Some are needed only by one role, and a host that runs only that role is where they go missing: a send
+worker on a host without ``SMSGW_PUBLIC_BASE_URL`` submits messages with no StatusCallback, so the
+provider never reports back and every message stays ``sent`` with nothing logged. In production such a
+process refuses to start, naming the setting; elsewhere it starts and logs a warning."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+SEND_QUEUE_PREFIX = "send."
+
+
+def _public_base_url_problem() -> str | None:
+    base = settings.SMSGW_PUBLIC_BASE_URL
+    if not base:
+        return (
+            "SMSGW_PUBLIC_BASE_URL is not set: without it submissions carry no StatusCallback URL and "
+            "no delivery receipt ever arrives (set it to the public origin of the web processes, e.g. "
+            "https://sms.example.com)"
+        )
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"SMSGW_PUBLIC_BASE_URL must be an absolute http(s) URL, got {base!r}"
+    if settings.PRODUCTION and parts.scheme != "https" and settings.SMSGW_TLS != "off":
+        return f"SMSGW_PUBLIC_BASE_URL must use https in production, got {base!r}"
+    return None
+
+
+def worker_problems(queues: Iterable[str]) -> list[str]:
+    """Configuration problems of a Celery worker consuming ``queues``."""
+    problems = []
+    if any(q.startswith(SEND_QUEUE_PREFIX) for q in queues) and (problem := _public_base_url_problem()):
+        problems.append(problem)
+    return problems
+
+
+def check_worker(queues: Iterable[str]) -> None:
+    """Refuse to start a production worker whose role lacks a setting; warn elsewhere."""
+    problems = worker_problems(list(queues))
+    if not problems:
+        return
+    if settings.PRODUCTION:
+        raise SystemExit(
+            "smsgw worker refuses to start (SMSGW_ENV=production):\n  - " + "\n  - ".join(problems)
+        )
+    for problem in problems:
+        log.warning("worker configuration: %s", problem)
+
+
+def queues_of(options: dict, conf) -> list[str]:
+    """The queues a worker consumes: ``-Q`` as given, else Celery's default queue."""
+    raw = options.get("queues") or []
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    names = [q.strip() for q in raw if q and q.strip()]
+    return names or [conf.task_default_queue]

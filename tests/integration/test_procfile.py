@@ -1,0 +1,122 @@
+"""deploy/Procfile run by honcho, as a process manager would: the whole stack (gunicorn, one worker per
+queue group, beat) delivers a message end to end, and SIGTERM to its process group, as systemd sends it,
+stops every process with no message left in `sending` without an attempt and no callback refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bench.devprocs import BIN
+from delivery.models import Attempt
+from scheduling.models import Message, Status
+from tests import processes
+from tests.factories import recipient, tenant_with_key
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+STOP_DEADLINE_S = 30
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _post(base: str, key: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        f"{base}/v1/messages",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_the_procfile_stack_delivers_and_stops_on_sigterm_to_its_group(pipeline, tmp_path):
+    _, key = tenant_with_key("procfile")
+    port = processes.free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **pipeline.env,
+        "SMSGW_WEB_PORT": str(port),
+        "SMSGW_PUBLIC_BASE_URL": base,
+        "SMSGW_VAR_DIR": str(tmp_path),
+    }
+    log = (tmp_path / "honcho.log").open("w")
+    stack = subprocess.Popen(
+        [str(BIN / "honcho"), "start", "-f", "deploy/Procfile", "-d", str(ROOT), "--no-colour"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    pgid = stack.pid
+    try:
+        wait_for(lambda: urllib.request.urlopen(f"{base}/healthz", timeout=2).status == 200, 90, "web up")
+        first = _post(base, key, {"to": recipient(1), "body": "procfile hello"})
+        wait_for(
+            lambda: Message.objects.get(public_id=first["id"]).status == Status.DELIVERED,
+            90,
+            "the first message delivered (send worker, sandbox, signed callback, receipts worker)",
+        )
+        # A burst in flight when the stop comes.
+        ids = [_post(base, key, {"to": recipient(100 + i), "body": f"burst {i}"})["id"] for i in range(40)]
+        wait_for(lambda: len(pipeline.sandbox.list_messages()) > 5, 60, "the burst reaching the provider")
+        os.killpg(pgid, signal.SIGTERM)
+        # honcho is this test's child: reaped by poll(), or its zombie would keep the group "alive".
+        try:
+            wait_for(
+                lambda: stack.poll() is not None and not _group_alive(pgid),
+                STOP_DEADLINE_S,
+                "every process of the group gone",
+            )
+        except TimeoutError:
+            left = subprocess.run(
+                ["ps", "-o", "pid,stat,etimes,args", "-g", str(pgid)], capture_output=True, text=True
+            ).stdout
+            raise AssertionError(f"still running {STOP_DEADLINE_S} s after SIGTERM:\n{left}") from None
+    finally:
+        if _group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+        log.close()
+    text = (tmp_path / "honcho.log").read_text()
+    # Every message's state after the stop: nothing is in `sending` without an attempt row (a stop never
+    # leaves a message the reconciler cannot account for); each accepted submission was recorded once.
+    msgs = list(Message.objects.filter(public_id__in=[first["id"], *ids]))
+    assert len(msgs) == 41
+    for m in msgs:
+        assert m.status in (Status.QUEUED, Status.SCHEDULED, Status.SENDING, Status.SENT, Status.DELIVERED), (
+            m.public_id,
+            m.status,
+        )
+        if m.status == Status.SENDING:
+            assert Attempt.objects.filter(message=m).exists(), m.public_id
+    by_to = pipeline.submissions_by_recipient()
+    assert max(by_to.values()) == 1, by_to
+    assert all(Attempt.objects.filter(message=m).exists() for m in msgs if m.to in by_to)
+    stats = pipeline.sandbox.stats()
+    # Callbacks sent after the web processes stopped find no connection (ct); none was ever refused by
+    # a stopping web process (4xx/5xx) or left hanging (rt).
+    results = stats["callbacks"]["results"]
+    assert results.get("ok", 0) >= 2, results  # the first message's sent + delivered, at least
+    assert set(results) <= {"ok", "ct"}, results
+    # A prefork child busy with a tick when the group's SIGTERM reaches it exits mid-task (Celery logs
+    # WorkerLostError); tick tasks are idempotent and rerun by the next beat, so that is the only
+    # traceback a stop may leave.
+    tracebacks = [line for line in text.splitlines() if "Error" in line and "Traceback" not in line]
+    assert all(
+        "WorkerLostError" in line or "ExceptionWithTraceback" in line or "raise WorkerLostError" in line
+        for line in tracebacks
+    ), "\n".join(tracebacks)[-5000:]

@@ -1,0 +1,114 @@
+"""A worker checks at start-up the settings its role needs: a send worker without SMSGW_PUBLIC_BASE_URL
+refuses to start in production (its messages would carry no StatusCallback) and warns elsewhere."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+def _env(**overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "DJANGO_"))}
+    env.update(
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/15",
+        SMSGW_VAR_DIR=os.environ.get("SMSGW_VAR_DIR", str(ROOT / ".var")),
+        SMSGW_ENV="production",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        TWILIO_ACCOUNT_SID="AC" + secrets.token_hex(16),
+        TWILIO_AUTH_TOKEN=secrets.token_hex(16),
+        PYTHONUNBUFFERED="1",
+    )
+    for k, v in overrides.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def _worker(queues: str) -> list[str]:
+    return [
+        CELERY,
+        "-A",
+        "smsgw",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        "1",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        f"roles-{secrets.token_hex(3)}@%h",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queues", "base", "named"),
+    [
+        ("send.transactional", None, "SMSGW_PUBLIC_BASE_URL is not set"),
+        ("sweep,send.bulk", "", "SMSGW_PUBLIC_BASE_URL is not set"),
+        ("send.bulk", "sms.example.com", "must be an absolute http(s) URL"),
+        ("send.bulk", "http://sms.example.com", "must use https in production"),
+    ],
+)
+def test_a_production_send_worker_without_a_callback_base_refuses_to_start(queues, base, named):
+    env = _env(SMSGW_PUBLIC_BASE_URL=base)
+    out = subprocess.run(_worker(queues), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "refuses to start" in out.stderr and named in out.stderr
+
+
+def _starts(env: dict[str, str], queues: str, expect: str) -> str:
+    """Start a worker, wait until its log shows ``expect`` (or it is ready), stop it; return the log."""
+    log = Path(env["SMSGW_VAR_DIR"]) / f"roles-{secrets.token_hex(4)}.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(_worker(queues), cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: expect in log.read_text() or proc.poll() is not None, timeout=90, what=expect)
+        assert proc.poll() is None, log.read_text()
+        return log.read_text()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.integration
+def test_workers_whose_role_needs_no_callback_base_start_without_it():
+    env = _env(SMSGW_PUBLIC_BASE_URL=None, CELERY_BROKER_URL=settings.CELERY_BROKER_URL)
+    text = _starts(env, "sweep,receipts,webhooks,reconcile", "ready.")
+    assert "refuses to start" not in text
+
+
+@pytest.mark.integration
+def test_a_production_send_worker_with_its_settings_starts():
+    env = _env(SMSGW_PUBLIC_BASE_URL="https://sms.example.com", CELERY_BROKER_URL=settings.CELERY_BROKER_URL)
+    text = _starts(env, "send.transactional", "ready.")
+    assert "worker configuration" not in text
+
+
+@pytest.mark.integration
+def test_outside_production_the_send_worker_starts_and_warns():
+    env = _env(
+        SMSGW_ENV="development", SMSGW_PUBLIC_BASE_URL=None, CELERY_BROKER_URL=settings.CELERY_BROKER_URL
+    )
+    text = _starts(env, "send.bulk", "ready.")
+    assert "worker configuration: SMSGW_PUBLIC_BASE_URL is not set" in text
