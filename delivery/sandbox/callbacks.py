@@ -225,9 +225,11 @@ class StatusCallbackHook:
             "pending": self.pending,
             "attempts": self.attempts,
             "retries": self.retries,
-            # every attempt by what it ended with: ok, ct (no connection), rt (read timeout), 4xx, 5xx
-            "results": dict(self.results),
         }
+
+    def results_stats(self) -> dict[str, int]:
+        """Every attempt by what it ended with: ok, ct (no connection), rt (read timeout), 4xx, 5xx."""
+        return dict(self.results)
 
     def reset(self) -> None:
         """Called by ``POST /_sandbox/reset``: forget everything scheduled. Timers and POSTs already

@@ -24,7 +24,8 @@ Control surface (JSON, unauthenticated: bind it to localhost), on the main port 
   the given keys.
 * ``GET /_sandbox/stats`` -- ``{"submissions": stored, "account": {...}, "by_outcome": {...},
   "rejections": {code: n}, "by_status": {...}, "senders": {...}, "callbacks": {"sent", "failed",
-  "dropped", "pending", ...}}``; the most submissions and segments in any sliding second per sender and
+  "dropped", "pending", ...}, "callback_results": {"ok", "ct", "rt", "4xx", "5xx"}}``; the most
+  submissions and segments in any sliding second per sender and
   for the account (``SlidingWindow``).
 * ``GET /_sandbox/submissions?since=<unix seconds>`` -- ``[[created, sender, segments, to], ...]`` of the
   messages created since then, streamed.
@@ -540,6 +541,7 @@ class SandboxState:
             "max_in_flight": self.max_in_flight,
             "connections": len(self.peers),
             "callbacks": self.callbacks.stats(),
+            "callback_results": self.callbacks.results_stats(),
         }
 
     # -- auth ---------------------------------------------------------------------------------------
