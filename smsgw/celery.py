@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init
+from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 
@@ -17,6 +17,19 @@ def _check_role(options=None, conf=None, **_kwargs) -> None:
     from smsgw import roles
 
     roles.check_worker(roles.queues_of(options or {}, conf))
+
+
+@worker_process_init.connect
+def _own_process_group(**_kwargs) -> None:
+    """Each pool child leaves its parent's process group. A stop signal sent to the whole group (Ctrl-C
+    in a terminal, honcho, ``kill -TERM -<pgid>`` of deploy/run-embedded.sh) then reaches only the Celery
+    parent, which drains its children (warm shutdown: they finish their task and exit on the pool's
+    sentinel). Signalled directly, a child dies mid-task, and one killed while writing to billiard's
+    result queue holds its lock: its siblings then block for ever in their own exit (seen: the embedded
+    worker still running 90 s after SIGTERM to its group). The parent still stops its children by pid
+    (cold shutdown, time limits), and the kernel kills them if the parent dies (Celery sets
+    PR_SET_PDEATHSIG to SIGKILL). systemd units use KillMode=mixed for the same reason."""
+    os.setpgid(0, 0)
 
 
 @after_setup_logger.connect

@@ -3,6 +3,7 @@ gunicorn, a real celery worker and beat. One message goes through over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.processes import ROOT, free_port
@@ -113,10 +115,19 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         for src in scripts:
             with urllib.request.urlopen(f"http://127.0.0.1:{web}{src}", timeout=30) as resp:
                 assert resp.status == 200 and len(resp.read()) > 100_000, src
-    finally:
+        # Stopped as a terminal's Ctrl-C or a process manager does: SIGTERM to the script's whole process
+        # group. Every process it started (pool children included, whatever their group) is gone within
+        # 30 s; the worker drains instead of hanging in its children's exit.
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) >= 8, [p.cmdline() for p in tree]  # script, sandbox, gunicorn x3, worker x5, beat
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # already stopped above, unless a check failed first
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         log.close()
