@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -15,6 +16,17 @@ from smsgw.env import env_bool, env_choice, env_float, env_int, env_list, env_pa
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# --- metrics (smsgw.observability) ------------------------------------------------------------------
+# Event counters of every process on this host are memory-mapped files here (prometheus-client
+# multiprocess mode). Set before anything imports prometheus_client, and inherited by the processes
+# this one starts. The directory is per host; empty it only when every smsgw process of the host stops.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# GET /metrics answers only with "Authorization: Bearer <token>"; without a token it is 404.
+METRICS_TOKEN = env_str("SMSGW_METRICS_TOKEN", "")
+# /readyz: a sweep pass older than this is reported stale (and /readyz?sweep=1 answers 503).
+SWEEP_STALE_SECONDS = env_int("SMSGW_SWEEP_STALE_SECONDS", 60, minimum=5)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
@@ -70,6 +82,7 @@ INSTALLED_APPS = [
     "delivery",
     "receipts",
     "smsgw.limits",  # after delivery: its release gate runs after the capacity gate
+    "smsgw.observability",
 ]
 
 MIDDLEWARE = [
