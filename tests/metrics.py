@@ -22,3 +22,13 @@ def scrape(client: Client | None = None, token: str = TOKEN) -> dict[tuple[str, 
 def value(samples: dict, name: str, **labels) -> float:
     """One sample's value (0 when the series does not exist yet: a counter nobody incremented)."""
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def family_names(client: Client | None = None, token: str = TOKEN) -> set[str]:
+    """Every sample name a scrape announces, including families without samples yet (``# TYPE``)."""
+    response = (client or Client()).get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+    names = set()
+    for family in text_string_to_metric_families(response.content.decode()):
+        names.add(family.name + ("_total" if family.type == "counter" else ""))
+        names |= {s.name for s in family.samples}
+    return names
