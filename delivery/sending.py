@@ -586,7 +586,9 @@ def outcomes_record(
     _metrics_record(adapter, rows, results, sent_ids, moves, moved, now)
     failed = len(moves.get(("failed", Status.FAILED), []))
     if failed or uncertain:
-        log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain))
+        public = {r["id"]: r["public_id"] for r in rows}
+        ids = [public[mid] for mid, _, _ in [*moves.get(("failed", Status.FAILED), []), *uncertain]]
+        log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain), extra={"message_ids": ids})
 
 
 def _metrics_record(adapter, rows, results, sent_ids, moves, moved, now) -> None:

@@ -307,7 +307,12 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
         elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             delivery.status = WebhookStatus.DEAD
             events.webhook_attempt("dead")
-            log.warning("webhook %s dead-lettered after %d attempts", delivery.webhook_id, delivery.attempts)
+            log.warning(
+                "webhook %s dead-lettered after %d attempts",
+                delivery.webhook_id,
+                delivery.attempts,
+                extra={"message_id": delivery.payload.get("data", {}).get("id", "")},
+            )
         else:
             delivery.next_attempt_at = finished + timedelta(seconds=_backoff(delivery.attempts))
             events.webhook_attempt("retry")
