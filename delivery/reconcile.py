@@ -98,7 +98,12 @@ def message_reconcile(message_id: int) -> str:
             return _by_sid(msg, attempt, adapter, now)
         return _by_listing(msg, attempt, adapter, now)
     except ProviderQueryError as exc:  # the provider is down or erroring: stay `sending`, the lease returns
-        log.warning("reconcile: provider look-up failed for message %s: %s", msg.public_id, exc)
+        log.warning(
+            "reconcile: provider look-up failed for message %s: %s",
+            msg.public_id,
+            exc,
+            extra={"message_id": msg.public_id},
+        )
         transitions.event_record(
             msg.pk,
             kind="reconcile_deferred",

@@ -41,6 +41,7 @@ from scheduling import release, transitions
 from scheduling.models import Message, Status
 from scheduling.release import Park
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ CLAIM_RETURNING = (
     "due_at",
     "expires_at",
     "reason_code",
+    "priority",  # metrics: throughput and schedule lag by class
 )
 
 # Machine-readable reasons (Message.reason_code) set by the send worker.
@@ -537,7 +539,7 @@ def outcomes_record(
 
     with transaction.atomic():
         attempts_finish(attempts, finished_at=now)
-        transitions.transition_versioned(
+        sent_ids = transitions.transition_versioned(
             sent,
             from_status=Status.SENDING,
             to_status=Status.SENT,
@@ -553,9 +555,10 @@ def outcomes_record(
             details=details.get,
             now=now,
         )
+        moved: dict[tuple[str, str], list[int]] = {}
         for (kind, to_status), items in moves.items():
             extra = {"failed_at": now, "run_after": None} if to_status == Status.FAILED else {}
-            transitions.transition_versioned(
+            moved[(kind, to_status)] = transitions.transition_versioned(
                 items,
                 from_status=Status.SENDING,
                 to_status=to_status,
@@ -580,6 +583,29 @@ def outcomes_record(
         )
         if opt_outs:
             OptOutSignal.objects.bulk_create(opt_outs)
+    _metrics_record(adapter, rows, results, sent_ids, moves, moved, now)
     failed = len(moves.get(("failed", Status.FAILED), []))
     if failed or uncertain:
-        log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain))
+        public = {r["id"]: r["public_id"] for r in rows}
+        ids = [public[mid] for mid, _, _ in [*moves.get(("failed", Status.FAILED), []), *uncertain]]
+        log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain), extra={"message_ids": ids})
+
+
+def _metrics_record(adapter, rows, results, sent_ids, moves, moved, now) -> None:
+    """After commit: what the provider answered, and only the moves that won their compare-and-set (a
+    duplicate task that lost changed nothing and counts nothing)."""
+    events.provider_answers(adapter.name, results)
+    won = set(sent_ids)
+    events.messages_sent([r for r in rows if r["id"] in won], now)
+    retries: dict[str, int] = defaultdict(int)
+    dead: dict[str, int] = defaultdict(int)
+    for (kind, to_status), ids in moved.items():
+        if not ids:
+            continue
+        if to_status == Status.FAILED:
+            reasons = {mid: values.get("reason_code", kind) for mid, _, values in moves[(kind, to_status)]}
+            for mid in ids:
+                dead[reasons.get(mid, kind)] += 1
+        else:
+            retries[kind] += len(ids)
+    events.send_moves(retries, dead)

@@ -22,6 +22,14 @@ SMSGW_ENV=production DATABASE_URL=postgres://postgres@127.0.0.1:5432/smsgw \
 # The systemd units parse, and every ExecStart exists in this checkout's .venv.
 ./deploy/verify-units.sh >/dev/null
 
+# The Prometheus alert rules parse and fire as their unit tests say (promtool is in Debian's
+# `prometheus` package; installed here when missing).
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q prometheus >/dev/null; else sudo apt-get install -y -q prometheus >/dev/null; fi
+fi
+promtool check rules deploy/prometheus/alerts.yml
+(cd deploy/prometheus && promtool test rules alerts.test.yml)
+
 # 1. Embedded mode's database: everything that does not span processes, on SQLite (WAL).
 env -u DATABASE_URL -u CELERY_BROKER_URL SMSGW_VAR_DIR="$(mktemp -d)" \
   .venv/bin/python -m pytest -q -m "not integration" -p no:cacheprovider

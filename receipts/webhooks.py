@@ -27,6 +27,7 @@ from receipts.models import WebhookDelivery, WebhookStatus
 from scheduling.models import Message
 from smsgw.db import PgInts, is_postgres
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -302,11 +303,19 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
         if code is not None and 200 <= code < 300:
             delivery.status = WebhookStatus.DELIVERED
             delivery.delivered_at = finished
+            events.webhook_attempt("delivered")
         elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             delivery.status = WebhookStatus.DEAD
-            log.warning("webhook %s dead-lettered after %d attempts", delivery.webhook_id, delivery.attempts)
+            events.webhook_attempt("dead")
+            log.warning(
+                "webhook %s dead-lettered after %d attempts",
+                delivery.webhook_id,
+                delivery.attempts,
+                extra={"message_id": delivery.payload.get("data", {}).get("id", "")},
+            )
         else:
             delivery.next_attempt_at = finished + timedelta(seconds=_backoff(delivery.attempts))
+            events.webhook_attempt("retry")
     WebhookDelivery.objects.bulk_update(
         deliveries,
         [

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from scheduling import recovery, release, transitions
 from scheduling.models import Priority, Status
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,8 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
     reports = []
     while True:
         report = sweep_once()
+        events.sweep_pass(report)
+        events.heartbeat("sweep")
         if report.total:
             reports.append(report)
             log.info(

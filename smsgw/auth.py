@@ -9,6 +9,7 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from smsgw import logs_json
 from smsgw.models import ApiKey, Tenant
 
 # Writing last_used_at on every request would add a write per API call; once a minute is enough to
@@ -98,6 +99,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        logs_json.context_set(tenant=key.tenant.slug)  # every line of this request names its tenant
         return ApiPrincipal(key), key
 
     def authenticate_header(self, request):

@@ -38,8 +38,10 @@ def _quiet_logs(logger=None, **_kwargs) -> None:
     """Workers and beat: a repeated error once per window, no INFO line per periodic tick, and every line
     redacted (no body, number, metadata value or secret; smsgw.logs.Redact)."""
     from smsgw.logs import handlers_quiet
+    from smsgw.logs_json import handlers_format
 
     handlers_quiet(logger)
+    handlers_format(logger)
 
 
 def _redis_ack_releases_its_slot() -> None:

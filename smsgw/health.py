@@ -1,3 +1,17 @@
+"""/healthz: the process answers (a liveness probe: restart it when this fails).
+/readyz: it can do its work: the database answers a query and the broker accepts a connection (a
+readiness probe: take it out of the load balancer when this fails, 503).
+
+Readiness also reports sweep liveness, the time since any process last completed a sweep pass
+(smsgw.observability.models.Heartbeat). A stale sweep does not make the web process unready by default:
+the API still accepts and schedules, and pulling every web process out of the load balancer because a
+worker host stalled would turn a delay into an outage. ``/readyz?sweep=1`` (for a sweep worker's own
+check, or a deploy gate) answers 503 when the sweep is stale too; the alert is on the metric.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
@@ -6,10 +20,46 @@ def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
-def readyz(request):
+def _database() -> str | None:
     try:
         with connection.cursor() as cur:
             cur.execute("SELECT 1")
     except Exception as exc:  # readiness reports, it does not raise
-        return JsonResponse({"status": "unavailable", "database": type(exc).__name__}, status=503)
-    return JsonResponse({"status": "ok", "database": connection.vendor})
+        return type(exc).__name__
+    return None
+
+
+def _broker() -> str | None:
+    from smsgw.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        return type(exc).__name__
+    return None
+
+
+def _sweep() -> dict:
+    from smsgw.observability.state import sweep_age_seconds
+
+    try:
+        age = sweep_age_seconds()
+    except Exception as exc:  # the database check reports the database
+        return {"error": type(exc).__name__, "stale": True}
+    stale = age is None or age > settings.SWEEP_STALE_SECONDS
+    return {"age_seconds": None if age is None else round(age, 1), "stale": stale}
+
+
+def readyz(request):
+    db_error, broker_error = _database(), _broker()
+    body = {
+        "database": db_error or connection.vendor,
+        "broker": broker_error or "ok",
+        "sweep": _sweep() if db_error is None else {"stale": True},
+    }
+    ready = db_error is None and broker_error is None
+    if request.GET.get("sweep") in ("1", "true", "yes") and body["sweep"]["stale"]:
+        ready = False
+    body["status"] = "ok" if ready else "unavailable"
+    return JsonResponse(body, status=200 if ready else 503)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -15,6 +16,17 @@ from smsgw.env import env_bool, env_choice, env_float, env_int, env_list, env_pa
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# --- metrics (smsgw.observability) ------------------------------------------------------------------
+# Event counters of every process on this host are memory-mapped files here (prometheus-client
+# multiprocess mode). Set before anything imports prometheus_client, and inherited by the processes
+# this one starts. The directory is per host; empty it only when every smsgw process of the host stops.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# GET /metrics answers only with "Authorization: Bearer <token>"; without a token it is 404.
+METRICS_TOKEN = env_str("SMSGW_METRICS_TOKEN", "")
+# /readyz: a sweep pass older than this is reported stale (and /readyz?sweep=1 answers 503).
+SWEEP_STALE_SECONDS = env_int("SMSGW_SWEEP_STALE_SECONDS", 60, minimum=5)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
@@ -70,6 +82,7 @@ INSTALLED_APPS = [
     "delivery",
     "receipts",
     "smsgw.limits",  # after delivery: its release gate runs after the capacity gate
+    "smsgw.observability",
 ]
 
 MIDDLEWARE = [
@@ -82,6 +95,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "smsgw.limits.ratelimit.RateLimitHeadersMiddleware",
+    "smsgw.logs_json.LogContextMiddleware",
 ]
 
 ROOT_URLCONF = "smsgw.urls"
@@ -236,6 +250,10 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours.
 CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 140_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Task events (received, started, succeeded, failed) for Flower and `celery events`: on in production.
+# Published to the broker's event exchange; with no monitor listening, Redis drops them.
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("SMSGW_CELERY_EVENTS", PRODUCTION)
+CELERY_TASK_SEND_SENT_EVENT = CELERY_WORKER_SEND_TASK_EVENTS
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
@@ -361,10 +379,15 @@ CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.
 CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 
 # --- logging --------------------------------------------------------------------------------------
+# One JSON object per line (smsgw.logs_json) in production, plain text elsewhere.
+LOG_FORMAT = env_choice("SMSGW_LOG_FORMAT", "json" if PRODUCTION else "plain", ("json", "plain"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "smsgw.logs_json.JsonFormatter"},
+    },
     "filters": {
         "repeat_limit": {"()": "smsgw.logs.RepeatLimit"},
         "quiet_ticks": {"()": "smsgw.logs.QuietTicks"},
@@ -373,7 +396,7 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
+            "formatter": LOG_FORMAT,
             "filters": ["repeat_limit", "quiet_ticks", "redact"],  # redact last: it merges the args
         }
     },

@@ -7,6 +7,7 @@ from receipts import api as receipts_api
 from scheduling import api
 from scheduling import schedules_api as sched
 from smsgw import docs, health
+from smsgw.observability import views as observability
 
 urlpatterns = [
     path("v1/messages", api.MessagesApi.as_view(), name="messages"),
@@ -52,5 +53,6 @@ urlpatterns = [
     path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", observability.metrics, name="metrics"),
     path("admin/", admin.site.urls),
 ]

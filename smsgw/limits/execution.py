@@ -26,6 +26,7 @@ from scheduling.release import Candidate, Decision, Park
 from smsgw.limits import quotas
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 REASON = quotas.REASON
 PENDING = frozenset({"scheduled", "queued"})
@@ -76,6 +77,10 @@ def quota_gate(candidates: list[Candidate], now: datetime) -> Decision:
         quotas.bookings_add([(tenants[tid], now, n)], field="released", ensure=False)
     deferred = [c for c in over if tenants[c.tenant_id].quota_exceeded_policy != "fail"]
     failed = [c for c in over if tenants[c.tenant_id].quota_exceeded_policy == "fail"]
+    if deferred:
+        events.quota_rejected("daily_at_release_deferred", len(deferred))
+    if failed:
+        events.quota_rejected("daily_at_release_failed", len(failed))
     for c in deferred:
         tenant = tenants[c.tenant_id]
         resets_at = quotas.window_end(tenant, today[c.tenant_id])

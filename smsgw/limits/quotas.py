@@ -30,6 +30,7 @@ from rest_framework import exceptions, status
 
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 DAILY = "daily_message_quota"
 PENDING = "max_pending_scheduled"
@@ -126,6 +127,7 @@ def daily_book(*, tenant: Tenant, due_at: datetime, segments: int, now: datetime
         return
     used = QuotaWindow.objects.filter(tenant_id=tenant.pk, day=day).values_list("booked", flat=True).first()
     resets_at = window_end(tenant, day)
+    events.quota_rejected(DAILY)
     raise QuotaExceeded(
         quota=DAILY,
         limit=limit,
@@ -179,6 +181,7 @@ def pending_check(*, tenant: Tenant, adding: int = 1) -> None:
     list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True))
     used = pending_count(tenant)
     if used + adding > limit:
+        events.quota_rejected(PENDING)
         raise QuotaExceeded(
             quota=PENDING, limit=limit, used=used, requested=adding, resets_at=None, retry_after=None
         )

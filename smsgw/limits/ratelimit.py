@@ -30,6 +30,7 @@ from rest_framework import exceptions, status
 from rest_framework.throttling import BaseThrottle
 
 from smsgw.limits.models import ApiRateBucket
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ class ApiKeyRateThrottle(BaseThrottle):
             return True
         setattr(request._request, REQUEST_ATTR, outcome)
         if not outcome.allowed:
+            events.rate_limited()
             raise RateLimited(wait=max(1, math.ceil(outcome.retry_after)), limit=burst, rate=rate)
         return True
 

@@ -75,6 +75,10 @@ class Command(BaseCommand):
         p.add_argument("--latency-ms", type=int, default=0)
         p.add_argument("--lead", type=float, default=5.0)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("metrics", help="cost of one /metrics scrape with many pending messages")
+        p.add_argument("--messages", type=int, default=1_000_000, help="pending messages")
+        p.add_argument("--terminal", type=int, default=200_000, help="delivered messages beside them")
+        p.add_argument("--repeats", type=int, default=50)
         p = sub.add_parser("pending", help="empty sweep cost and worker memory with many pending")
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--repeats", type=int, default=200)
@@ -302,6 +306,12 @@ class Command(BaseCommand):
                 result = bench_schedules.materialize_idle(n=opts["schedules"], repeats=opts["repeats"])
             else:
                 result = bench_schedules.preview(count=opts["count"], repeats=opts["repeats"])
+        elif scenario == "metrics":
+            from bench import metrics as bench_metrics
+
+            result = bench_metrics.scrape_cost(
+                n=opts["messages"], terminal=opts["terminal"], repeats=opts["repeats"]
+            )
         elif scenario == "pending":
             result = core.pending(
                 n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"]

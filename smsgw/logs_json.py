@@ -1,0 +1,114 @@
+"""Structured log lines (SMSGW_LOG_FORMAT=json, the default in production): one JSON object per line,
+for a log pipeline to index by field instead of parsing text.
+
+Each line carries only these fields: time, level, logger, message, exc_info/stack_info when present,
+process, and the context where it exists: ``task_id`` and ``task_name`` (the Celery task running),
+``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id`` /
+``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``). Anything
+else a library attaches to a record (Django's ``request`` object with its query string, ``extra`` dicts)
+is left out: a field not listed here could carry a number or a body. The message itself has already
+been through smsgw.logs.Redact (the handler's filter chain keeps it, last), and context values are
+redacted again here.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
+
+from smsgw.logs import redact
+
+CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids")
+FIELDS = frozenset(
+    {"time", "level", "logger", "message", "exc_info", "stack_info", "process", *CONTEXT_FIELDS}
+)
+MAX_IDS = 20  # a batch's ids are listed up to this many
+
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("smsgw_log", default=None)
+
+
+def context_set(**fields: str) -> None:
+    """Add fields to every line this request (or thread) writes until ``context_clear``."""
+    _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if k in CONTEXT_FIELDS}})
+
+
+def context_clear() -> None:
+    _context.set(None)
+
+
+def _current_task():
+    try:
+        from celery import current_task
+
+        task = current_task._get_current_object()
+    except Exception:  # no Celery, or outside a task
+        return None
+    return task if task is not None and getattr(task, "request", None) is not None else None
+
+
+class JsonFormatter(_JsonFormatter):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("timestamp", False)
+        super().__init__(
+            "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            datefmt="%Y-%m-%dT%H:%M:%S%z",
+            **kwargs,
+        )
+
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict) -> None:
+        # format() put the exception and stack here; a dict logged as the message is not spread into fields.
+        kept = {k: v for k, v in message_dict.items() if k in ("exc_info", "stack_info")}
+        super().add_fields(log_data, record, kept)
+        for key in [k for k in log_data if k not in FIELDS]:
+            del log_data[key]
+        context = _context.get() or {}
+        for key in CONTEXT_FIELDS:
+            value = getattr(record, key, None) or context.get(key)
+            if value:
+                log_data[key] = value
+        task = _current_task()
+        if task is not None and task.request.id and "task_id" not in log_data:
+            log_data["task_id"], log_data["task_name"] = task.request.id, task.name
+        for key in CONTEXT_FIELDS:
+            value = log_data.get(key)
+            if isinstance(value, (list, tuple)):
+                log_data[key] = [redact(str(v)) for v in value[:MAX_IDS]]
+            elif value is not None:
+                log_data[key] = redact(str(value))
+
+
+def handlers_format(logger: logging.Logger | None = None) -> None:
+    """Celery replaces the root logger's handlers with its own (worker_hijack_root_logger): give them the
+    JSON formatter too when SMSGW_LOG_FORMAT=json."""
+    from django.conf import settings
+
+    if getattr(settings, "LOG_FORMAT", "plain") != "json":
+        return
+    for handler in (logger or logging.getLogger()).handlers:
+        if not isinstance(handler.formatter, JsonFormatter):
+            handler.setFormatter(JsonFormatter())
+
+
+def _request_finished(**_kwargs) -> None:
+    context_clear()
+
+
+class LogContextMiddleware:
+    """A fresh log context per request: gthread workers reuse threads, and a context variable set while
+    one request ran would otherwise label the next request's lines with its tenant. Cleared when the
+    request starts and when its response is closed (request_finished), not when the middleware returns:
+    Django logs a 4xx/5xx (django.request) after the middleware chain, and that line belongs to it."""
+
+    def __init__(self, get_response):
+        from django.core.signals import request_finished
+
+        self.get_response = get_response
+        request_finished.connect(_request_finished, dispatch_uid="smsgw.logs_json.context")
+
+    def __call__(self, request):
+        context_clear()
+        return self.get_response(request)

@@ -1,0 +1,148 @@
+"""Event figures (what happened: sends, latencies, rejections), counted where they happen.
+
+They use prometheus-client's multiprocess mode: each process (gunicorn worker, Celery prefork child)
+writes its own memory-mapped files in PROMETHEUS_MULTIPROC_DIR (settings: SMSGW_VAR_DIR/metrics unless
+set), and a scrape merges every file of the host, so a counter is the sum over all processes, dead ones
+included (a counter never goes backwards when a worker child is recycled). The directory is per host:
+a host that runs only workers exposes its files with ``manage.py metrics_serve``.
+
+Figures that describe state (how many messages wait, how old the oldest is) are not here: they are read
+from the database at scrape time (smsgw.observability.state), the same answer from whichever host.
+
+Recording never raises into the code that sends: a metrics failure costs a figure, not a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+
+from prometheus_client import Counter, Histogram
+
+log = logging.getLogger(__name__)
+
+# Seconds: sub-second for a healthy gateway, up to an hour for a backlog or an outage.
+LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+PROVIDER_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, float("inf"))
+SWEEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float("inf"))
+
+SWEEP_SECONDS = Histogram(
+    "smsgw_sweep_duration_seconds", "Duration of one sweep pass.", buckets=SWEEP_BUCKETS
+)
+SWEEP_ROWS = Counter("smsgw_sweep_rows", "Rows a sweep pass moved on, by what it did with them.", ["outcome"])
+SWEEP_QUEUED = Counter("smsgw_sweep_queued", "Messages the sweep handed to the send queues.", ["priority"])
+SCHEDULE_LAG = Histogram(
+    "smsgw_schedule_lag_seconds",
+    "sent_at - due_at of each message accepted by the provider (retries included).",
+    ["priority"],
+    buckets=LAG_BUCKETS,
+)
+SENT = Counter("smsgw_messages_sent", "Messages accepted by the provider, by priority class.", ["priority"])
+PROVIDER_SECONDS = Histogram(
+    "smsgw_provider_request_duration_seconds",
+    "Duration of one provider submit request.",
+    ["provider"],
+    buckets=PROVIDER_BUCKETS,
+)
+PROVIDER_REQUESTS = Counter(
+    "smsgw_provider_requests",
+    "Provider submit requests by outcome and code (the provider's error code, else the HTTP status).",
+    ["provider", "outcome", "code"],
+)
+RETRIES = Counter(
+    "smsgw_send_retries", "Messages put back to be sent again after a provider answer, by reason.", ["reason"]
+)
+DEAD_LETTERS = Counter(
+    "smsgw_dead_letters", "Messages the send worker ended failed (dead letters), by reason.", ["reason"]
+)
+WEBHOOKS = Counter("smsgw_webhook_attempts", "Tenant webhook delivery attempts, by result.", ["result"])
+QUOTA_REJECTIONS = Counter(
+    "smsgw_quota_rejections", "Requests or due messages refused by a tenant quota.", ["quota"]
+)
+RATE_LIMIT_REJECTIONS = Counter(
+    "smsgw_rate_limit_rejections", "API requests refused by the per-key rate limit (429)."
+)
+
+
+def _safe(fn):
+    def wrapper(*args, **kwargs):
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            log.exception("metrics: recording %s failed", fn.__name__)
+
+    return wrapper
+
+
+@_safe
+def sweep_pass(report) -> None:
+    SWEEP_SECONDS.observe(report.seconds)
+    for outcome in ("expired", "republished", "leases_expired", "quiet_deferred", "paced", "unavailable"):
+        n = getattr(report, outcome)
+        if n:
+            SWEEP_ROWS.labels(outcome).inc(n)
+    for priority, n in report.queued.items():
+        if n:
+            SWEEP_ROWS.labels("queued").inc(n)
+            SWEEP_QUEUED.labels(str(priority)).inc(n)
+
+
+@_safe
+def provider_answers(provider: str, results) -> None:
+    for res in results:
+        PROVIDER_SECONDS.labels(provider).observe(max(0.0, (res.latency_ms or 0.0) / 1000.0))
+        code = str(res.error_code or res.http_status or "none")[:16]
+        PROVIDER_REQUESTS.labels(provider, str(getattr(res.outcome, "value", res.outcome)), code).inc()
+
+
+@_safe
+def messages_sent(rows, now: datetime) -> None:
+    for row in rows:
+        priority = str(row.get("priority") or "unknown")
+        SENT.labels(priority).inc()
+        if row.get("due_at") is not None:
+            SCHEDULE_LAG.labels(priority).observe(max(0.0, (now - row["due_at"]).total_seconds()))
+
+
+@_safe
+def send_moves(counts: dict[str, int], dead: dict[str, int]) -> None:
+    for reason, n in counts.items():
+        RETRIES.labels(reason).inc(n)
+    for reason, n in dead.items():
+        DEAD_LETTERS.labels(reason).inc(n)
+
+
+@_safe
+def webhook_attempt(result: str) -> None:
+    WEBHOOKS.labels(result).inc()
+
+
+@_safe
+def quota_rejected(quota: str, n: int = 1) -> None:
+    QUOTA_REJECTIONS.labels(quota).inc(n)
+
+
+@_safe
+def rate_limited() -> None:
+    RATE_LIMIT_REJECTIONS.inc()
+
+
+# --- sweep liveness: one row, written at most once a second per process ----------------------------
+HEARTBEAT_EVERY_SECONDS = 1.0
+_last_beat: dict[str, float] = {}
+
+
+@_safe
+def heartbeat(name: str, *, now: datetime | None = None) -> None:
+    from django.utils import timezone
+
+    from smsgw.observability.models import Heartbeat
+
+    mono = time.monotonic()
+    if mono - _last_beat.get(name, float("-inf")) < HEARTBEAT_EVERY_SECONDS:
+        return
+    _last_beat[name] = mono
+    at = now or timezone.now()
+    if not Heartbeat.objects.filter(name=name).update(at=at):
+        Heartbeat.objects.get_or_create(name=name, defaults={"at": at})

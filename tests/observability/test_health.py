@@ -1,0 +1,50 @@
+"""/healthz and /readyz: liveness of the process; readiness of the database and the broker, and sweep
+liveness reported (and required with ?sweep=1)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import sweep
+from smsgw.celery import app
+from smsgw.observability.models import Heartbeat
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_answers_without_the_database(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_readyz_checks_database_and_broker_and_reports_a_sweep_that_never_ran(client):
+    body = client.get("/readyz").json()
+    assert body["status"] == "ok" and body["broker"] == "ok" and body["database"]
+    assert body["sweep"] == {"age_seconds": None, "stale": True}
+    assert client.get("/readyz?sweep=1").status_code == 503, "a sweep that never ran is stale"
+
+
+def test_readyz_with_sweep_follows_the_last_completed_pass(client, settings):
+    settings.SWEEP_STALE_SECONDS = 30
+    sweep.sweep_for(0.05)
+    fresh = client.get("/readyz?sweep=1")
+    assert fresh.status_code == 200 and fresh.json()["sweep"]["stale"] is False
+    assert 0 <= fresh.json()["sweep"]["age_seconds"] < 5
+    Heartbeat.objects.filter(name="sweep").update(at=timezone.now() - timedelta(seconds=31))
+    stale = client.get("/readyz?sweep=1")
+    assert stale.status_code == 503 and stale.json()["sweep"]["stale"] is True
+    assert client.get("/readyz").status_code == 200, "a stale sweep alone does not unready the web"
+
+
+def test_readyz_is_unavailable_when_the_broker_cannot_be_reached(client):
+    old = app.conf.broker_write_url
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    try:
+        response = client.get("/readyz")
+    finally:
+        app.conf.broker_write_url = old
+    assert response.status_code == 503
+    assert response.json()["status"] == "unavailable" and response.json()["broker"] != "ok"
