@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Q
+from django.http import HttpResponseNotAllowed
 from django.utils.html import format_html_join
 
 from delivery.models import Attempt
@@ -243,6 +244,13 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        # A save would write the whole row as read, over whatever the sweep or a worker changed since:
+        # nothing is saved here, status changes only through the actions (and so the transitions).
+        if request.method == "POST":
+            return HttpResponseNotAllowed(["GET"])
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # Every field is read-only: no save buttons (operators act through the actions).
         extra_context = {
@@ -340,6 +348,11 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "POST":  # read-only: changes go through scheduling.schedules
+            return HttpResponseNotAllowed(["GET"])
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

@@ -177,6 +177,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
 AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "smsgw.admin_login.client_ip"  # the client's address behind the TLS proxy
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # its own log lines carry the username and address on every attempt
 # An admin session ends after SMSGW_ADMIN_SESSION_IDLE_SECONDS without a request: each request moves

@@ -217,3 +217,12 @@ def test_replay_from_dead_letter_gives_a_new_attempt_budget(ops, tenant):
     assert (event.from_status, event.to_status, event.actor) == (Status.FAILED, Status.QUEUED, "admin:ops")
     assert event.details["previous_reason"] == "retries exhausted"
     assert Message.objects.get(pk=alive.pk).status == Status.SCHEDULED
+
+
+def test_posting_the_change_form_writes_nothing_over_a_concurrent_transition(ops, tenant):
+    msg = message(tenant, due_in=3600)
+    transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="released")
+    response = ops.post(f"{CHANGELIST}{msg.pk}/change/", {"_save": "Save"})
+    assert response.status_code == 405
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED and msg.version == 2

@@ -219,3 +219,19 @@ def test_sessions_expire_after_inactivity_and_each_request_extends_them(settings
     first = client.get("/admin/")
     cookie = first.cookies[settings.SESSION_COOKIE_NAME]
     assert int(cookie["max-age"]) == settings.SESSION_COOKIE_AGE == 1800
+
+
+def test_behind_the_tls_proxy_failures_count_against_the_forwarded_client_address(settings):
+    settings.AXES_FAILURE_LIMIT = 2
+    settings.SMSGW_TLS = "proxy"
+    User.objects.create_user("ops", "ops@example.com", PASSWORD, is_staff=True, is_superuser=True)
+    proxy = "10.0.0.2"  # every request reaches the web process from the proxy
+    attacker = Client(REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR="198.51.100.1, 203.0.113.66")
+    for _ in range(2):
+        attacker.post("/admin/login/", {"username": "ops", "password": "wrong"})
+    assert attacker.post("/admin/login/", {"username": "ops", "password": PASSWORD}).status_code == 429
+    colleague = Client(REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR="192.0.2.10")
+    assert (
+        colleague.post("/admin/login/?next=/admin/", {"username": "ops", "password": PASSWORD}).status_code
+        == 302
+    )
