@@ -81,6 +81,9 @@ def test_due_date_range_filter(ops, tenant):
     day = (timezone.now() + timedelta(days=10)).date().isoformat()
     page = ops.get(CHANGELIST, {"due_at__date__gte": day, "due_at__date__lte": day}).content.decode()
     assert later.public_id in page and soon.public_id not in page
+    # The sidebar offers the range as two date inputs, keeping the chosen values.
+    assert f'type="date" name="due_at__date__gte" value="{day}"' in page
+    assert 'type="date" name="created_at__date__lte"' in page
     assert ops.get(CHANGELIST, {"due_at__date__gte": "yesterday"}).status_code == 302  # ?e=1, not a 500
 
 
