@@ -151,18 +151,19 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("SMSGW_STATIC_ROOT", str(VAR_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up about a missing one
-# Static files (the admin's CSS, JS and icons) are served by WhiteNoise in every mode. Outside
-# production it finds them in the installed apps directly, so the embedded run and the tests need no
-# collectstatic. Production serves what `collectstatic` put in STATIC_ROOT (smsgw-migrate.service runs
-# it), compressed and with content-hashed names cached for a year.
-WHITENOISE_USE_FINDERS = env_bool("SMSGW_STATIC_FINDERS", not PRODUCTION)
+# Static files (the admin's CSS, JS and icons) are served by WhiteNoise in every mode, DEBUG or not.
+# It also finds them in the installed apps, so the embedded run and the tests need no collectstatic.
+# Production links the compressed, content-hashed copies that `collectstatic` put in STATIC_ROOT
+# (smsgw-web.service runs it; cached for a year), and falls back to the plain files where it did
+# not run (smsgw.static), so the admin never breaks on a missing manifest.
+WHITENOISE_USE_FINDERS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if WHITENOISE_USE_FINDERS
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "smsgw.static.ForgivingManifestStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
