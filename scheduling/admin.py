@@ -255,6 +255,12 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         # Every field is read-only: no save buttons (operators act through the actions).
         extra_context = {
             **(extra_context or {}),
+            # Buttons above the page for the actions that apply to this message's status; each opens
+            # the same confirmation page as the list's action.
+            "message_actions": [
+                (op.name, op.verb, sorted(op.eligible))
+                for op in (admin_bulk.CANCEL, admin_bulk.RESCHEDULE, admin_bulk.REPLAY)
+            ],
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
@@ -364,7 +370,8 @@ class ScheduleAdmin(admin.ModelAdmin):
     def _each(self, request, queryset, service, done: str, statuses):
         actor = admin_bulk.operator_actor(request)
         changed, refused = 0, 0
-        for schedule in queryset.select_related("tenant").filter(status__in=statuses):
+        skipped = queryset.exclude(status__in=statuses).count()  # before: the loop changes statuses
+        for schedule in list(queryset.select_related("tenant").filter(status__in=statuses)):
             try:
                 service(tenant=schedule.tenant, public_id=schedule.public_id, actor=actor)
             except Conflict:
@@ -372,7 +379,6 @@ class ScheduleAdmin(admin.ModelAdmin):
                 continue
             changed += 1
             self.log_change(request, schedule, f"{done} ({actor})")
-        skipped = queryset.exclude(status__in=statuses).count()
         text = f"{done.capitalize()} {changed} schedules"
         if refused or skipped:
             text += f"; {refused + skipped} could not be {done}"

@@ -229,3 +229,40 @@ def test_posting_the_change_form_writes_nothing_over_a_concurrent_transition(ops
     assert response.status_code == 405
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED and msg.version == 2
+
+
+def test_the_message_page_offers_the_actions_its_status_allows(ops, tenant):
+    scheduled = message(tenant, due_in=3600)
+    page = ops.get(f"{CHANGELIST}{scheduled.pk}/change/").content.decode()
+    assert 'id="action-cancel_messages"' in page and 'id="action-reschedule_messages"' in page
+    assert 'id="action-replay_messages"' not in page
+    failed = message(tenant, to=recipient(3))
+    Message.objects.filter(pk=failed.pk).update(status=Status.FAILED, run_after=None)
+    page = ops.get(f"{CHANGELIST}{failed.pk}/change/").content.decode()
+    assert 'id="action-replay_messages"' in page and 'id="action-cancel_messages"' not in page
+    # The button posts the list's action for this one message: the confirmation page answers.
+    confirm = _action(ops, "replay_messages", [failed.pk]).content.decode()
+    assert 'id="will-change">1<' in confirm
+
+
+def test_schedule_actions_pause_resume_cancel_through_the_schedule_service(ops, tenant):
+    from scheduling import schedules
+    from scheduling.models import Schedule, ScheduleStatus
+
+    created = schedules.schedule_create(
+        tenant=tenant,
+        actor="test",
+        data={"to": "+14155550123", "body": "weekly", "rrule": "FREQ=WEEKLY", "start": "2030-01-07T09:00:00"},
+    )
+    schedule = created.schedule
+    url = "/admin/scheduling/schedule/"
+    done = ops.post(url, {"action": "pause_schedules", "_selected_action": [schedule.pk]}, follow=True)
+    assert "Paused 1 schedules." in done.content.decode()
+    assert Schedule.objects.get(pk=schedule.pk).status == ScheduleStatus.PAUSED
+    ops.post(url, {"action": "resume_schedules", "_selected_action": [schedule.pk]})
+    assert Schedule.objects.get(pk=schedule.pk).status == ScheduleStatus.ACTIVE
+    ops.post(url, {"action": "cancel_schedules", "_selected_action": [schedule.pk]})
+    schedule.refresh_from_db()
+    assert schedule.status == ScheduleStatus.CANCELLED
+    actors = set(schedule.versions.values_list("actor", flat=True))
+    assert "admin:ops" in actors
