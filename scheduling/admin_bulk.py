@@ -169,8 +169,11 @@ def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> str:
             continue
         try:
             op.apply(message, actor, data)
-        except Conflict as exc:  # lost a race: it moved on since it was read
-            refused[exc.current_status or "changed"] += 1
+        except Conflict as exc:
+            if exc.current_status and exc.current_status not in op.eligible:
+                refused[exc.current_status] += 1  # lost a race: it moved on since it was read
+            else:
+                errors[_error_text(exc)] += 1  # refused for another reason (a quota failure, an edit race)
             continue
         except APIException as exc:  # the API's refusals: a time in the past or too far ahead, a quota
             errors[_error_text(exc)] += 1

@@ -441,6 +441,13 @@ def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     since is granted again from now (the same length as the original one), or the send worker would
     expire the replay at once. Raises Conflict when the message is not ``failed`` (any more)."""
     message = message_get(tenant=tenant, public_id=public_id)
+    if message.reason_code == quotas.REASON:
+        # It failed on the tenant's daily quota (policy "fail"): `queued` is past the quota gate, so a
+        # replay would send it over the quota the tenant chose to enforce.
+        raise Conflict(
+            "It failed on the tenant's daily quota; a replay would send it past that quota.",
+            current_status=message.status,
+        )
     now = timezone.now()
     set_fields: dict[str, Any] = {
         "run_after": now,

@@ -266,3 +266,14 @@ def test_schedule_actions_pause_resume_cancel_through_the_schedule_service(ops, 
     assert schedule.status == ScheduleStatus.CANCELLED
     actors = set(schedule.versions.values_list("actor", flat=True))
     assert "admin:ops" in actors
+
+
+def test_replay_refuses_a_message_that_failed_on_the_tenants_daily_quota(ops, tenant):
+    over = message(tenant)
+    Message.objects.filter(pk=over.pk).update(
+        status=Status.FAILED, run_after=None, reason_code="quota_exceeded"
+    )
+    done = _action(ops, "replay_messages", [over.pk], confirm="yes").content.decode()
+    assert "Replayed 0; 1 refused: It failed on the tenant&#x27;s daily quota" in done
+    assert Message.objects.get(pk=over.pk).status == Status.FAILED
+    assert not MessageEvent.objects.filter(message=over, kind="replayed").exists()
