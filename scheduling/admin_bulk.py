@@ -91,18 +91,18 @@ CANCEL = Operation(
     refused_prefix="already ",
 )
 RESCHEDULE = Operation(
-    "reschedule_messages", "Reschedule", "Rescheduled", frozenset({Status.SCHEDULED}), _reschedule,
+    "reschedule_messages",
+    "Reschedule",
+    "Rescheduled",
+    frozenset({Status.SCHEDULED}),
+    _reschedule,
     form=RescheduleForm,
-)  # fmt: skip
+)
 REPLAY = Operation("replay_messages", "Replay", "Replayed", frozenset({Status.FAILED}), _replay)
 
 
 def _were(count: int, status: str, prefix: str = "") -> str:
     return f"{count} {'was' if count == 1 else 'were'} {prefix}{status}"
-
-
-def _plural(count: int) -> str:
-    return f"{count} message{'' if count == 1 else 's'}"
 
 
 def outcome_text(op: Operation, changed: int, already: Counter, refused: Counter, errors: Counter) -> str:
@@ -118,7 +118,10 @@ def outcome_text(op: Operation, changed: int, already: Counter, refused: Counter
 def _error_text(exc: APIException) -> str:
     detail = exc.detail
     if isinstance(detail, dict):
-        return "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in detail.items())
+        return "; ".join(
+            f"{k}: {' '.join(str(m) for m in v) if isinstance(v, list | tuple) else v}"
+            for k, v in detail.items()
+        )
     return str(detail)
 
 
@@ -136,7 +139,8 @@ def run(modeladmin: admin.ModelAdmin, request, queryset, op: Operation):
         zone = first.tenant.default_timezone if first else "UTC"
         form = op.form(request.POST if "confirm" in request.POST else None, initial_timezone=zone)
     if "confirm" in request.POST and (form is None or form.is_valid()):
-        modeladmin.message_user(request, _apply(modeladmin, request, op, [pk for pk, _ in selected], form))
+        text, complete = _apply(modeladmin, request, op, [pk for pk, _ in selected], form)
+        modeladmin.message_user(request, text, messages.SUCCESS if complete else messages.WARNING)
         return None  # back to the change list
     by_status = Counter(status for _, status in selected)
     context = {
@@ -156,7 +160,8 @@ def run(modeladmin: admin.ModelAdmin, request, queryset, op: Operation):
     return TemplateResponse(request, "admin/scheduling/message/confirm_operation.html", context)
 
 
-def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> str:
+def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> tuple[str, bool]:
+    """Apply ``op`` to each message; (the outcome, whether every selected message was changed)."""
     actor = operator_actor(request)
     data = form.api_data() if form is not None else {}
     changed, already, refused, errors = 0, Counter(), Counter(), Counter()
@@ -180,7 +185,8 @@ def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> str:
             continue
         changed += 1
         modeladmin.log_change(request, message, f"{op.done.lower()} ({actor})")
-    return outcome_text(op, changed, already, refused, errors)
+    complete = not (refused or errors)
+    return outcome_text(op, changed, already, refused, errors), complete
 
 
 __all__ = [
