@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
 ./deploy/services.sh postgres redis
 
+# The admin's browser tests (tests/admin_ui) drive Debian's Chromium through Playwright; Playwright's
+# own browser download is never used (it needs the network). Without /usr/bin/chromium they are
+# skipped, saying so; as root this installs it.
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 .venv/bin/ruff check --quiet .
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null

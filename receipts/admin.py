@@ -22,6 +22,13 @@ class ReceiptEventAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
 
+    # History: never added or deleted by hand (a deleted receipt would be taken for a new one).
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
@@ -42,6 +49,13 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
+
+    # History: never added or deleted by hand (a deleted receipt would be taken for a new one).
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
     @admin.action(description="Replay selected deliveries (same webhook-id)")
     def replay(self, request, queryset):

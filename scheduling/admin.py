@@ -1,63 +1,339 @@
-from django.contrib import admin
+"""The operator console for messages and schedules.
+
+Nothing here writes a message itself: the actions call the services the tenant API calls (see
+scheduling.admin_bulk), and every field is read-only. Messages and their timeline are never added or
+deleted from the admin: a deleted message would answer the tenant 404 and never send its webhook.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import Q
+from django.http import HttpResponseNotAllowed
+from django.utils.html import format_html_join
 
 from delivery.models import Attempt
-from scheduling.models import Message, MessageEvent, Schedule, ScheduleVersion
+from scheduling import admin_bulk, schedules
+from scheduling.admin_filters import DateRangeFilter
+from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.phone import mask, search_forms
+from scheduling.timeutil import TimeResolutionError, parse_timezone
+from smsgw.errors import Conflict
+
+BODY_PREVIEW_CHARS = 40
 
 
-class EventInline(admin.TabularInline):
-    model = MessageEvent
+def _zone(name: str, fallback: str = "UTC") -> ZoneInfo:
+    """A message's display zone: the IANA zone it was scheduled in, else its tenant's, else UTC (a
+    stored offset such as "+02:00" from an absolute send_at names no zone)."""
+    for candidate in (name, fallback, "UTC"):
+        try:
+            return parse_timezone(candidate)
+        except TimeResolutionError:
+            continue
+    return ZoneInfo("UTC")
+
+
+def when(value: datetime | None, zone: ZoneInfo | None = None) -> str:
+    """ "2026-12-01 10:00:00 EST (America/New_York) / 15:00:00 UTC": seconds, zones labelled."""
+    if value is None:
+        return "-"
+    utc = value.astimezone(ZoneInfo("UTC"))
+    utc_text = f"{utc:%Y-%m-%d %H:%M:%S} UTC"
+    if zone is None or zone.key == "UTC":
+        return utc_text
+    local = value.astimezone(zone)
+    same_day = local.date() == utc.date()
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({zone.key}) / {utc:%H:%M:%S} UTC" + (
+        "" if same_day else f" {utc:%Y-%m-%d}"
+    )
+
+
+def _message_zone(obj: Message) -> ZoneInfo:
+    return _zone(obj.requested_timezone, obj.tenant.default_timezone)
+
+
+class _HistoryInline(admin.TabularInline):
+    """History is shown, never added, edited or deleted."""
+
     extra = 0
     can_delete = False
-    readonly_fields = ("created_at", "kind", "from_status", "to_status", "actor", "details")
-    ordering = ("id",)
+    show_change_link = False
 
     def has_add_permission(self, request, obj=None):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        return False
 
-class AttemptInline(admin.TabularInline):
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class EventInline(_HistoryInline):
+    model = MessageEvent
+    verbose_name = "timeline entry"
+    verbose_name_plural = "timeline"
+    fields = ("at", "kind", "change", "actor", "detail")
+    readonly_fields = fields
+    ordering = ("id",)
+
+    @admin.display(description="at (UTC)")
+    def at(self, obj):
+        return f"{obj.created_at.astimezone(ZoneInfo('UTC')):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+
+    @admin.display(description="status")
+    def change(self, obj):
+        if obj.from_status == obj.to_status:
+            return obj.to_status or "-"
+        return f"{obj.from_status} → {obj.to_status}"
+
+    @admin.display(description="details")
+    def detail(self, obj):
+        if not obj.details:
+            return "-"
+        return format_html_join(
+            "",
+            "<div><strong>{}</strong>: {}</div>",
+            ((k, v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(obj.details.items())),
+        )
+
+
+class AttemptInline(_HistoryInline):
     model = Attempt
-    extra = 0
-    can_delete = False
-    readonly_fields = (
+    fields = (
         "number",
         "provider",
         "outcome",
-        "started_at",
-        "finished_at",
+        "started",
+        "latency_ms",
         "http_status",
         "provider_code",
         "provider_message_id",
-        "latency_ms",
     )
-    exclude = ("response", "idempotency_token", "route")
+    readonly_fields = fields
+    ordering = ("number",)
 
-    def has_add_permission(self, request, obj=None):
-        return False
+    @admin.display(description="started (UTC)")
+    def started(self, obj):
+        return when(obj.started_at)
+
+
+class MessageSearchMixin:
+    """Search by public id, provider sid, or the recipient in any common format."""
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        numbers = search_forms(term, settings.ADMIN_PHONE_REGION)
+        condition = Q(public_id=term) | Q(provider_message_id=term)
+        if numbers:
+            condition |= Q(to__in=numbers)
+        return queryset.filter(condition), False
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
-    # Read-only here: status changes go through the transitions module (operator actions come later).
-    list_display = ("public_id", "tenant", "status", "priority", "due_at", "sent_at", "provider_message_id")
-    list_filter = ("status", "priority", "tenant")
-    search_fields = ("=public_id", "=to", "=provider_message_id")
-    inlines = (AttemptInline, EventInline)
+class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
+    list_display = (
+        "public_id",
+        "recipient",
+        "body_preview",
+        "status",
+        "priority",
+        "tenant",
+        "due",
+        "created",
+    )
+    list_filter = (
+        "status",
+        "priority",
+        "tenant",
+        ("due_at", DateRangeFilter),
+        ("created_at", DateRangeFilter),
+    )
+    list_select_related = ("tenant",)
+    search_fields = ("=public_id",)  # shows the box; get_search_results decides what matches
+    search_help_text = (
+        "Message id, provider SID, or recipient number in any format: +1 415 555 0123, (415) 555-0123"
+    )
+    ordering = ("-id",)
     show_full_result_count = False
+    list_per_page = 100
+    actions = ("cancel_messages", "reschedule_messages", "replay_messages")
+    inlines = (AttemptInline, EventInline)
+    fieldsets = (
+        (
+            "Request",
+            {
+                "fields": (
+                    "public_id",
+                    "tenant",
+                    "to",
+                    "from_number",
+                    "messaging_service_sid",
+                    "body",
+                    "encoding",
+                    "segments",
+                    "priority",
+                    "metadata",
+                    "idempotency_key",
+                )
+            },
+        ),
+        (
+            "Status",
+            {
+                "fields": (
+                    "status",
+                    "status_reason",
+                    "reason_code",
+                    "version",
+                    "attempt_count",
+                    "provider_calls",
+                )
+            },
+        ),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "due",
+                    "requested_send_at",
+                    "requested_timezone",
+                    "dst_policy",
+                    "dst_adjustment",
+                    "quiet_hours",
+                    "expires",
+                    "run_after_shown",
+                    "created",
+                    "updated",
+                )
+            },
+        ),
+        (
+            "Provider",
+            {
+                "fields": (
+                    "provider",
+                    "provider_message_id",
+                    "provider_status",
+                    "error_code",
+                    "milestones",
+                )
+            },
+        ),
+        (
+            "Recurrence",
+            {"classes": ("collapse",), "fields": ("schedule", "occurrence_key", "schedule_version")},
+        ),
+    )
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
+        names = [f for fields in (fs[1]["fields"] for fs in self.fieldsets) for f in fields]
+        return names
 
-
-class ScheduleVersionInline(admin.TabularInline):
-    model = ScheduleVersion
-    extra = 0
-    can_delete = False
-    readonly_fields = ("number", "change", "status", "changed_fields", "actor", "created_at", "definition")
-    ordering = ("number",)
-
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        # A save would write the whole row as read, over whatever the sweep or a worker changed since:
+        # nothing is saved here, status changes only through the actions (and so the transitions).
+        if request.method == "POST":
+            return HttpResponseNotAllowed(["GET"])
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # Every field is read-only: no save buttons (operators act through the actions).
+        extra_context = {
+            **(extra_context or {}),
+            # Buttons above the page for the actions that apply to this message's status; each opens
+            # the same confirmation page as the list's action.
+            "message_actions": [
+                (op.name, op.verb, sorted(op.eligible))
+                for op in (admin_bulk.CANCEL, admin_bulk.RESCHEDULE, admin_bulk.REPLAY)
+            ],
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            "show_delete": False,
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- columns ---
+    @admin.display(description="recipient", ordering="to")
+    def recipient(self, obj):
+        return mask(obj.to)
+
+    @admin.display(description="body")
+    def body_preview(self, obj):
+        text = " ".join(obj.body.split())
+        return text if len(text) <= BODY_PREVIEW_CHARS else text[: BODY_PREVIEW_CHARS - 1] + "…"
+
+    @admin.display(description="due (local / UTC)", ordering="due_at")
+    def due(self, obj):
+        return when(obj.due_at, _message_zone(obj))
+
+    @admin.display(description="created (UTC)", ordering="created_at")
+    def created(self, obj):
+        return when(obj.created_at)
+
+    @admin.display(description="updated (UTC)")
+    def updated(self, obj):
+        return when(obj.updated_at)
+
+    @admin.display(description="expires (local / UTC)")
+    def expires(self, obj):
+        return when(obj.expires_at, _message_zone(obj))
+
+    @admin.display(description="next sweep check (UTC)")
+    def run_after_shown(self, obj):
+        return when(obj.run_after)
+
+    @admin.display(description="quiet hours")
+    def quiet_hours(self, obj):
+        if not obj.quiet_timezone:
+            return "-"
+        moved = ""
+        if obj.quiet_deferred_from:
+            moved = f"; moved from {when(obj.quiet_deferred_from, _message_zone(obj))}"
+        return f"{obj.quiet_start:%H:%M}-{obj.quiet_end:%H:%M} {obj.quiet_timezone}{moved}"
+
+    @admin.display(description="milestones (UTC)")
+    def milestones(self, obj):
+        stamps = [
+            (name, getattr(obj, f"{name}_at"))
+            for name in ("queued", "sending", "sent", "delivered", "failed", "cancelled", "expired")
+        ]
+        return format_html_join("", "<div>{}: {}</div>", ((n, when(v)) for n, v in stamps if v)) or "-"
+
+    # --- actions (the same services as the API; see scheduling.admin_bulk) ---
+    @admin.action(description="Cancel selected messages", permissions=["change"])
+    def cancel_messages(self, request, queryset):
+        return admin_bulk.run(self, request, queryset, admin_bulk.CANCEL)
+
+    @admin.action(description="Reschedule selected messages", permissions=["change"])
+    def reschedule_messages(self, request, queryset):
+        return admin_bulk.run(self, request, queryset, admin_bulk.RESCHEDULE)
+
+    @admin.action(description="Replay selected failed messages (dead letter)", permissions=["change"])
+    def replay_messages(self, request, queryset):
+        return admin_bulk.run(self, request, queryset, admin_bulk.REPLAY)
+
+
+class ScheduleVersionInline(_HistoryInline):
+    model = ScheduleVersion
+    fields = ("number", "change", "status", "changed_fields", "actor", "created_at", "definition")
+    readonly_fields = fields
+    ordering = ("number",)
 
 
 @admin.register(Schedule)
@@ -65,9 +341,63 @@ class ScheduleAdmin(admin.ModelAdmin):
     # Read-only: changes go through scheduling.schedules (versions, occurrence cancellation).
     list_display = ("public_id", "tenant", "status", "version", "rrule", "timezone", "next_occurrence_at")
     list_filter = ("status", "tenant")
-    search_fields = ("=public_id", "=to")
+    search_fields = ("=public_id",)
     inlines = (ScheduleVersionInline,)
     show_full_result_count = False
+    actions = ("pause_schedules", "resume_schedules", "cancel_schedules")
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "POST":  # read-only: changes go through scheduling.schedules
+            return HttpResponseNotAllowed(["GET"])
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        numbers = search_forms(term, settings.ADMIN_PHONE_REGION)
+        return queryset.filter(Q(public_id=term) | Q(to__in=numbers)), False
+
+    def _each(self, request, queryset, service, done: str, statuses):
+        actor = admin_bulk.operator_actor(request)
+        changed, refused = 0, 0
+        skipped = queryset.exclude(status__in=statuses).count()  # before: the loop changes statuses
+        for schedule in list(queryset.select_related("tenant").filter(status__in=statuses)):
+            try:
+                service(tenant=schedule.tenant, public_id=schedule.public_id, actor=actor)
+            except Conflict:
+                refused += 1
+                continue
+            changed += 1
+            self.log_change(request, schedule, f"{done} ({actor})")
+        text = f"{done.capitalize()} {changed} schedules"
+        if refused or skipped:
+            text += f"; {refused + skipped} could not be {done}"
+        self.message_user(request, text + ".", messages.SUCCESS)
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause_schedules(self, request, queryset):
+        self._each(request, queryset, schedules.schedule_pause, "paused", [ScheduleStatus.ACTIVE])
+
+    @admin.action(description="Resume selected schedules", permissions=["change"])
+    def resume_schedules(self, request, queryset):
+        self._each(request, queryset, schedules.schedule_resume, "resumed", [ScheduleStatus.PAUSED])
+
+    @admin.action(
+        description="Cancel selected schedules and their pending occurrences", permissions=["change"]
+    )
+    def cancel_schedules(self, request, queryset):
+        live = [ScheduleStatus.ACTIVE, ScheduleStatus.PAUSED]
+        self._each(request, queryset, schedules.schedule_cancel, "cancelled", live)
+
+
+__all__ = ["MessageAdmin", "ScheduleAdmin", "when"]

@@ -14,7 +14,14 @@ import re
 
 import phonenumbers
 
-__all__ = ["VALID_FICTIONAL_NUMBERS", "PhoneNumberError", "mask", "normalize_e164", "normalize_e164_query"]
+__all__ = [
+    "VALID_FICTIONAL_NUMBERS",
+    "PhoneNumberError",
+    "mask",
+    "normalize_e164",
+    "normalize_e164_query",
+    "search_forms",
+]
 
 VALID_FICTIONAL_NUMBERS: tuple[str, ...] = (
     "+14155550100",
@@ -112,3 +119,22 @@ def mask(e164: str) -> str:
         return "+" + digits[:head] + "*" * hidden + digits[n - tail :]
     keep = min(_MASK_TAIL_DIGITS, max(0, len(text) - _MASK_MIN_HIDDEN))
     return "*" * (len(text) - keep) + text[len(text) - keep :]
+
+
+def search_forms(term: str, default_region: str) -> list[str]:
+    """The E.164 numbers an operator may mean by ``term`` when searching: an international number in
+    any common writing (``+1 (415) 555-0123``, ``00 44 20 7946 0123``) or a national one in
+    ``default_region`` (``(415) 555-0123``, ``020 7946 0123`` with region GB). Empty when ``term`` is
+    not a valid number, so a search for an id or a word never turns into a number search."""
+    text = (term or "").strip()
+    if not text or len(text) > _RAW_MAX_LEN or not any(c.isdigit() for c in text):
+        return []
+    if text.startswith("00"):
+        text = "+" + text[2:]
+    try:
+        parsed = phonenumbers.parse(text, None if text.startswith("+") else default_region)
+    except phonenumbers.NumberParseException:
+        return []
+    if not phonenumbers.is_valid_number(parsed):
+        return []
+    return [phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)]

@@ -433,3 +433,51 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         )
     message.refresh_from_db()
     return message
+
+
+def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
+    """Send a dead-lettered (``failed``) message again: ``failed`` -> ``queued`` with a fresh attempt
+    budget, published by the next sweep like any released message. A validity window that has run out
+    since is granted again from now (the same length as the original one), or the send worker would
+    expire the replay at once. Raises Conflict when the message is not ``failed`` (any more)."""
+    message = message_get(tenant=tenant, public_id=public_id)
+    if message.reason_code == quotas.REASON:
+        # It failed on the tenant's daily quota (policy "fail"): `queued` is past the quota gate, so a
+        # replay would send it over the quota the tenant chose to enforce.
+        raise Conflict(
+            "It failed on the tenant's daily quota; a replay would send it past that quota.",
+            current_status=message.status,
+        )
+    now = timezone.now()
+    set_fields: dict[str, Any] = {
+        "run_after": now,
+        "attempt_count": 0,
+        "failed_at": None,
+        "reason_code": "",
+        "status_reason": "replayed by an operator",
+    }
+    details: dict[str, Any] = {
+        "previous_reason": message.status_reason[:200],
+        "error_code": message.error_code,
+    }
+    if message.expires_at <= now:
+        set_fields["expires_at"] = now + max(message.expires_at - message.due_at, timedelta(minutes=5))
+        details["new_expires_at"] = set_fields["expires_at"].isoformat()
+    result = transitions.transition(
+        message.pk,
+        from_statuses=[Status.FAILED],
+        to_status=Status.QUEUED,
+        kind="replayed",
+        actor=actor,
+        details=details,
+        set_fields=set_fields,
+        expected_version=message.version,
+        now=now,
+    )
+    if not result.won:
+        raise Conflict(
+            f"Only a failed message can be replayed; this one is {result.status}.",
+            current_status=result.status,
+        )
+    message.refresh_from_db()
+    return message

@@ -1,10 +1,109 @@
-from django.contrib import admin
+"""Tenants and API keys in the admin (the `admin` role only; see smsgw/migrations/0004_operator_roles).
 
-from smsgw.models import ApiKey, Tenant
+Tenants are validated as the API and `tenant_create` validate them: an IANA timezone, an E.164 or
+alphanumeric default sender, a webhook URL that passes the SSRF guard (receipts.webhooks). Secrets are
+never shown stored: a new API key or webhook signing secret is shown once, on its own page that is
+not cached, and never put in a flash message (those travel in a cookie)."""
+
+from __future__ import annotations
+
+import re
+
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+
+from scheduling.phone import PhoneNumberError, normalize_e164
+from scheduling.services import ALPHANUMERIC_SENDER
+from scheduling.timeutil import TimeResolutionError, parse_timezone
+from smsgw import admin_beat  # noqa: F401  (guards the built-in periodic tasks)
+from smsgw.api_keys import api_key_revoke, api_key_rotate
+from smsgw.models import ApiKey, Tenant, api_key_create
+
+
+def secret_page(request, modeladmin, *, title: str, intro: str, secret: str, back_url: str, note: str = ""):
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "intro": intro,
+        "secret": secret,
+        "note": note,
+        "back_url": back_url,
+        "opts": modeladmin.model._meta,
+    }
+    response = TemplateResponse(request, "admin/smsgw/secret_once.html", context)
+    add_never_cache_headers(response)
+    return response
+
+
+class TenantForm(forms.ModelForm):
+    class Meta:
+        model = Tenant
+        # webhook_secret is never a form field: it is made (and rotated) by receipts.webhooks, shown once.
+        fields = (
+            "name",
+            "slug",
+            "is_active",
+            "default_from",
+            "messaging_service_sid",
+            "default_timezone",
+            "daily_message_quota",
+            "max_pending_scheduled",
+            "send_rate_per_second",
+            "quota_exceeded_policy",
+            "api_rate_per_second",
+            "webhook_url",
+            "quiet_hours_start",
+            "quiet_hours_end",
+            "quiet_hours_exempt_transactional",
+        )
+
+    def clean_default_timezone(self):
+        name = self.cleaned_data["default_timezone"]
+        try:
+            parse_timezone(name)
+        except TimeResolutionError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return name
+
+    def clean_default_from(self):
+        sender = (self.cleaned_data.get("default_from") or "").strip()
+        if not sender:
+            return ""
+        if sender.startswith("+"):
+            try:
+                return normalize_e164(sender)
+            except PhoneNumberError as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        if not ALPHANUMERIC_SENDER.match(sender):
+            raise forms.ValidationError(
+                "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
+            )
+        return sender
+
+    def clean_messaging_service_sid(self):
+        sid = (self.cleaned_data.get("messaging_service_sid") or "").strip()
+        if sid and not re.fullmatch(r"MG[0-9a-fA-F]{32}", sid):
+            raise forms.ValidationError("must look like MG followed by 32 hex characters")
+        return sid
+
+    def clean_webhook_url(self):
+        from receipts.webhooks import WebhookUrlError, webhook_url_check
+
+        url = (self.cleaned_data.get("webhook_url") or "").strip()
+        if url:
+            try:
+                webhook_url_check(url)
+            except WebhookUrlError as exc:
+                raise forms.ValidationError(f"webhook URL {exc}") from exc
+        return url
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
+    form = TenantForm
     list_display = (
         "slug",
         "name",
@@ -14,14 +113,147 @@ class TenantAdmin(admin.ModelAdmin):
         "daily_message_quota",
         "max_pending_scheduled",
         "quota_exceeded_policy",
+        "has_webhook_secret",
         "created_at",
     )
     search_fields = ("slug", "name")
+    readonly_fields = ("has_webhook_secret", "created_at")
+    actions = ("rotate_webhook_secret",)
+
+    @admin.display(boolean=True, description="webhook signing secret")
+    def has_webhook_secret(self, obj):
+        return bool(obj.webhook_secret)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # messages hang on a tenant (PROTECT); deactivate it instead (is_active)
+
+    def save_model(self, request, obj, form, change):
+        from receipts.webhooks import tenant_webhook_configure, tenant_webhook_remove
+
+        url = obj.webhook_url
+        super().save_model(request, obj, form, change)
+        if "webhook_url" in form.changed_data or (url and not obj.webhook_secret):
+            if url:
+                request._smsgw_new_secret = tenant_webhook_configure(tenant=obj, url=url)
+            else:
+                tenant_webhook_remove(tenant=obj)
+
+    def _secret_response(self, request, obj, default):
+        secret = getattr(request, "_smsgw_new_secret", None)
+        if not secret:
+            return default
+        return secret_page(
+            request,
+            self,
+            title=f"Webhook signing secret for {obj.slug}",
+            intro=f"Webhooks to {obj.webhook_url} are signed with this secret (Standard Webhooks).",
+            secret=secret,
+            back_url=reverse("admin:smsgw_tenant_change", args=[obj.pk]),
+        )
+
+    def response_add(self, request, obj, post_url_continue=None):
+        return self._secret_response(request, obj, super().response_add(request, obj, post_url_continue))
+
+    def response_change(self, request, obj):
+        return self._secret_response(request, obj, super().response_change(request, obj))
+
+    @admin.action(description="Rotate the webhook signing secret", permissions=["change"])
+    def rotate_webhook_secret(self, request, queryset):
+        from receipts.webhooks import tenant_webhook_configure
+
+        tenants = list(queryset.exclude(webhook_url=""))
+        if len(tenants) != 1:
+            self.message_user(request, "Select one tenant that has a webhook URL.", messages.ERROR)
+            return None
+        tenant = tenants[0]
+        secret = tenant_webhook_configure(tenant=tenant, url=tenant.webhook_url, rotate_secret=True)
+        self.log_change(request, tenant, "rotated the webhook signing secret")
+        return secret_page(
+            request,
+            self,
+            title=f"New webhook signing secret for {tenant.slug}",
+            intro="The old secret no longer signs anything: give the tenant this one.",
+            secret=secret,
+            back_url=reverse("admin:smsgw_tenant_changelist"),
+        )
+
+
+class ApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("tenant", "name")
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
     list_display = ("prefix", "tenant", "name", "revoked_at", "last_used_at", "created_at")
     list_filter = ("revoked_at",)
+    list_select_related = ("tenant",)
     search_fields = ("prefix", "tenant__slug")
-    readonly_fields = ("prefix", "secret_hash", "last_used_at", "created_at")
+    actions = ("revoke_keys", "rotate_key")
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("tenant", "name")
+        return ("prefix", "tenant", "name", "revoked_at", "last_used_at", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        # The tenant is fixed once a key exists: moving a key would hand one tenant's client another's data.
+        return ("prefix", "tenant", "revoked_at", "last_used_at", "created_at")
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the row keeps the prefix that logs and audit entries name
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            obj.save(update_fields=["name"])
+            return
+        key, raw = api_key_create(tenant=obj.tenant, name=obj.name)
+        obj.pk, obj.prefix, obj.secret_hash, obj.created_at = (
+            key.pk,
+            key.prefix,
+            key.secret_hash,
+            key.created_at,
+        )
+        obj._state.adding = False
+        request._smsgw_raw_key = raw
+
+    def response_add(self, request, obj, post_url_continue=None):
+        return secret_page(
+            request,
+            self,
+            title=f"API key for {obj.tenant}",
+            intro=f"API key {obj.prefix}… for tenant {obj.tenant} ({obj.name}). Clients send it as "
+            "'Authorization: Bearer <key>'.",
+            secret=request._smsgw_raw_key,
+            back_url=reverse("admin:smsgw_apikey_changelist"),
+        )
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_keys(self, request, queryset):
+        revoked = 0
+        for key in queryset:
+            if api_key_revoke(key=key):
+                revoked += 1
+                self.log_change(request, key, "revoked")
+        self.message_user(request, f"Revoked {revoked} keys.", messages.SUCCESS)
+
+    @admin.action(description="Rotate: issue a new key and revoke this one", permissions=["add", "change"])
+    def rotate_key(self, request, queryset):
+        keys = list(queryset.filter(revoked_at__isnull=True).select_related("tenant"))
+        if len(keys) != 1:
+            self.message_user(request, "Select one key that is not revoked.", messages.ERROR)
+            return None
+        new, raw = api_key_rotate(key=keys[0])
+        self.log_change(request, keys[0], f"rotated to {new.prefix}")
+        return secret_page(
+            request,
+            self,
+            title=f"New API key for {new.tenant}",
+            intro=f"Key {keys[0].prefix}… is revoked; its replacement is {new.prefix}….",
+            secret=raw,
+            back_url=reverse("admin:smsgw_apikey_changelist"),
+        )

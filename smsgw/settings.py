@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_celery_beat",
+    "axes",  # admin login lockout (see "admin" below)
     "smsgw",
     "scheduling",
     "delivery",
@@ -88,6 +89,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "smsgw.boundary.ApiBoundaryMiddleware",  # first: it turns every /v1/ and /receipts/ error into JSON
     "django.middleware.security.SecurityMiddleware",
+    # Right after security (HTTPS redirect first): serves /static/ in every mode, DEBUG or not.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -96,6 +99,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "smsgw.limits.ratelimit.RateLimitHeadersMiddleware",
     "smsgw.logs_json.LogContextMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: it answers a locked-out login
 ]
 
 ROOT_URLCONF = "smsgw.urls"
@@ -159,7 +163,45 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(env_str("SMSGW_STATIC_ROOT", str(VAR_DIR / "static")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up about a missing one
+# Static files (the admin's CSS, JS and icons) are served by WhiteNoise in every mode, DEBUG or not.
+# It also finds them in the installed apps, so the embedded run and the tests need no collectstatic.
+# Production links the compressed, content-hashed copies that `collectstatic` put in STATIC_ROOT
+# (smsgw-web.service runs it; cached for a year), and falls back to the plain files where it did
+# not run (smsgw.static), so the admin never breaks on a missing manifest.
+WHITENOISE_USE_FINDERS = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "smsgw.static.ForgivingManifestStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- admin (the operator console) -----------------------------------------------------------------
+# Logins: after SMSGW_ADMIN_LOGIN_FAILURES failed attempts for one username from one address, that
+# pair is locked out for SMSGW_ADMIN_LOCKOUT_MINUTES (django-axes; a successful login resets the count).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "smsgw.admin_login.client_ip"  # the client's address behind the TLS proxy
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # its own log lines carry the username and address on every attempt
+# An admin session ends after SMSGW_ADMIN_SESSION_IDLE_SECONDS without a request: each request moves
+# the expiry (SESSION_SAVE_EVERY_REQUEST). The tenant API does not use sessions.
+SESSION_COOKIE_AGE = env_int("SMSGW_ADMIN_SESSION_IDLE_SECONDS", 1800, minimum=60)
+SESSION_SAVE_EVERY_REQUEST = True
+SESSION_COOKIE_HTTPONLY = True
+# Admin search: a number written without a country code ("(415) 555-0123") is read in this region.
+ADMIN_PHONE_REGION = env_str("SMSGW_ADMIN_PHONE_REGION", "US").upper()
 
 # --- API ------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

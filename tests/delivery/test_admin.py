@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def admin_client(db):
     User.objects.create_superuser("ops", "ops@example.com", "pw-for-tests-only")
     client = Client()
-    client.login(username="ops", password="pw-for-tests-only")
+    client.force_login(User.objects.get(username="ops"))
     return client
 
 

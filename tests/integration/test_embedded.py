@@ -115,6 +115,15 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         for src in scripts:
             with urllib.request.urlopen(f"http://127.0.0.1:{web}{src}", timeout=30) as resp:
                 assert resp.status == 200 and len(resp.read()) > 100_000, src
+        # The admin's login page and every stylesheet and script it links, served by gunicorn with
+        # DEBUG off (WhiteNoise), so the console renders styled.
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/admin/login/", timeout=30) as resp:
+            page = resp.read().decode()
+        assets = re.findall(r'(?:href|src)="(/static/[^"]+)"', page)
+        assert any(a.endswith(".css") for a in assets), page
+        for src in assets:
+            with urllib.request.urlopen(f"http://127.0.0.1:{web}{src}", timeout=30) as resp:
+                assert resp.status == 200 and resp.read(), src
         # Stopped as a terminal's Ctrl-C or a process manager does: SIGTERM to the script's whole process
         # group. Every process it started (pool children included, whatever their group) is gone within
         # 30 s; the worker drains instead of hanging in its children's exit.

@@ -1,0 +1,104 @@
+"""The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
+also acts on messages, schedules, holds, circuits, webhook deliveries and sender rates; `admin` also
+manages tenants, API keys, periodic tasks, admin users and login lockouts. A person gets a role by
+being `is_staff` and in one group (README "Operator console"). Nobody but a superuser deletes messages
+or their history: no role has those permissions, and the admin refuses them to everyone anyway.
+
+Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the groups to these permissions
+(also after a test database was flushed)."""
+
+ROLES = ("viewer", "operator", "admin")
+
+VIEW = {
+    "scheduling": ["message", "messageevent", "schedule", "scheduleversion"],
+    "delivery": [
+        "attempt",
+        "providerhold",
+        "duplicatesubmission",
+        "optoutsignal",
+        "sendercapacity",
+        "accountcapacity",
+        "ratebucket",
+        "providercircuit",
+    ],
+    "receipts": ["receiptevent", "webhookdelivery", "statuslookup"],
+    "limits": ["quotawindow", "apiratebucket"],
+    "smsgw": ["tenant"],
+    "django_celery_beat": [
+        "periodictask",
+        "intervalschedule",
+        "crontabschedule",
+        "solarschedule",
+        "clockedschedule",
+    ],
+}
+# "change" on these is what the admin actions require (cancel, reschedule, replay, pause, clear, ...);
+# their fields stay read-only.
+OPERATE = {
+    "scheduling": {"message": ["change"], "schedule": ["change"]},
+    "delivery": {
+        "providerhold": ["change"],
+        "providercircuit": ["change"],
+        "sendercapacity": ["add", "change"],
+        "accountcapacity": ["add", "change"],
+    },
+    "receipts": {"webhookdelivery": ["change"]},
+}
+MANAGE = {
+    "smsgw": {"tenant": ["add", "change"], "apikey": ["view", "add", "change"]},
+    "django_celery_beat": {
+        model: ["add", "change", "delete"]
+        for model in (
+            "periodictask",
+            "intervalschedule",
+            "crontabschedule",
+            "solarschedule",
+            "clockedschedule",
+        )
+    },
+    "auth": {"user": ["view", "add", "change", "delete"], "group": ["view"]},
+    "axes": {"accessattempt": ["view", "delete"], "accessfailurelog": ["view"], "accesslog": ["view"]},
+}
+
+
+def _codes(spec):
+    for app, models in spec.items():
+        for model, verbs in models.items():
+            for verb in verbs:
+                yield app, f"{verb}_{model}"
+
+
+def roles_sync(apps) -> None:
+    """Create or reset the three groups (``apps``: a migration's historical registry, or the live one)."""
+    from django.contrib.auth.management import create_permissions
+
+    # Permissions are normally created after all migrations ran (post_migrate); make them now.
+    # (create_permissions skips an app whose models_module is unset, as it is in a migration's registry.)
+    for app_config in apps.get_app_configs():
+        previous = getattr(app_config, "models_module", None)
+        app_config.models_module = previous or True
+        try:
+            create_permissions(app_config, apps=apps, verbosity=0)
+        finally:
+            app_config.models_module = previous
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+
+    def perms(pairs):
+        pairs = set(pairs)
+        found = [
+            p
+            for p in Permission.objects.select_related("content_type")
+            if (p.content_type.app_label, p.codename) in pairs
+        ]
+        missing = pairs - {(p.content_type.app_label, p.codename) for p in found}
+        if missing:
+            raise RuntimeError(f"permissions not found: {sorted(missing)}")
+        return found
+
+    viewer = [(app, f"view_{model}") for app, models in VIEW.items() for model in models]
+    operator = viewer + list(_codes(OPERATE))
+    admin = operator + list(_codes(MANAGE))
+    for name, pairs in zip(ROLES, (viewer, operator, admin), strict=True):
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.set(perms(pairs))
