@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
-./deploy/services.sh postgres redis
+./deploy/services.sh postgres redis rabbitmq
 
 # The admin's browser tests (tests/admin_ui) drive Debian's Chromium through Playwright; Playwright's
 # own browser download is never used (it needs the network). Without /usr/bin/chromium they are

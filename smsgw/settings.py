@@ -273,6 +273,16 @@ else:
             socket_keepalive_options=_keepalive,
             health_check_interval=10,
         )
+BROKER_IS_AMQP = CELERY_BROKER_URL.startswith(("amqp", "pyamqp", "amqps"))
+if BROKER_IS_AMQP:
+    # RabbitMQ: every task queue is a durable quorum queue (replicated; deploy/rabbitmq/definitions.json
+    # declares them, with a policy for the delivery limit and the dead-letter exchange), and every
+    # publish waits for the broker's confirm, so a task the sweep counted as published is on disk in the
+    # queue (kombu's py-amqp transport: confirm_publish). Quorum queues take no countdown/ETA tasks and no
+    # global QoS; nothing here uses either (Celery detects the quorum queues and uses per-consumer QoS).
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = env_choice("SMSGW_AMQP_QUEUE_TYPE", "quorum", ("quorum", "classic"))
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = CELERY_TASK_DEFAULT_QUEUE_TYPE
+    CELERY_BROKER_TRANSPORT_OPTIONS["confirm_publish"] = True
 # AMQP: heartbeats every 10 s (RabbitMQ closes a silent connection after two missed ones, and the
 # worker notices a dead broker as fast); connecting gives up after 5 s and retries.
 CELERY_BROKER_HEARTBEAT = env_int("SMSGW_BROKER_HEARTBEAT", 10, minimum=0)
