@@ -5,7 +5,6 @@ settings in a fresh interpreter, as a process starting up would."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -13,27 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.production_env import production_env
+
 ROOT = Path(__file__).resolve().parents[2]
-STRONG_KEY = secrets.token_urlsafe(50)
-SID = "AC" + "0123456789abcdef" * 2
 
 
 def _env(**overrides: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "DJANGO_"))}
-    env.update(
-        DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
-        DJANGO_SETTINGS_MODULE="smsgw.settings",
-        SMSGW_VAR_DIR=os.environ.get("SMSGW_VAR_DIR", str(ROOT / ".var")),
-        DJANGO_SECRET_KEY=STRONG_KEY,
-        TWILIO_ACCOUNT_SID=SID,
-        TWILIO_AUTH_TOKEN=secrets.token_hex(16),
-    )
-    for k, v in overrides.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
+    # SMSGW_ENV is left to its default, which is production once DATABASE_URL is set.
+    return production_env(**{"SMSGW_ENV": None, **overrides})
 
 
 def _run(code: str, **overrides: str | None) -> subprocess.CompletedProcess:

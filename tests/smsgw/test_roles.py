@@ -3,7 +3,6 @@ refuses to start in production (its messages would carry no StatusCallback) and 
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.production_env import production_env
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,23 +19,7 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 
 
 def _env(**overrides: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "DJANGO_"))}
-    env.update(
-        DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
-        CELERY_BROKER_URL="redis://127.0.0.1:6379/15",
-        SMSGW_VAR_DIR=os.environ.get("SMSGW_VAR_DIR", str(ROOT / ".var")),
-        SMSGW_ENV="production",
-        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
-        TWILIO_ACCOUNT_SID="AC" + secrets.token_hex(16),
-        TWILIO_AUTH_TOKEN=secrets.token_hex(16),
-        PYTHONUNBUFFERED="1",
-    )
-    for k, v in overrides.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
+    return production_env(**{"CELERY_BROKER_URL": "redis://127.0.0.1:6379/15", **overrides})
 
 
 def _worker(queues: str) -> list[str]:
