@@ -17,6 +17,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
+from delivery import suppression
 from scheduling import quiet, transitions
 from scheduling.models import Message, MessageEvent, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
@@ -187,6 +188,10 @@ def message_create(
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    if suppression.is_suppressed(
+        tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
+    ):
+        raise field_error("to", "the recipient opted out of messages from this sender (suppression list)")
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
     priority = data.get("priority") or Priority.TRANSACTIONAL

@@ -16,6 +16,8 @@ VIEW = {
         "providerhold",
         "duplicatesubmission",
         "optoutsignal",
+        "suppression",
+        "suppressionchange",
         "sendercapacity",
         "accountcapacity",
         "ratebucket",
@@ -38,6 +40,7 @@ OPERATE = {
     "scheduling": {"message": ["change"], "schedule": ["change"]},
     "delivery": {
         "providerhold": ["change"],
+        "suppression": ["add", "delete"],
         "providercircuit": ["change"],
         "sendercapacity": ["add", "change"],
         "accountcapacity": ["add", "change"],

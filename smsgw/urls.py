@@ -51,6 +51,7 @@ urlpatterns = [
         name="webhook-replay",
     ),
     path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
+    path("inbound/<str:provider>/", receipts_api.inbound_message, name="inbound"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", observability.metrics, name="metrics"),
