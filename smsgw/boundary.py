@@ -1,5 +1,6 @@
 """The API's edge against hostile input: whatever arrives at ``/v1/...``, ``/receipts/...`` or
-``/inbound/...``, the answer is our JSON error envelope (``{"error": {"code", "message", "fields"?}}``), never a 500 or an HTML page.
+``/inbound/...``, the answer is our JSON error envelope (``{"error": {"code", "message", "fields"?}}``),
+never a 500 or an HTML page.
 
 Text that PostgreSQL cannot store is refused here, before any query: a NUL (PostgreSQL rejects ``\\x00`` in
 ``text`` and in ``jsonb``) or an unpaired UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one, and psycopg
