@@ -205,3 +205,26 @@ def test_operator_adds_and_removes_in_the_admin_audited(tenant):
     ]
     viewer = set(Group.objects.get(name="viewer").permissions.values_list("codename", flat=True))
     assert {"view_suppression", "view_suppressionchange"} <= viewer and "add_suppression" not in viewer
+
+
+def test_api_add_list_remove_is_tenant_scoped_and_audited(tenant, api):
+    t, _ = tenant
+    resp = api.post("/v1/suppressions", {"number": "+1 415 200 0011"}, format="json")
+    assert resp.status_code == 201 and resp.json()["number"] == recipient(11) and resp.json()["sender"] == ""
+    assert api.post("/v1/suppressions", {"number": recipient(11)}, format="json").status_code == 200
+    assert post_message(api, recipient(11)).status_code == 400
+
+    _, other_key = tenant_with_key("other")
+    other_api = APIClient()
+    other_api.credentials(HTTP_AUTHORIZATION=f"Bearer {other_key}")
+    assert other_api.get("/v1/suppressions").json()["results"] == []
+    assert other_api.delete(f"/v1/suppressions?number=%2B{recipient(11)[1:]}").status_code == 404
+    assert post_message(other_api, recipient(11)).status_code == 201
+
+    listed = api.get("/v1/suppressions").json()["results"]
+    assert [(e["number"], e["source"]) for e in listed] == [(recipient(11), "api")]
+    assert api.delete(f"/v1/suppressions?number=%2B{recipient(11)[1:]}").status_code == 204
+    assert post_message(api, recipient(11)).status_code == 201
+    changes = SuppressionChange.objects.filter(tenant=t).order_by("id")
+    assert [(c.action, c.source) for c in changes] == [("added", "api"), ("removed", "api")]
+    assert all(c.actor for c in changes)
