@@ -4,10 +4,13 @@ submitted), every change audited with its source. Real sandbox, real Twilio adap
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import Group, User
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 from twilio.request_validator import RequestValidator
 
@@ -228,3 +231,22 @@ def test_api_add_list_remove_is_tenant_scoped_and_audited(tenant, api):
     changes = SuppressionChange.objects.filter(tenant=t).order_by("id")
     assert [(c.action, c.source) for c in changes] == [("added", "api"), ("removed", "api")]
     assert all(c.actor for c in changes)
+
+
+def test_a_schedule_for_a_suppressed_recipient_is_made_and_its_occurrences_cancelled(
+    adapter, sandbox, tenant, api
+):
+    t, _ = tenant
+    suppression.suppression_add(tenant_id=t.pk, number=recipient(12), sender=SENDER, source="api")
+    start = (timezone.now() + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    body = {"to": recipient(12), "body": "Take your medicine", "rrule": "FREQ=HOURLY", "start": start}
+    resp = api.post("/v1/schedules", {**body, "timezone": "UTC"}, format="json")
+    assert resp.status_code == 201, resp.content
+    occurrences = list(Message.objects.filter(tenant=t, to=recipient(12)).order_by("due_at"))
+    assert occurrences
+    first = occurrences[0]
+    transitions.transition(first.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
+    sending.send_batch([first.pk])
+    first.refresh_from_db()
+    assert first.status == Status.CANCELLED and first.reason_code == "opted_out"
+    assert not Attempt.objects.filter(message=first).exists()
