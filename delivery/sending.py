@@ -155,7 +155,8 @@ def send_batch(
                 },
                 now=now,
             )
-            report.opted_out = len(cancelled)
+            report.opted_out = stopped = len(cancelled)
+            transaction.on_commit(lambda: events.opted_out_stopped("execution", stopped))
             if not_before is not None and len(not_before) == len(message_ids):
                 not_before = [
                     nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in opted_out

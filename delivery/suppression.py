@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from delivery.models import Suppression, SuppressionChange, SuppressionSource
+from smsgw.observability import events
 
 REASON_OPTED_OUT = "opted_out"
 
@@ -53,6 +54,7 @@ def suppression_add(
             )
     except IntegrityError:
         return False
+    transaction.on_commit(lambda: events.suppression_changed(SuppressionChange.ADDED, source))
     return True
 
 
@@ -74,6 +76,7 @@ def suppression_remove(
                 keyword=keyword,
                 created_at=now,
             )
+            transaction.on_commit(lambda: events.suppression_changed(SuppressionChange.REMOVED, source))
     return bool(deleted)
 
 
@@ -86,6 +89,9 @@ def help_record(*, tenant_id: int, number: str, sender: str) -> None:
         source=SuppressionSource.INBOUND_KEYWORD,
         keyword="HELP",
         created_at=timezone.now(),
+    )
+    transaction.on_commit(
+        lambda: events.suppression_changed(SuppressionChange.HELP, SuppressionSource.INBOUND_KEYWORD)
     )
 
 

@@ -26,6 +26,7 @@ from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, ch
 from smsgw.errors import Conflict, IdempotencyMismatch, field_error
 from smsgw.limits import quotas
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 EDITABLE_FIELDS = frozenset(
@@ -191,6 +192,7 @@ def message_create(
     if suppression.is_suppressed(
         tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
     ):
+        events.opted_out_stopped("acceptance")
         raise field_error("to", "the recipient opted out of messages from this sender (suppression list)")
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)

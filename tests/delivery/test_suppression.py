@@ -250,3 +250,28 @@ def test_a_schedule_for_a_suppressed_recipient_is_made_and_its_occurrences_cance
     first.refresh_from_db()
     assert first.status == Status.CANCELLED and first.reason_code == "opted_out"
     assert not Attempt.objects.filter(message=first).exists()
+
+
+def test_changes_and_stopped_messages_are_counted(
+    signed, adapter, sandbox, tenant, api, settings, django_capture_on_commit_callbacks
+):
+    from tests.metrics import TOKEN, scrape, value
+
+    settings.METRICS_TOKEN = TOKEN
+    t, _ = tenant
+    queued_before = queued(t, recipient(13))
+    before = scrape()
+    with django_capture_on_commit_callbacks(execute=True):
+        signed(inbound("STOP", recipient(13)))
+        signed(inbound("HELP", recipient(13)))
+        assert post_message(api, recipient(13)).status_code == 400
+        sending.send_batch([queued_before.pk])
+    after = scrape()
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("smsgw_suppression_changes_total", action="added", source="inbound_keyword") == 1
+    assert delta("smsgw_suppression_changes_total", action="help", source="inbound_keyword") == 1
+    assert delta("smsgw_opted_out_stopped_total", stage="acceptance") == 1
+    assert delta("smsgw_opted_out_stopped_total", stage="execution") == 1
