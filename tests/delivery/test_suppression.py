@@ -275,3 +275,13 @@ def test_changes_and_stopped_messages_are_counted(
     assert delta("smsgw_suppression_changes_total", action="help", source="inbound_keyword") == 1
     assert delta("smsgw_opted_out_stopped_total", stage="acceptance") == 1
     assert delta("smsgw_opted_out_stopped_total", stage="execution") == 1
+
+
+def test_changing_a_scheduled_message_to_a_suppressed_recipient_is_a_400_naming_to(tenant, api):
+    t, _ = tenant
+    suppression.suppression_add(tenant_id=t.pk, number=recipient(14), source="api")
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    mid = post_message(api, recipient(15), send_at=later).json()["id"]
+    resp = api.patch(f"/v1/messages/{mid}", {"to": recipient(14)}, format="json")
+    assert resp.status_code == 400 and "to" in resp.json()["error"]["fields"], resp.content
+    assert Message.objects.get(public_id=mid).to == recipient(15)
