@@ -4,7 +4,7 @@ reported by the provider. Read-only; nothing here is added or deleted by hand.""
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from delivery import capacity, circuit
+from delivery import capacity, circuit, suppression
 from delivery.holds import hold_clear
 from delivery.models import (
     AccountCapacity,
@@ -14,6 +14,9 @@ from delivery.models import (
     ProviderHold,
     RateBucket,
     SenderCapacity,
+    Suppression,
+    SuppressionChange,
+    SuppressionSource,
 )
 from scheduling.phone import mask
 
@@ -155,3 +158,61 @@ class ProviderCircuitAdmin(_ReadOnly):
             )
             self.log_change(request, row, "closed the circuit")  # audit trail
         self.message_user(request, f"Released {released} waiting messages.", messages.SUCCESS)
+
+
+@admin.register(Suppression)
+class SuppressionAdmin(admin.ModelAdmin):
+    """The tenants' suppression lists. An operator adds or removes an entry here; both go through
+    delivery.suppression and are audited (Suppression changes) with the operator's name."""
+
+    show_full_result_count = False
+    list_display = ("tenant", "recipient", "sender", "source", "created_at")
+    list_filter = ("source",)
+    search_fields = ("=number", "=sender")
+    fields = ("tenant", "number", "sender")
+
+    @admin.display(description="recipient")
+    def recipient(self, obj):
+        return mask(obj.number)
+
+    def has_change_permission(self, request, obj=None):
+        return False if obj is not None else super().has_change_permission(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("tenant", "number", "sender") if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        suppression.suppression_add(
+            tenant_id=obj.tenant_id,
+            number=obj.number,
+            sender=obj.sender,
+            source=SuppressionSource.OPERATOR,
+            actor=f"admin:{request.user.get_username()}",
+        )
+
+    def delete_model(self, request, obj):
+        suppression.suppression_remove(
+            tenant_id=obj.tenant_id,
+            number=obj.number,
+            sender=obj.sender,
+            source=SuppressionSource.OPERATOR,
+            actor=f"admin:{request.user.get_username()}",
+        )
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
+@admin.register(SuppressionChange)
+class SuppressionChangeAdmin(_ReadOnly):
+    list_display = ("tenant", "recipient", "sender", "action", "source", "keyword", "actor", "created_at")
+    list_filter = ("action", "source")
+    exclude = ("number",)
+
+    @admin.display(description="recipient")
+    def recipient(self, obj):
+        return mask(obj.number)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields if f.name != "number"] + ["recipient"]

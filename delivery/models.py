@@ -241,3 +241,53 @@ class ProviderCircuit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.account}: {self.state}"
+
+
+class SuppressionSource(models.TextChoices):
+    INBOUND_KEYWORD = "inbound_keyword"  # the recipient texted STOP/START/HELP to the sender
+    PROVIDER_ERROR = "provider_error"  # the provider refused a send with 21610 (recipient unsubscribed)
+    API = "api"
+    OPERATOR = "operator"
+
+
+class Suppression(models.Model):
+    """One number a tenant must not send to, from one sender: ``sender`` is the From number or the
+    messaging service SID the recipient opted out of, or empty for every sender of the tenant (added
+    through the API or by an operator). Enforced at acceptance and again at execution
+    (delivery.suppression)."""
+
+    tenant = models.ForeignKey("smsgw.Tenant", on_delete=models.CASCADE, related_name="+")
+    number = models.CharField(max_length=20)
+    sender = models.CharField(max_length=64, blank=True)
+    source = models.CharField(max_length=32, choices=SuppressionSource.choices)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "number", "sender"], name="suppression_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"suppression tenant {self.tenant_id}"
+
+
+class SuppressionChange(models.Model):
+    """The audit trail of the suppression list: every add and remove, and every HELP received, with its
+    source and actor. Never edited."""
+
+    ADDED, REMOVED, HELP = "added", "removed", "help"
+
+    tenant = models.ForeignKey("smsgw.Tenant", on_delete=models.CASCADE, related_name="+")
+    number = models.CharField(max_length=20)
+    sender = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=16, choices=[(a, a) for a in (ADDED, REMOVED, HELP)])
+    source = models.CharField(max_length=32, choices=SuppressionSource.choices)
+    actor = models.CharField(max_length=200, blank=True)
+    keyword = models.CharField(max_length=16, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "number"], name="suppression_change_number")]
+
+    def __str__(self) -> str:
+        return f"{self.action} tenant {self.tenant_id}"

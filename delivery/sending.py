@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import circuit, inflight, pacing
+from delivery import circuit, inflight, pacing, suppression
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
@@ -81,6 +81,7 @@ class BatchReport:
     claimed: int = 0
     expired: int = 0
     held: int = 0
+    opted_out: int = 0
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -132,6 +133,35 @@ def send_batch(
             now=now,
         )
         report.expired = len(expired)
+        # The suppression list, checked again right before the claim: a recipient who opted out after
+        # the message was accepted is never submitted; the message ends cancelled, reason opted_out.
+        opted_out = suppression.suppressed_rows(
+            Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
+                "id", "tenant_id", "to", "from_number", "messaging_service_sid"
+            )
+        )
+        if opted_out:
+            cancelled = transitions.transition_many(
+                sorted(opted_out),
+                from_status=Status.QUEUED,
+                to_status=Status.CANCELLED,
+                kind="cancelled",
+                details={"reason": "recipient opted out (suppression list)"},
+                set_fields={
+                    "cancelled_at": now,
+                    "run_after": None,
+                    "status_reason": "recipient opted out of this sender",
+                    "reason_code": suppression.REASON_OPTED_OUT,
+                },
+                now=now,
+            )
+            report.opted_out = stopped = len(cancelled)
+            transaction.on_commit(lambda: events.opted_out_stopped("execution", stopped))
+            if not_before is not None and len(not_before) == len(message_ids):
+                not_before = [
+                    nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in opted_out
+                ]
+            message_ids = [mid for mid in message_ids if mid not in opted_out]
         if open_holds or circuit_open:
             message_ids, parks, probes = _admission_filter(message_ids, open_holds, circuit_open, now)
             release.park_rows(parks, now)
@@ -583,6 +613,7 @@ def outcomes_record(
         )
         if opt_outs:
             OptOutSignal.objects.bulk_create(opt_outs)
+            suppression.from_provider_signals(opt_outs)
     _metrics_record(adapter, rows, results, sent_ids, moves, moved, now)
     failed = len(moves.get(("failed", Status.FAILED), []))
     if failed or uncertain:

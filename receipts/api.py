@@ -184,3 +184,67 @@ class WebhookReplayApi(APIView):
 
             raise NotFound("No webhook delivery with this id.") from None
         return Response({"id": delivery.webhook_id, "status": delivery.status})
+
+
+def _inbound_tenants(recipient: str, sender_number: str, service_sid: str) -> list[int]:
+    """The tenants that send from this number or messaging service: by their default sender, or by a
+    message they sent from it to this recipient (one probe of the (tenant, to) index per tenant)."""
+    from django.db.models import Q
+
+    from scheduling.models import Message
+    from smsgw.models import Tenant
+
+    by_default = Q(default_from=sender_number)
+    used = Q(from_number=sender_number)
+    if service_sid:
+        by_default |= Q(messaging_service_sid=service_sid)
+        used |= Q(messaging_service_sid=service_sid)
+    ids = set(Tenant.objects.filter(by_default).values_list("id", flat=True))
+    for tenant_id in Tenant.objects.exclude(id__in=ids).values_list("id", flat=True):
+        if Message.objects.filter(used, tenant_id=tenant_id, to=recipient).exists():
+            ids.add(tenant_id)
+    return sorted(ids)
+
+
+@csrf_exempt
+@require_POST
+def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
+    """``POST /inbound/<provider>/``: the provider's incoming-SMS webhook (Twilio's "A message comes in"),
+    signature-validated like status callbacks. A message that is exactly an opt-out keyword (STOP,
+    STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT) adds its sender to the suppression list of every tenant that
+    sends from the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
+    recorded. Any other message is acknowledged and not stored. Answers 200 with an empty TwiML
+    response (no automatic reply from us)."""
+    from delivery import suppression
+    from scheduling.phone import PhoneNumberError, mask, normalize_e164
+
+    if provider not in PROVIDERS:
+        return _error(404, "provider", "unknown provider")
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.RECEIPT_MAX_BODY_BYTES:
+        return _error(413, "body", f"callbacks are at most {settings.RECEIPT_MAX_BODY_BYTES} bytes")
+    adapter = get_adapter(provider)
+    params = {key: request.POST.get(key, "") for key in request.POST}
+    if not adapter.validate_callback(callback_url(request), params, request.headers):
+        return _error(403, adapter.signature_header, "missing or invalid signature")
+    bad = first_bad_field(params)
+    if bad is not None:
+        return _error(400, bad, NUL_OR_SURROGATE)
+    twiml = HttpResponse(
+        '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', content_type="text/xml"
+    )
+    keyword = suppression.keyword_of(params.get("Body", ""))
+    if keyword is None:
+        return twiml
+    try:
+        number = normalize_e164(params.get("From", ""))
+        our_number = normalize_e164(params.get("To", ""))
+    except PhoneNumberError as exc:
+        return _error(400, "From", str(exc))
+    service_sid = params.get("MessagingServiceSid", "")[:64]
+    sender = service_sid or our_number
+    tenants = _inbound_tenants(number, our_number, service_sid)
+    for tenant_id in tenants:
+        suppression.inbound_keyword_apply(tenant_id=tenant_id, number=number, sender=sender, keyword=keyword)
+    log.info("inbound %s from %s to %s: %d tenant(s)", keyword, mask(number), mask(our_number), len(tenants))
+    return twiml

@@ -33,6 +33,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery import holds as holds_service
+from delivery import suppression
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
 from delivery.providers.base import LOOKUP_SOURCE, ErrorClass
@@ -278,6 +279,7 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     transitions.events_record_many([n for n in notes if n[0] is not None], now=now)
     if opt_outs:
         OptOutSignal.objects.bulk_create(opt_outs)
+        suppression.from_provider_signals(opt_outs)
     for receipt in done:
         receipt.processed_at = now
     ReceiptEvent.objects.bulk_update(done, ["processed_at", "outcome", "message_id", "tries"])

@@ -17,6 +17,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
+from delivery import suppression
 from scheduling import quiet, transitions
 from scheduling.models import Message, MessageEvent, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
@@ -25,6 +26,7 @@ from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, ch
 from smsgw.errors import Conflict, IdempotencyMismatch, field_error
 from smsgw.limits import quotas
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 EDITABLE_FIELDS = frozenset(
@@ -172,6 +174,15 @@ def _quiet(
     return quiet.quiet_fields(window, due_at)
 
 
+def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str) -> None:
+    """Acceptance: a recipient on the tenant's suppression list for this sender is a 400 naming `to`."""
+    if suppression.is_suppressed(
+        tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
+    ):
+        events.opted_out_stopped("acceptance")
+        raise field_error("to", "the recipient opted out of messages from this sender (suppression list)")
+
+
 def message_create(
     *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Message, bool]:
@@ -187,6 +198,7 @@ def message_create(
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    _not_suppressed(tenant, to, from_number, service_sid)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
     priority = data.get("priority") or Priority.TRANSACTIONAL
@@ -374,6 +386,13 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
     if "from" in data or "messaging_service_sid" in data:
         changes["from_number"], changes["messaging_service_sid"] = _sender(
             tenant, data.get("from"), data.get("messaging_service_sid")
+        )
+    if {"to", "from_number"} & changes.keys():
+        _not_suppressed(
+            tenant,
+            changes.get("to", message.to),
+            changes.get("from_number", message.from_number),
+            changes.get("messaging_service_sid", message.messaging_service_sid),
         )
     if "priority" in data:
         changes["priority"] = data["priority"]

@@ -1,5 +1,6 @@
-"""The API's edge against hostile input: whatever arrives at ``/v1/...`` or ``/receipts/...``, the answer is
-our JSON error envelope (``{"error": {"code", "message", "fields"?}}``), never a 500 or an HTML page.
+"""The API's edge against hostile input: whatever arrives at ``/v1/...``, ``/receipts/...`` or
+``/inbound/...``, the answer is our JSON error envelope (``{"error": {"code", "message", "fields"?}}``),
+never a 500 or an HTML page.
 
 Text that PostgreSQL cannot store is refused here, before any query: a NUL (PostgreSQL rejects ``\\x00`` in
 ``text`` and in ``jsonb``) or an unpaired UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one, and psycopg
@@ -34,8 +35,8 @@ from rest_framework.parsers import JSONParser
 # the request object (3 levels); 32 leaves room for tenants' structured metadata and stays far below the
 # interpreter's recursion limit (DRF's JSONField and copy.deepcopy recurse too).
 MAX_JSON_DEPTH = 32
-API_PREFIXES = ("/v1/", "/receipts/")
-API_ROOTS = frozenset({"/v1", "/receipts"})
+API_PREFIXES = ("/v1/", "/receipts/", "/inbound/")
+API_ROOTS = frozenset({"/v1", "/receipts", "/inbound"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")

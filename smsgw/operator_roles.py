@@ -16,6 +16,8 @@ VIEW = {
         "providerhold",
         "duplicatesubmission",
         "optoutsignal",
+        "suppression",
+        "suppressionchange",
         "sendercapacity",
         "accountcapacity",
         "ratebucket",
@@ -38,6 +40,7 @@ OPERATE = {
     "scheduling": {"message": ["change"], "schedule": ["change"]},
     "delivery": {
         "providerhold": ["change"],
+        "suppression": ["add", "delete"],
         "providercircuit": ["change"],
         "sendercapacity": ["add", "change"],
         "accountcapacity": ["add", "change"],
@@ -68,8 +71,10 @@ def _codes(spec):
                 yield app, f"{verb}_{model}"
 
 
-def roles_sync(apps) -> None:
-    """Create or reset the three groups (``apps``: a migration's historical registry, or the live one)."""
+def roles_sync(apps, *, allow_missing: bool = False) -> None:
+    """Create or reset the three groups (``apps``: a migration's historical registry, or the live one).
+    ``allow_missing``: an early migration, before later models (and their permissions) exist; a later
+    migration syncs again (smsgw 0005)."""
     from django.contrib.auth.management import create_permissions
 
     # Permissions are normally created after all migrations ran (post_migrate); make them now.
@@ -92,7 +97,7 @@ def roles_sync(apps) -> None:
             if (p.content_type.app_label, p.codename) in pairs
         ]
         missing = pairs - {(p.content_type.app_label, p.codename) for p in found}
-        if missing:
+        if missing and not allow_missing:
             raise RuntimeError(f"permissions not found: {sorted(missing)}")
         return found
 

@@ -3,6 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from delivery import api as delivery_api
+from delivery import suppressions_api
 from receipts import api as receipts_api
 from scheduling import api
 from scheduling import schedules_api as sched
@@ -31,6 +32,7 @@ urlpatterns = [
         "v1/schedules/<str:public_id>/messages", sched.ScheduleMessagesApi.as_view(), name="schedule-messages"
     ),
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
+    path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
     path("v1/capacity", delivery_api.CapacityApi.as_view(), name="capacity"),
     path(
         "v1/capacity/senders/<str:sender>", delivery_api.SenderCapacityApi.as_view(), name="capacity-sender"
@@ -51,6 +53,7 @@ urlpatterns = [
         name="webhook-replay",
     ),
     path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
+    path("inbound/<str:provider>/", receipts_api.inbound_message, name="inbound"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", observability.metrics, name="metrics"),

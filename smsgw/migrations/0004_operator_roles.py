@@ -6,7 +6,7 @@ from django.db import migrations
 def roles_create(apps, schema_editor):
     from smsgw.operator_roles import roles_sync
 
-    roles_sync(apps)
+    roles_sync(apps, allow_missing=True)  # models added later get their rights in a later migration
 
 
 def roles_remove(apps, schema_editor):

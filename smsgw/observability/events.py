@@ -60,6 +60,17 @@ WEBHOOKS = Counter("smsgw_webhook_attempts", "Tenant webhook delivery attempts, 
 QUOTA_REJECTIONS = Counter(
     "smsgw_quota_rejections", "Requests or due messages refused by a tenant quota.", ["quota"]
 )
+SUPPRESSION_CHANGES = Counter(
+    "smsgw_suppression_changes",
+    "Suppression list changes (added, removed, help), by source: inbound_keyword, provider_error, api, "
+    "operator.",
+    ["action", "source"],
+)
+OPTED_OUT_STOPPED = Counter(
+    "smsgw_opted_out_stopped",
+    "Messages stopped by the suppression list: refused at acceptance, or cancelled before submission.",
+    ["stage"],
+)
 RATE_LIMIT_REJECTIONS = Counter(
     "smsgw_rate_limit_rejections", "API requests refused by the per-key rate limit (429)."
 )
@@ -121,6 +132,16 @@ def webhook_attempt(result: str) -> None:
 @_safe
 def quota_rejected(quota: str, n: int = 1) -> None:
     QUOTA_REJECTIONS.labels(quota).inc(n)
+
+
+@_safe
+def suppression_changed(action: str, source: str) -> None:
+    SUPPRESSION_CHANGES.labels(action, source).inc()
+
+
+@_safe
+def opted_out_stopped(stage: str, n: int = 1) -> None:
+    OPTED_OUT_STOPPED.labels(stage).inc(n)
 
 
 @_safe

@@ -11,7 +11,15 @@ from django.test import Client
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
-from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission, OptOutSignal, ProviderHold
+from delivery.models import (
+    Attempt,
+    AttemptOutcome,
+    DuplicateSubmission,
+    OptOutSignal,
+    ProviderHold,
+    Suppression,
+    SuppressionChange,
+)
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from receipts.processor import receipts_process_due
 from scheduling import transitions
@@ -148,6 +156,14 @@ def test_failed_opted_out_fails_with_reason_and_feeds_the_suppression_record(cfg
     msg.refresh_from_db()
     assert msg.status == Status.FAILED and msg.reason_code == "opted_out"
     assert OptOutSignal.objects.get().to == msg.to
+    entry = Suppression.objects.get()
+    assert (entry.tenant_id, entry.number, entry.sender, entry.source) == (
+        tenant.pk,
+        msg.to,
+        msg.from_number,
+        "provider_error",
+    )
+    assert SuppressionChange.objects.get().source == "provider_error"
 
 
 def test_failed_unregistered_sender_holds_the_sender_and_requeues(cfg, tenant):

@@ -242,6 +242,7 @@ PATH_ROUTES = [
     ("delete", "/v1/capacity/senders/{}", "sender"),
     ("post", "/v1/webhook-deliveries/{}/replay", "webhook_id"),
     ("post", "/receipts/{}/", "provider"),
+    ("post", "/inbound/{}/", "provider"),
 ]
 
 
@@ -253,11 +254,11 @@ def _route_templates(patterns, prefix=""):
             yield prefix + str(p.pattern)
 
 
-def test_the_path_cases_cover_every_v1_and_receipts_route_with_a_parameter():
+def test_the_path_cases_cover_every_v1_receipts_and_inbound_route_with_a_parameter():
     routes = {
         "/" + re.sub(r"<(?:\w+:)?(\w+)>", "{}", t)
         for t in _route_templates(get_resolver().url_patterns)
-        if "<" in t and t.startswith(("v1/", "receipts/"))
+        if "<" in t and t.startswith(("v1/", "receipts/", "inbound/"))
     }
     assert routes == {path for _, path, _ in PATH_ROUTES}
 
@@ -384,11 +385,17 @@ def test_a_huge_integer_literal_is_a_400_naming_body(client, existing):
 TEN_MB = 10 * 1024 * 1024
 
 
-@pytest.mark.parametrize(("method", "path"), [*BODY_ROUTES, ("post", "/receipts/twilio/")])
+@pytest.mark.parametrize(
+    ("method", "path"), [*BODY_ROUTES, ("post", "/receipts/twilio/"), ("post", "/inbound/twilio/")]
+)
 def test_a_10_mb_body_is_a_413_in_the_envelope(client, existing, method, path):
     before = snapshot(client.tenant)
     text = json.dumps({**MESSAGE, "body": "x" * TEN_MB})
-    content_type = "application/x-www-form-urlencoded" if path.startswith("/receipts") else "application/json"
+    content_type = (
+        "application/x-www-form-urlencoded"
+        if path.startswith(("/receipts", "/inbound"))
+        else "application/json"
+    )
     error = assert_envelope(
         send_json(client, method, path.format(**existing), text, content_type), 413, "body"
     )

@@ -253,6 +253,23 @@ def settings_walk(c: Contract) -> None:
     c.call("delete", "/v1/webhook", 401, auth=None)
 
 
+def suppressions_walk(c: Contract) -> None:
+    c.call("post", "/v1/suppressions", 201, data={"number": "+14155550140"})
+    c.call("post", "/v1/suppressions", 200, data={"number": "+14155550140"})
+    c.call("post", "/v1/suppressions", 201, data={"number": "+14155550141", "sender": "+14155550100"})
+    c.call("post", "/v1/suppressions", 400, data={"number": "nope"})
+    c.call("post", "/v1/suppressions", 400, data={"number": "+14155550140", "sender": "!!"})
+    c.call("post", "/v1/suppressions", 400, data={"number": "+14155550140", "extra": 1})
+    c.call("get", "/v1/suppressions", 200, data={"page_size": 1})
+    c.call("get", "/v1/suppressions", 200, data={"number": "+14155550141", "sender": "+14155550100"})
+    c.call("get", "/v1/suppressions", 400, data={"number": "nope"})
+    c.call("get", "/v1/suppressions", 400, data={"bogus": "1"})
+    c.call("delete", "/v1/suppressions?number=%2B14155550141&sender=%2B14155550100", 204)
+    c.call("delete", "/v1/suppressions?number=%2B14155550141&sender=%2B14155550100", 404)
+    c.call("delete", "/v1/suppressions", 400)
+    c.call("delete", "/v1/suppressions?number=%2B14155550140", 204)
+
+
 def unauthenticated_walk(c: Contract) -> None:
     """Every operation, without a key and with a revoked one: 401 in the envelope."""
     fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
@@ -287,6 +304,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     messages_walk(contract)
     schedules_walk(contract)
     settings_walk(contract)
+    suppressions_walk(contract)
     unauthenticated_walk(contract)
     hostile_walk(contract, settings)
     missing = sorted(op for op in contract.operations if op not in contract.seen)
@@ -301,6 +319,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     [
         ("/v1/messages", "get"),
         ("/v1/schedules", "get"),
+        ("/v1/suppressions", "get"),
         ("/v1/schedules/{public_id}/messages", "get"),
         ("/v1/messages/{public_id}/events", "get"),
         ("/v1/schedules/{public_id}/versions", "get"),

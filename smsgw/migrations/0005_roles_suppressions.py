@@ -1,0 +1,19 @@
+"""The roles again, now that delivery has the suppression list (viewer sees it; operator adds and
+removes entries; smsgw.operator_roles)."""
+
+from django.db import migrations
+
+
+def roles_update(apps, schema_editor):
+    from smsgw.operator_roles import roles_sync
+
+    roles_sync(apps)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("smsgw", "0004_operator_roles"),
+        ("delivery", "0006_suppression"),
+    ]
+
+    operations = [migrations.RunPython(roles_update, migrations.RunPython.noop)]
