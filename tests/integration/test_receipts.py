@@ -15,6 +15,7 @@ from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, recipient, tenant_with_key
 from tests.integration.conftest import start_web
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)
@@ -253,12 +254,17 @@ def test_database_outage_receipts_spooled_answered_2xx_and_applied_once_when_bac
             )
         assert not list(spool_dir.glob("*"))  # nothing left behind, no temporary files
 
-        # The web process recovered its connections: the next callback is stored directly.
+        # The web process recovers its connections: the next callback is stored (directly, or, if this
+        # gunicorn worker has not yet noticed the database is back, through the spool, which drains).
         late = msgs[0]
         assert _post_callback(base, token, _status_params(late.provider_message_id, "read")) in (200, 201)
-        assert ReceiptEvent.objects.filter(
-            provider_message_id=late.provider_message_id, raw_status="read"
-        ).exists()
+        wait_for(
+            lambda: ReceiptEvent.objects.filter(
+                provider_message_id=late.provider_message_id, raw_status="read"
+            ).exists(),
+            60,
+            "the callback after the outage stored",
+        )
         assert not list(spool_dir.glob("*.json"))
     finally:
         proxy.close()
