@@ -97,26 +97,19 @@ def help_record(*, tenant_id: int, number: str, sender: str) -> None:
 
 def inbound_keyword_apply(*, tenant_id: int, number: str, sender: str, keyword: str) -> None:
     """STOP-like words add (number, sender); START-like words remove it; HELP is recorded."""
-    if keyword in STOP_KEYWORDS:
-        suppression_add(
-            tenant_id=tenant_id,
-            number=number,
-            sender=sender,
-            source=SuppressionSource.INBOUND_KEYWORD,
-            actor="recipient",
-            keyword=keyword,
-        )
-    elif keyword in START_KEYWORDS:
-        suppression_remove(
-            tenant_id=tenant_id,
-            number=number,
-            sender=sender,
-            source=SuppressionSource.INBOUND_KEYWORD,
-            actor="recipient",
-            keyword=keyword,
-        )
-    elif keyword in HELP_KEYWORDS:
+    if keyword in HELP_KEYWORDS:
         help_record(tenant_id=tenant_id, number=number, sender=sender)
+        return
+    change = suppression_add if keyword in STOP_KEYWORDS else suppression_remove
+    if keyword in STOP_KEYWORDS or keyword in START_KEYWORDS:
+        change(
+            tenant_id=tenant_id,
+            number=number,
+            sender=sender,
+            source=SuppressionSource.INBOUND_KEYWORD,
+            actor="recipient",
+            keyword=keyword,
+        )
 
 
 def _sender_of(from_number: str, messaging_service_sid: str) -> str:

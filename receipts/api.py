@@ -41,6 +41,27 @@ def _error(status: int, field: str, message: str) -> JsonResponse:
     )
 
 
+def _signed_form(request: HttpRequest, provider: str):
+    """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
+    None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
+    403 (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be
+    stored (a NUL; PostgreSQL refuses it in jsonb), never a 500 that the provider would retry."""
+    if provider not in PROVIDERS:
+        return None, None, _error(404, "provider", "unknown provider")
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.RECEIPT_MAX_BODY_BYTES:
+        limit = settings.RECEIPT_MAX_BODY_BYTES
+        return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
+    adapter = get_adapter(provider)
+    params = {key: request.POST.get(key, "") for key in request.POST}
+    if not adapter.validate_callback(callback_url(request), params, request.headers):
+        return None, None, _error(403, adapter.signature_header, "missing or invalid signature")
+    bad = first_bad_field(params)
+    if bad is not None:
+        return None, None, _error(400, bad, NUL_OR_SURROGATE)
+    return adapter, params, None
+
+
 @csrf_exempt
 @require_POST
 def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
@@ -48,21 +69,9 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate.
     Nothing before the INSERT reads the database (the signature is checked with settings only), so
     during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
-    if provider not in PROVIDERS:
-        return _error(404, "provider", "unknown provider")
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.RECEIPT_MAX_BODY_BYTES:
-        return _error(413, "body", f"callbacks are at most {settings.RECEIPT_MAX_BODY_BYTES} bytes")
-    adapter = get_adapter(provider)
-    params = {key: request.POST.get(key, "") for key in request.POST}
-    if not adapter.validate_callback(callback_url(request), params, request.headers):
-        # Nothing is written for an unsigned or tampered callback.
-        return _error(403, adapter.signature_header, "missing or invalid signature")
-    bad = first_bad_field(params)
-    if bad is not None:
-        # Signed but unstorable (a NUL; PostgreSQL refuses it in jsonb): a 400, never a 500 that the
-        # provider would retry. Nothing is written.
-        return _error(400, bad, NUL_OR_SURROGATE)
+    adapter, params, refused = _signed_form(request, provider)
+    if refused is not None:
+        return refused
     try:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:
@@ -218,18 +227,9 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     from delivery import suppression
     from scheduling.phone import PhoneNumberError, mask, normalize_e164
 
-    if provider not in PROVIDERS:
-        return _error(404, "provider", "unknown provider")
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.RECEIPT_MAX_BODY_BYTES:
-        return _error(413, "body", f"callbacks are at most {settings.RECEIPT_MAX_BODY_BYTES} bytes")
-    adapter = get_adapter(provider)
-    params = {key: request.POST.get(key, "") for key in request.POST}
-    if not adapter.validate_callback(callback_url(request), params, request.headers):
-        return _error(403, adapter.signature_header, "missing or invalid signature")
-    bad = first_bad_field(params)
-    if bad is not None:
-        return _error(400, bad, NUL_OR_SURROGATE)
+    _, params, refused = _signed_form(request, provider)
+    if refused is not None:
+        return refused
     twiml = HttpResponse(
         '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', content_type="text/xml"
     )
