@@ -484,6 +484,7 @@ CELERY_TASK_ROUTES = {
     "receipts.process": {"queue": "receipts"},
     "receipts.status_lookup": {"queue": "reconcile"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
+    "limits.prune": {"queue": "reconcile"},
 }
 
 
@@ -542,6 +543,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "receipts.deliver_webhooks",
         "schedule": SWEEP_INTERVAL_SECONDS,
         "options": {"queue": "webhooks", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
+    },
+    # Old quota windows and idle API rate buckets (smsgw.limits.housekeeping): two deletes over small
+    # tables (a row per tenant per day, a row per key).
+    "smsgw-limits-prune": {
+        "task": "limits.prune",
+        "schedule": 3600.0,
+        "options": {"queue": "reconcile", **_tick_expiry(3600.0)},
     },
 }
 
