@@ -38,6 +38,7 @@ MAX_JSON_DEPTH = 32
 API_PREFIXES = ("/v1/", "/receipts/", "/inbound/")
 API_ROOTS = frozenset({"/v1", "/receipts", "/inbound"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+CAMPAIGN_UPLOAD_PATH = "/v1/campaigns"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogates"
@@ -147,7 +148,15 @@ def _field_error(field: str, message: str, status: int = 400, code: str = "inval
     return envelope(status, f"{field}: {message}", code=code, fields={field: [message]})
 
 
-def max_body_bytes() -> int:
+def max_body_bytes(request: HttpRequest | None = None) -> int:
+    """The body cap; a campaign's CSV upload (multipart POST /v1/campaigns) has its own, larger one."""
+    if (
+        request is not None
+        and request.path_info == CAMPAIGN_UPLOAD_PATH
+        and request.method == "POST"
+        and request.META.get("CONTENT_TYPE", "").lower().startswith("multipart/form-data")
+    ):
+        return int(settings.CAMPAIGN_MAX_UPLOAD_BYTES)
     return int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
 
@@ -212,7 +221,7 @@ class ApiBoundaryMiddleware:
         if raw_length:
             if not raw_length.isascii() or not raw_length.isdigit() or len(raw_length) > 18:
                 return _field_error("Content-Length", "must be a whole number of bytes")
-            limit = max_body_bytes()
+            limit = max_body_bytes(request)
             if int(raw_length) > limit:
                 return _field_error(
                     "body", f"request bodies are at most {limit} bytes", 413, code="request_too_large"
