@@ -463,6 +463,10 @@ API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=40
 # the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two
 # variables is about 40 MB).
 CAMPAIGN_MAX_UPLOAD_BYTES = env_int("SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=4096)
+# Recipients per creation-job transaction (scheduling.campaign_make): large enough that per-statement and
+# per-commit costs vanish against the rows, small enough that a killed worker redoes well under a second of
+# work and a cancel waits at most that long for the batch in flight.
+CAMPAIGN_BATCH_SIZE = env_int("SMSGW_CAMPAIGN_BATCH_SIZE", 5000, minimum=1)
 
 # --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
 # Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by

@@ -284,9 +284,9 @@ def test_idempotent_repeat_returns_the_campaign_and_a_different_body_is_422(api)
     assert Campaign.objects.count() == 1
 
 
-def test_a_resumed_job_makes_no_duplicates(api, monkeypatch):
+def test_a_resumed_job_makes_no_duplicates(api, monkeypatch, settings):
     """The worker dies after the first batch committed: the job runs again from its checkpoint."""
-    monkeypatch.setattr(make_module, "CAMPAIGN_BATCH", 3)
+    settings.CAMPAIGN_BATCH_SIZE = 3
     people = [{"phone": recipient(i), "first_name": "A", "code": str(i)} for i in range(10)]
     resp = post(api, recipients=people)
     campaign = Campaign.objects.get(public_id=resp.json()["id"])
