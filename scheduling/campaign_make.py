@@ -72,7 +72,8 @@ class MakeReport:
     duplicates: int = 0
     skipped: int = 0
     finished: bool = False
-    stopped: str = ""  # the campaign's status when the job stopped early
+    stopped: str = ""  # the campaign's status when the job stopped early (or "superseded")
+    position: int = 0  # data rows consumed, as committed (the checkpoint this run expects)
 
 
 def destination_refusals(tenant: Tenant, numbers: list[str]) -> dict[str, tuple[str, str]]:
@@ -419,9 +420,9 @@ def campaign_make(campaign_id: int) -> MakeReport:
     header = next(records, (1, None))[1] or []
     names = [h.strip() for h in header]
     # Skip what committed batches already consumed (a resumed job): parsing is cheap, making is not.
-    done = campaign.recipients_total
+    report.position = campaign.recipients_total
     skipped_records = 0
-    while skipped_records < done and next(records, None) is not None:
+    while skipped_records < report.position and next(records, None) is not None:
         skipped_records += 1
     tenants = {campaign.tenant_id: campaign.tenant}
     size_limit = settings.CAMPAIGN_BATCH_SIZE  # rows per transaction (why: the setting's comment)
@@ -458,7 +459,12 @@ def _commit(maker: _Maker, batch: _Batch, size: int, tenants: dict, report: Make
     written) when the campaign is no longer ``creating``."""
     campaign_id = maker.c.pk
     with transaction.atomic():
-        status = _lock(campaign_id)
+        status, position = _lock_position(campaign_id)
+        if status == CampaignStatus.CREATING and position != report.position:
+            # Another run of this job (a re-published task) committed past where this one stands: it
+            # owns the rest; going on would count its rows a second time.
+            report.stopped = "superseded"
+            return False
         if status != CampaignStatus.CREATING:
             report.stopped = status or "missing"
             if status != CampaignStatus.PAUSED:  # a paused campaign's job continues on resume
@@ -486,6 +492,7 @@ def _commit(maker: _Maker, batch: _Batch, size: int, tenants: dict, report: Make
             updated_at=now,
         )
     report.batches += 1
+    report.position += size
     report.made += len(births.ids)
     report.rejected += rejected
     report.duplicates += duplicates
@@ -494,9 +501,15 @@ def _commit(maker: _Maker, batch: _Batch, size: int, tenants: dict, report: Make
 
 
 def _lock(campaign_id: int) -> str | None:
-    return (
-        Campaign.objects.select_for_update().filter(pk=campaign_id).values_list("status", flat=True).first()
+    return _lock_position(campaign_id)[0]
+
+
+def _lock_position(campaign_id: int) -> tuple[str | None, int]:
+    """The campaign's status and checkpoint, its row locked until the transaction ends."""
+    row = (
+        Campaign.objects.select_for_update().filter(pk=campaign_id).values_list("status", "recipients_total")
     )
+    return row.first() or (None, 0)
 
 
 def _finish(campaign_id: int, report: MakeReport) -> None:
@@ -513,6 +526,31 @@ def _finish(campaign_id: int, report: MakeReport) -> None:
     report.finished = True
 
 
+# A creation job commits a batch every second or so; a `creating` campaign untouched for this long has
+# lost its task (the broker was down when it was published, or the message was lost). Re-publishing is
+# safe: a second run of a job stops as soon as it sees the first one ahead of it ("superseded").
+CAMPAIGN_STALE_SECONDS = 300
+
+
+def campaigns_stale_republish(*, now: datetime | None = None) -> list[int]:
+    """Publish the creation job again for every `creating` campaign whose job shows no sign of life
+    (one probe of the cmp_open index)."""
+    now = now or timezone.now()
+    stale = list(
+        Campaign.objects.filter(
+            status=CampaignStatus.CREATING, updated_at__lt=now - timedelta(seconds=CAMPAIGN_STALE_SECONDS)
+        ).values_list("pk", flat=True)[:100]
+    )
+    if stale:
+        from scheduling.campaigns import campaign_make_enqueue
+
+        Campaign.objects.filter(pk__in=stale).update(updated_at=now)  # once per stale period, not per tick
+        for pk in stale:
+            campaign_make_enqueue(pk)
+        log.warning("campaign jobs re-published: %d campaigns creating without progress", len(stale))
+    return stale
+
+
 def campaign_fail(campaign_id: int, reason: str) -> None:
     """The job cannot go on (an error that is not the database's): the campaign says so. What was made
     stays made; its messages go on as usual."""
@@ -522,4 +560,10 @@ def campaign_fail(campaign_id: int, reason: str) -> None:
     CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
 
 
-__all__ = ["MakeReport", "campaign_fail", "campaign_make", "destination_refusals"]
+__all__ = [
+    "MakeReport",
+    "campaign_fail",
+    "campaign_make",
+    "campaigns_stale_republish",
+    "destination_refusals",
+]

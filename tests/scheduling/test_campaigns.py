@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import F
 from django.utils import timezone
 
 from delivery import suppression
@@ -329,6 +330,37 @@ def test_a_rerun_over_made_rows_counts_them_as_existing_not_as_new(api):
     campaign.refresh_from_db()
     assert Message.objects.filter(campaign=campaign).count() == 4
     assert (campaign.messages_made, campaign.duplicates_skipped) == (0, 4)
+
+
+def test_a_second_run_of_a_job_stops_when_another_run_is_ahead_of_it(api, monkeypatch, settings):
+    """A re-published task ran beside the first: the one behind stops instead of counting rows twice."""
+    settings.CAMPAIGN_BATCH_SIZE = 2
+    people = [{"phone": recipient(i), "first_name": "A", "code": "1"} for i in range(6)]
+    campaign = Campaign.objects.get(public_id=post(api, recipients=people).json()["id"])
+    real_birth = make_module.messages_birth
+
+    def another_run_commits_too(rows, **kwargs):
+        # As if the other run had committed the same two rows first (its checkpoint moved on).
+        Campaign.objects.filter(pk=campaign.pk).update(recipients_total=F("recipients_total") + 2)
+        return real_birth(rows, **kwargs)
+
+    monkeypatch.setattr(make_module, "messages_birth", another_run_commits_too)
+    report = campaign_make(campaign.pk)
+    assert report.stopped == "superseded" and report.made == 2
+    assert Message.objects.filter(campaign=campaign).count() == 2
+
+
+def test_a_creating_campaign_without_progress_is_published_again(api, monkeypatch):
+    published = []
+    monkeypatch.setattr("scheduling.campaigns.campaign_make_enqueue", published.append)
+    people = [{"phone": recipient(1), "first_name": "A", "code": "1"}]
+    stuck = Campaign.objects.get(public_id=post(api, recipients=people).json()["id"])
+    fresh = Campaign.objects.get(public_id=post(api, recipients=people, name="fresh").json()["id"])
+    Campaign.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(minutes=10))
+    assert make_module.campaigns_stale_republish() == [stuck.pk]
+    assert published == [stuck.pk]
+    assert make_module.campaigns_stale_republish() == []  # not again before another stale period
+    assert fresh.pk not in published
 
 
 def test_a_cancelled_campaign_makes_nothing_more(api):
