@@ -464,3 +464,30 @@ def test_another_tenants_campaign_is_404(api):
     for path in ("", "/messages", "/errors"):
         assert other.get(f"/v1/campaigns/{campaign.public_id}{path}").status_code == 404
     assert other.get("/v1/campaigns").json()["results"] == []
+
+
+def test_a_csv_upload_has_its_own_size_cap_and_json_keeps_the_api_cap(api, settings):
+    pad = "x" * 160
+    rows = "".join(f"{recipient(i)},N{i}{pad},{i}\n" for i in range(6_000))
+    big = "phone,first_name,code\n" + rows  # about 1.1 MB: over the API's 1 MiB, under the upload cap
+    assert len(big) > settings.API_MAX_BODY_BYTES
+    campaign = make(upload(api, big))
+    assert campaign.messages_made == 6_000 and campaign.source_bytes == len(big)
+    settings.CAMPAIGN_MAX_UPLOAD_BYTES = 100_000
+    resp = upload(api, big)
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+    people = [{"phone": recipient(i), "first_name": "x" * 20, "code": "1"} for i in range(30_000)]
+    resp = post(api, recipients=people)
+    assert resp.status_code == 413
+    assert Campaign.objects.count() == 1
+
+
+def test_nul_in_a_form_field_or_a_recipient_is_400_and_a_nul_in_the_file_is_a_bad_row(api):
+    resp = upload(api, "phone,first_name,code\n", name="x\x00y")
+    assert resp.status_code == 400 and "name" in fields_of(resp)
+    resp = post(api, recipients=[{"phone": recipient(1), "first_name": "A\x00", "code": "1"}])
+    assert resp.status_code == 400 and "recipients" in fields_of(resp)
+    assert not Campaign.objects.exists()
+    campaign = make(upload(api, f"phone,first_name,code\n{recipient(1)},A\x00,1\n{recipient(2)},B,2\n"))
+    assert errors_of(campaign) == [(2, "row", "invalid_row")]
+    assert list(Message.objects.filter(campaign=campaign).values_list("to", flat=True)) == [recipient(2)]
