@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile,receipts,webhooks"
+ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns"
 SEND_QUEUES = "send.transactional,send.bulk,reconcile"
 
 

@@ -31,7 +31,7 @@ $PY -m delivery.sandbox --host 127.0.0.1 --port "$SANDBOX_PORT" & pids+=($!)
 # poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
 .venv/bin/celery -A smsgw worker --loglevel INFO --concurrency 4 --hostname "embedded@%h" \
   --without-gossip --without-mingle \
-  -Q sweep,send.transactional,send.bulk,reconcile,receipts,webhooks & pids+=($!)
+  -Q sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns & pids+=($!)
 .venv/bin/celery -A smsgw beat --loglevel INFO --scheduler django_celery_beat.schedulers:DatabaseScheduler \
   --pidfile "$SMSGW_VAR_DIR/beat.pid" & pids+=($!)
 

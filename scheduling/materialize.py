@@ -12,7 +12,6 @@ run is the batch it claims: with nothing due, one index probe that finds nothing
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -21,14 +20,13 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import JSONField
 from django.utils import timezone
 
-from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, Status, new_public_id
+from scheduling.birth import messages_birth, server_bound_cursor
+from scheduling.models import Schedule, ScheduleStatus, Status, new_public_id
 from scheduling.quiet import QuietWindow, tenant_quiet_window
 from scheduling.recurrence import Occurrence, Recurrence
 from scheduling.rrules import parse_exdates, parse_rrule
-from smsgw.limits import quotas
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -36,7 +34,6 @@ log = logging.getLogger(__name__)
 # One schedule makes at most this many occurrences per claim; a denser horizon finishes in the next
 # batch of the same run. Bounds one transaction whatever the rule.
 MAX_OCCURRENCES_PER_CLAIM = 200
-INSERT_BATCH = 2000
 
 
 @dataclass
@@ -183,120 +180,6 @@ def _plan(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: dateti
 EVENT_ACTOR = "system:materializer"
 
 
-def _insert(rows: list[tuple[dict, dict]], now: datetime) -> tuple[list[int], int]:
-    """INSERT ... ON CONFLICT DO NOTHING for the messages, with a "created" event for each row that
-    went in. Returns the inserted ids and how many occurrences were already there (a re-run)."""
-    if not rows:
-        return [], 0
-    inserted: list[int] = []
-    for start in range(0, len(rows), INSERT_BATCH):
-        chunk = rows[start : start + INSERT_BATCH]
-        inserted += _insert_pg(chunk, now) if connection.vendor == "postgresql" else _insert_orm(chunk, now)
-    return inserted, len(rows) - len(inserted)
-
-
-def _insert_orm(rows: list[tuple[dict, dict]], now: datetime) -> list[int]:
-    # The inserted rows are found by their fresh random public ids, so a conflicting (pre-existing)
-    # occurrence is never mistaken for one of ours.
-    Message.objects.bulk_create([Message(**row) for row, _ in rows], ignore_conflicts=True)
-    by_public = {row["public_id"]: details for row, details in rows}
-    found = list(Message.objects.filter(public_id__in=list(by_public)).values_list("id", "public_id"))
-    MessageEvent.objects.bulk_create(
-        [
-            MessageEvent(
-                message_id=mid,
-                kind="created",
-                from_status=Status.SCHEDULED,
-                to_status=Status.SCHEDULED,
-                actor=EVENT_ACTOR,
-                details=by_public[public_id],
-                created_at=now,
-            )
-            for mid, public_id in found
-        ]
-    )
-    return [mid for mid, _ in found]
-
-
-@lru_cache(maxsize=1)
-def _pg_insert_plan(row_keys: frozenset[str]) -> tuple[str, list]:
-    """PostgreSQL: messages and their events in one statement. Every column the ORM would insert is
-    listed (values from the row, else the field's default; a column with only a database default is
-    left to it). The batch is passed as one array per column (unnest): the same statement text for
-    any batch size, parsed once, and no per-row ORM objects."""
-    qn = connection.ops.quote_name
-    fields = [
-        f
-        for f in Message._meta.concrete_fields
-        if not f.primary_key and (f.attname in row_keys or not f.has_db_default())
-    ]
-    arrays, selects = [], []
-    for i, f in enumerate(fields):
-        json_column = isinstance(f, JSONField)
-        arrays.append(f"%s::{'text' if json_column else f.db_type(connection)}[]")
-        selects.append(f"c{i}::jsonb" if json_column else f"c{i}")
-    names = ", ".join(f"c{i}" for i in range(len(fields)))
-    # Built from model metadata only; every value is a bound parameter.
-    sql = (
-        f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "  # noqa: S608
-        f"SELECT {', '.join(selects)} FROM unnest({', '.join(arrays)}) AS v({names}) "
-        f"ON CONFLICT DO NOTHING RETURNING {qn('id')}, {qn('public_id')}) "
-        f"INSERT INTO {qn(MessageEvent._meta.db_table)} "
-        f'("message_id", "kind", "from_status", "to_status", "actor", "details", "created_at") '
-        f"SELECT m.id, 'created', 'scheduled', 'scheduled', %s, d.details::jsonb, %s "
-        f"FROM m JOIN unnest(%s::text[], %s::text[]) AS d(pid, details) ON d.pid = m.public_id "
-        f'RETURNING "message_id"'
-    )
-    return sql, fields
-
-
-def _insert_pg(rows: list[tuple[dict, dict]], now: datetime) -> list[int]:
-    sql, fields = _pg_insert_plan(frozenset(rows[0][0]))
-    columns = []
-    for f in fields:
-        default = None if f.attname in rows[0][0] else f.get_default()
-        values = [row.get(f.attname, default) for row, _ in rows]
-        if isinstance(f, JSONField):
-            values = [json.dumps(v) for v in values]
-        columns.append(values)
-    public_ids = [row["public_id"] for row, _ in rows]
-    details = [json.dumps(d) for _, d in rows]
-    with _server_bound_cursor() as cur:
-        # %b: binary parameters, so psycopg dumps the arrays without escaping each element as text.
-        cur.execute(sql.replace("%s", "%b"), [*columns, EVENT_ACTOR, now, public_ids, details])
-        return [r[0] for r in cur.fetchall()]
-
-
-def _server_bound_cursor():
-    """A cursor on the same connection and transaction that sends parameters separately (server-side
-    binding) instead of Django's default client-side interpolation: dozens of arrays of thousands of
-    values are then dumped natively, not escaped into the SQL text one element at a time (~3x less
-    client CPU for a batch)."""
-    import psycopg
-
-    connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
-
-
-def _quota_book(rows: list[tuple[dict, dict]], ids: list[int], existing: int, tenants: dict) -> None:
-    """Schedules count toward the daily quota when their occurrences are made: each is booked in the
-    window it is due in, even beyond the quota (the schedule was accepted; when an occurrence becomes
-    due over the quota the sweep defers or fails it by the tenant's policy, limits.execution). New API
-    requests for that day then see the booking. Occurrences are never refused for max_pending_scheduled:
-    they count toward it as any pending message does."""
-    by_tenant = {tid: t for tid, t in tenants.items() if t.daily_message_quota}
-    if not ids or not by_tenant:
-        return
-    made = [(r["tenant_id"], r["due_at"], r["segments"]) for r, _ in rows if r["tenant_id"] in by_tenant]
-    if existing:  # some were already there (a re-run): book only the rows this run inserted
-        made = []
-        for start in range(0, len(ids), INSERT_BATCH):
-            made += Message.objects.filter(
-                pk__in=ids[start : start + INSERT_BATCH], tenant_id__in=list(by_tenant)
-            ).values_list("tenant_id", "due_at", "segments")
-    quotas.bookings_add((by_tenant[t], due, n) for t, due, n in made)
-
-
 def _advance(plans: list[_Plan], horizon_end: datetime, now: datetime) -> int:
     """Move each claimed schedule's cursor past what it just made (or end it), in one statement."""
     ended = 0
@@ -313,7 +196,7 @@ def _advance(plans: list[_Plan], horizon_end: datetime, now: datetime) -> int:
     if connection.vendor != "postgresql":
         Schedule.objects.bulk_update([p.schedule for p in plans], list(_ADVANCED))
         return ended
-    with _server_bound_cursor() as cur:
+    with server_bound_cursor() as cur:
         cur.execute(
             'UPDATE "scheduling_schedule" AS s SET "status" = v.status, "ended_at" = v.ended_at, '
             '"cursor_local" = v.cursor_local, "next_occurrence_at" = v.next_at, '
@@ -371,8 +254,8 @@ def schedules_materialize(*, now: datetime | None = None, limit: int | None = No
         tenants = Tenant.objects.in_bulk({s.tenant_id for s in schedules})
         plans = [_plan(s, tenants[s.tenant_id], horizon_end, now) for s in schedules]
         rows = [row for p in plans for row in p.rows]
-        ids, existing = _insert(rows, now)
-        _quota_book(rows, ids, existing, tenants)
+        births = messages_birth(rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
+        ids, existing = births.ids, births.existing
         report.ended = _advance(plans, horizon_end, now)
     report.schedules, report.created, report.existing = len(schedules), len(ids), existing
     report.created_ids = ids
@@ -389,8 +272,10 @@ def schedule_materialize_one(schedule: Schedule, *, now: datetime) -> Materializ
     horizon_end = now + timedelta(seconds=settings.SCHEDULE_HORIZON_SECONDS)
     while schedule.status == ScheduleStatus.ACTIVE and schedule.next_occurrence_at <= horizon_end:
         plan = _plan(schedule, schedule.tenant, horizon_end, now)
-        ids, existing = _insert(plan.rows, now)
-        _quota_book(plan.rows, ids, existing, {schedule.tenant_id: schedule.tenant})
+        births = messages_birth(
+            plan.rows, actor=EVENT_ACTOR, now=now, tenants={schedule.tenant_id: schedule.tenant}
+        )
+        ids, existing = births.ids, births.existing
         report.ended += _advance([plan], horizon_end, now)
         report.created += len(ids)
         report.existing += existing

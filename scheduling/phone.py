@@ -74,6 +74,8 @@ def normalize_e164(raw: str) -> str:
     digits = sum(c.isdigit() for c in text)
     if digits > E164_MAX_DIGITS:
         raise PhoneNumberError(f"phone number has more than {E164_MAX_DIGITS} digits")
+    if _E164_RE.fullmatch(text) and (canonical := _valid_as_written(text)):
+        return canonical
     try:
         parsed = phonenumbers.parse(text, None)
     except phonenumbers.NumberParseException as exc:
@@ -81,6 +83,24 @@ def normalize_e164(raw: str) -> str:
     if not phonenumbers.is_valid_number(parsed):
         raise PhoneNumberError("phone number is not a valid number for its country")
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _valid_as_written(text: str) -> str | None:
+    """``text`` ("+" and digits only) when it is already a valid number in canonical E.164, else None
+    (then the full parse decides). Half the cost of phonenumbers.parse, which a campaign pays per row:
+    the country code is the one prefix of 1-3 digits that names one, and the rest is the national
+    number. It only ever accepts: anything it cannot vouch for (a national prefix after the country
+    code, Italy's leading zero, an invalid number) goes through the full parse, which may still accept
+    it in another form."""
+    for length in (1, 2, 3):
+        code = int(text[1 : 1 + length])
+        if code in phonenumbers.COUNTRY_CODE_TO_REGION_CODE:
+            national = text[1 + length :]
+            if not national or national[0] == "0":
+                return None
+            number = phonenumbers.PhoneNumber(country_code=code, national_number=int(national))
+            return text if phonenumbers.is_valid_number(number) else None
+    return None
 
 
 def normalize_e164_query(raw: str) -> str:

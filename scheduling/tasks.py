@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
+from scheduling.campaign_make import campaign_fail, campaigns_stale_republish
+from scheduling.campaign_make import campaign_make as campaign_make_run
 from scheduling.materialize import materialize_for
 from scheduling.sweep import sweep_for
 
@@ -17,3 +20,20 @@ def sweep() -> None:
 def materialize() -> None:
     # Bounded like the sweep: batches back to back while schedules are due, for most of one interval.
     materialize_for(settings.MATERIALIZE_INTERVAL_SECONDS * 0.9)
+    # The same tick re-publishes campaign creation jobs that lost their task (one index probe).
+    campaigns_stale_republish()
+
+
+@shared_task(name="scheduling.campaign_make", ignore_result=True)
+def campaign_make(campaign_id: int) -> None:
+    try:
+        campaign_make_run(campaign_id)
+    except (OperationalError, InterfaceError):
+        # The database went away: the batch in flight rolled back and the checkpoint stands. The job is
+        # published again by campaigns_stale_republish (no countdown retry: quorum queues take no ETAs).
+        raise
+    except Exception:
+        # Anything else would fail again from the same checkpoint: say so on the campaign, not for ever
+        # in `creating`.
+        campaign_fail(campaign_id, "internal error while making the campaign's messages; see the worker log")
+        raise

@@ -12,7 +12,9 @@ or value, a query parameter, a path id, a header, a signed provider callback.
   interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
 * ``ApiBoundaryMiddleware`` (the outermost middleware): the same check over path ids, query parameters
   and headers (400 naming the parameter); a declared body larger than ``SMSGW_API_MAX_BODY_BYTES`` is a
-  413 ``request_too_large`` before anything reads it; and any error response that is not already JSON
+  413 ``request_too_large`` before anything reads it (a campaign's CSV upload, multipart POST
+  /v1/campaigns, has its own cap, ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read
+  into memory); and any error response that is not already JSON
   (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a
   traceback is never shown and a client (or Twilio) always gets the documented shape.
 
@@ -38,6 +40,7 @@ MAX_JSON_DEPTH = 32
 API_PREFIXES = ("/v1/", "/receipts/", "/inbound/")
 API_ROOTS = frozenset({"/v1", "/receipts", "/inbound"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+CAMPAIGN_UPLOAD_PATH = "/v1/campaigns"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogates"
@@ -147,7 +150,15 @@ def _field_error(field: str, message: str, status: int = 400, code: str = "inval
     return envelope(status, f"{field}: {message}", code=code, fields={field: [message]})
 
 
-def max_body_bytes() -> int:
+def max_body_bytes(request: HttpRequest | None = None) -> int:
+    """The body cap; a campaign's CSV upload (multipart POST /v1/campaigns) has its own, larger one."""
+    if (
+        request is not None
+        and request.path_info == CAMPAIGN_UPLOAD_PATH
+        and request.method == "POST"
+        and request.META.get("CONTENT_TYPE", "").lower().startswith("multipart/form-data")
+    ):
+        return int(settings.CAMPAIGN_MAX_UPLOAD_BYTES)
     return int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
 
@@ -212,7 +223,7 @@ class ApiBoundaryMiddleware:
         if raw_length:
             if not raw_length.isascii() or not raw_length.isdigit() or len(raw_length) > 18:
                 return _field_error("Content-Length", "must be a whole number of bytes")
-            limit = max_body_bytes()
+            limit = max_body_bytes(request)
             if int(raw_length) > limit:
                 return _field_error(
                     "body", f"request bodies are at most {limit} bytes", 413, code="request_too_large"

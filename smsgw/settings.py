@@ -459,6 +459,14 @@ LOGGING = {
 }
 # Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.boundary).
 API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)
+# POST /v1/campaigns with a CSV file (multipart/form-data) only: the file is streamed to disk and then into
+# the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two
+# variables is about 40 MB).
+CAMPAIGN_MAX_UPLOAD_BYTES = env_int("SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=4096)
+# Recipients per creation-job transaction (scheduling.campaign_make): large enough that per-statement and
+# per-commit costs vanish against the rows, small enough that a killed worker redoes well under a second of
+# work and a cancel waits at most that long for the batch in flight.
+CAMPAIGN_BATCH_SIZE = env_int("SMSGW_CAMPAIGN_BATCH_SIZE", 5000, minimum=1)
 
 # --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
 # Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by
@@ -478,6 +486,9 @@ CELERY_TASK_ROUTES = {
     "scheduling.sweep": {"queue": "sweep"},
     # The materializer shares the sweep's queue and workers: both are short, database-bound passes.
     "scheduling.materialize": {"queue": "sweep"},
+    # A campaign's creation job runs for as long as its list takes (about a minute per million rows):
+    # its own queue and workers, so it never holds up the sweep's ticks or the sends.
+    "scheduling.campaign_make": {"queue": "campaigns"},
     "delivery.reconcile_batch": {"queue": "reconcile"},
     "delivery.holds_probe": {"queue": "reconcile"},
     "delivery.circuit_probe": {"queue": "reconcile"},

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from scheduling import transitions
-from scheduling.models import Status
+from scheduling.models import Campaign, Status
 from smsgw.models import ApiKey
 from tests.factories import RECIPIENT, message, tenant_with_key
 
@@ -167,6 +167,37 @@ def messages_walk(c: Contract) -> None:
     c.call("post", f"/v1/messages/{sent.public_id}/cancel", 409)
 
 
+def campaigns_walk(c: Contract) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from scheduling.campaign_make import campaign_make
+
+    people = [{"phone": RECIPIENT, "first_name": "Ann"}, {"phone": "+1415", "first_name": "Bad"}]
+    body = {"template": "Hi {first_name}", "send_at": soon(), "timezone": "UTC", "recipients": people}
+    made = c.call("post", "/v1/campaigns", 202, data=body, HTTP_IDEMPOTENCY_KEY="c-1")
+    c.call("post", "/v1/campaigns", 200, data=body, HTTP_IDEMPOTENCY_KEY="c-1")
+    c.call("post", "/v1/campaigns", 422, data={**body, "name": "other"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    c.call("post", "/v1/campaigns", 400, data={**body, "template": "Hi {first_name"})
+    c.call("post", "/v1/campaigns", 401, auth=None, data=body)
+    csv_file = SimpleUploadedFile("list.csv", b"phone,first_name\n+14155550124,Bo\n", content_type="text/csv")
+    form = {"template": "Hi {first_name}", "allow_duplicates": "true", "recipients": csv_file}
+    c.call("post", "/v1/campaigns", 202, data=form, format="multipart")
+    c.call("post", "/v1/campaigns", 400, data={"template": "Hi {first_name}"}, format="multipart")
+    campaign_make(Campaign.objects.get(public_id=made["id"]).pk)
+
+    cid = made["id"]
+    c.call("get", "/v1/campaigns", 200, data={"page_size": 1})
+    c.call("get", "/v1/campaigns", 400, data={"page_size": 0})
+    c.call("get", f"/v1/campaigns/{cid}", 200)
+    c.call("get", "/v1/campaigns/cmp_unknown", 404)
+    c.call("get", f"/v1/campaigns/{cid}/messages", 200, data={"status": "scheduled"})
+    c.call("get", f"/v1/campaigns/{cid}/messages", 400, data={"status": "bogus"})
+    c.call("get", "/v1/campaigns/cmp_unknown/messages", 404)
+    c.call("get", f"/v1/campaigns/{cid}/errors", 200)
+    c.call("get", f"/v1/campaigns/{cid}/errors", 400, data={"page_size": "x"})
+    c.call("get", "/v1/campaigns/cmp_unknown/errors", 404)
+
+
 def schedules_walk(c: Contract) -> None:
     body = {
         "to": RECIPIENT,
@@ -303,6 +334,7 @@ def hostile_walk(c: Contract, settings) -> None:
 def test_every_operation_answers_what_the_schema_documents(contract, settings):
     messages_walk(contract)
     schedules_walk(contract)
+    campaigns_walk(contract)
     settings_walk(contract)
     suppressions_walk(contract)
     unauthenticated_walk(contract)

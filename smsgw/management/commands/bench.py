@@ -145,6 +145,11 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--no-healthz", dest="healthz", action="store_false", help="skip the GET /healthz run")
+        p = sub.add_parser("campaign", help="a CSV campaign uploaded to gunicorn, made by a celery worker")
+        p.add_argument("--recipients", type=int, default=1_000_000)
+        p.add_argument("--web-workers", type=int, default=2)
+        p.add_argument("--timeout", type=float, default=900.0)
+        p.add_argument("--keep-file", action="store_true", help="leave the generated CSV on disk")
         parser.add_argument("--yes", action="store_true", help="allow a database whose name lacks 'bench'")
 
     def handle(self, *args, scenario, yes, **opts):
@@ -311,6 +316,15 @@ class Command(BaseCommand):
 
             result = bench_metrics.scrape_cost(
                 n=opts["messages"], terminal=opts["terminal"], repeats=opts["repeats"]
+            )
+        elif scenario == "campaign":
+            from bench import campaigns as bench_campaigns
+
+            result = bench_campaigns.campaign(
+                recipients=opts["recipients"],
+                web_workers=opts["web_workers"],
+                timeout=opts["timeout"],
+                keep_file=opts["keep_file"],
             )
         elif scenario == "pending":
             result = core.pending(
