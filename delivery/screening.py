@@ -1,0 +1,107 @@
+"""The last look at a batch before the send worker claims it: a recipient who opted out after acceptance
+(delivery.suppression) and a destination the tenant may no longer send to (delivery.guards: its
+permissions changed after acceptance) are never submitted. Both end ``cancelled`` with a timeline entry:
+neither is a delivery failure (nothing was attempted, no provider said no), and ``cancelled`` is what an
+opt-out already does, so the tenant sees one kind of "stopped by policy" outcome with its reason_code.
+
+Cost: one query for the whole batch, the batch's rows with an EXISTS probe of the suppression list's
+unique index and the tenant's guard settings joined in (it replaced a read of the batch plus a separate
+suppression query); then one parse per number in Python. Moves only happen on the rare path."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+
+from delivery import guards, suppression
+from delivery.models import Suppression
+from scheduling import transitions
+from scheduling.models import Message, Status
+from smsgw.models import Tenant
+from smsgw.observability import events
+
+log = logging.getLogger(__name__)
+
+_TENANT_FIELDS = ("country", "allowed_countries", "deny_prefixes", "deny_exempt_prefixes", "default_from")
+
+
+@dataclass
+class Screened:
+    opted_out: set[int] = field(default_factory=set)
+    refused: dict[int, guards.Refusal] = field(default_factory=dict)
+
+    @property
+    def stopped(self) -> set[int]:
+        return self.opted_out | set(self.refused)
+
+
+def _rows(message_ids: list[int]) -> list[dict]:
+    covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
+        Q(sender="") | Q(sender=OuterRef("from_number")) | Q(sender=OuterRef("messaging_service_sid"))
+    )
+    return list(
+        Message.objects.filter(pk__in=message_ids, status=Status.QUEUED)
+        .annotate(suppressed=Exists(covering))
+        .values("id", "tenant_id", "to", "suppressed", *(f"tenant__{f}" for f in _TENANT_FIELDS))
+    )
+
+
+def _refused(rows: list[dict]) -> dict[int, guards.Refusal]:
+    by_tenant: dict[int, list[dict]] = {}
+    for r in rows:
+        by_tenant.setdefault(r["tenant_id"], []).append(r)
+    out: dict[int, guards.Refusal] = {}
+    for tenant_id, group in by_tenant.items():
+        tenant = Tenant(pk=tenant_id, **{f: group[0][f"tenant__{f}"] for f in _TENANT_FIELDS})
+        refusals = guards.destination_refusals(tenant, [r["to"] for r in group])
+        out.update({r["id"]: refusals[r["to"]] for r in group if r["to"] in refusals})
+    return out
+
+
+def batch_screen(message_ids: list[int], *, now: datetime) -> Screened:
+    """Cancel what must not be submitted (inside the caller's transaction, before its claim) and say
+    which ids those were."""
+    rows = _rows(message_ids)
+    screened = Screened(opted_out={r["id"] for r in rows if r["suppressed"]})
+    screened.refused = _refused([r for r in rows if not r["suppressed"]])
+    if screened.opted_out:
+        cancelled = transitions.transition_many(
+            sorted(screened.opted_out),
+            from_status=Status.QUEUED,
+            to_status=Status.CANCELLED,
+            kind="cancelled",
+            details={"reason": "recipient opted out (suppression list)"},
+            set_fields={
+                "cancelled_at": now,
+                "run_after": None,
+                "status_reason": "recipient opted out of this sender",
+                "reason_code": suppression.REASON_OPTED_OUT,
+            },
+            now=now,
+        )
+        stopped = len(cancelled)
+        transaction.on_commit(lambda: events.opted_out_stopped("execution", stopped))
+    by_code: dict[tuple[str, str], list[int]] = {}
+    for mid, refusal in screened.refused.items():
+        by_code.setdefault((refusal.code, refusal.message), []).append(mid)
+    for (code, text), ids in by_code.items():
+        moved = transitions.transition_many(
+            sorted(ids),
+            from_status=Status.QUEUED,
+            to_status=Status.CANCELLED,
+            kind="cancelled",
+            details={"reason": "destination refused", "refusal": code, "detail": text},
+            set_fields={
+                "cancelled_at": now,
+                "run_after": None,
+                "status_reason": f"destination refused: {text}"[:255],
+                "reason_code": guards.REASON_REFUSED,
+            },
+            now=now,
+        )
+        log.info("send batch: %d messages not sent, destination refused (%s)", len(moved), code)
+    return screened
