@@ -162,7 +162,11 @@ def test_a_destination_refused_after_acceptance_is_cancelled_at_execution_never_
     assert (report.refused, report.claimed) == (2, 1)
     for msg, code in ((abroad, "country_not_allowed"), (premium, "premium_rate_destination")):
         msg.refresh_from_db()
-        assert (msg.status, msg.reason_code, msg.attempt_count) == (Status.CANCELLED, "destination_refused", 0)
+        assert (msg.status, msg.reason_code, msg.attempt_count) == (
+            Status.CANCELLED,
+            "destination_refused",
+            0,
+        )
         assert msg.status_reason.startswith("destination refused:")
         event = msg.events.get(kind="cancelled")
         assert (event.from_status, event.to_status, event.details["refusal"]) == (

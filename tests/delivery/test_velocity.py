@@ -138,17 +138,18 @@ def test_an_operator_cancels_a_hold_and_its_messages_end_cancelled(adapter, sand
     hold.refresh_from_db()
     assert (hold.state, hold.closed_count, hold.held_count) == ("cancelled", 2, 3)
     # (a tenant's cancel keeps the reason the message last waited for, as it does for any reason)
-    assert states(msgs) == [(Status.SENT, "")] * 3 + [(Status.CANCELLED, "held_for_review")] + [
-        (Status.CANCELLED, "review_cancelled")
-    ] * 2
+    assert (
+        states(msgs)
+        == [(Status.SENT, "")] * 3
+        + [(Status.CANCELLED, "held_for_review")]
+        + [(Status.CANCELLED, "review_cancelled")] * 2
+    )
     release_and_send()
     assert sandbox.stats()["submissions"] == 3
     assert LogEntry.objects.filter(object_id=str(hold.pk), change_message__contains="cancelled").exists()
 
 
-def test_messages_to_new_numbers_over_the_limit_are_held_and_known_numbers_are_not(
-    adapter, sandbox, tenant
-):
+def test_messages_to_new_numbers_over_the_limit_are_held_and_known_numbers_are_not(adapter, sandbox, tenant):
     t, _ = tenant
     t.velocity_prefix_max = 0
     t.velocity_new_numbers_max = 2
