@@ -4,13 +4,13 @@ permissions changed after acceptance) are never submitted. Both end ``cancelled`
 neither is a delivery failure (nothing was attempted, no provider said no), and ``cancelled`` is what an
 opt-out already does, so the tenant sees one kind of "stopped by policy" outcome with its reason_code.
 
-Cost: one query for the whole batch, its rows each with an EXISTS probe of the suppression list's unique
-index (it replaced a read of the batch plus a separate suppression query), one small query for the
-batch's tenants' rules (usually one row), and a few set lookups per number in Python. Moves only happen
-on the rare path."""
+Cost: one query for the whole batch (it replaced a read of the batch plus a separate suppression query):
+its rows, each with an EXISTS probe of the suppression list's unique index and its tenant's rules joined
+in; then a few set lookups per number in Python. Moves only happen on the rare path."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,41 +42,67 @@ class Screened:
         return self.opted_out | set(self.refused)
 
 
-def _rows(message_ids: list[int]) -> list[dict]:
+_SUPPRESSED_SQL = (
+    'EXISTS (SELECT 1 FROM "delivery_suppression" s WHERE s."tenant_id" = m."tenant_id" '
+    'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."messaging_service_sid"))'
+)
+# The tenant's rules ride along as text (JSON decoded once per tenant, not once per row).
+_JSON_FIELDS = ("allowed_countries", "deny_prefixes", "deny_exempt_prefixes")
+_TENANT_SQL = ", ".join(f't."{f}"::text' if f in _JSON_FIELDS else f't."{f}"' for f in _TENANT_FIELDS)
+
+
+def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Tenant]]:
+    source = 'FROM "scheduling_message" m'
+    if rules:
+        source = f'{source} JOIN "{Tenant._meta.db_table}" t ON t."id" = m."tenant_id"'
+    sql = (
+        f'SELECT m."id", m."tenant_id", m."to", {_SUPPRESSED_SQL}{", " + _TENANT_SQL if rules else ""} '
+        f'{source} WHERE m."id" = ANY(%s::bigint[]) AND m."status" = %s'
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [PgInts(message_ids), Status.QUEUED])
+        fetched = cur.fetchall()
+    rows = [{"id": r[0], "tenant_id": r[1], "to": r[2], "suppressed": r[3]} for r in fetched]
+    tenants: dict[int, Tenant] = {}
+    if rules:
+        for r in fetched:
+            if r[1] not in tenants:
+                values = dict(zip(_TENANT_FIELDS, r[4:], strict=True))
+                for f in _JSON_FIELDS:
+                    values[f] = json.loads(values[f] or "[]")
+                tenants[r[1]] = Tenant(pk=r[1], **values)
+    return rows, tenants
+
+
+def _rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Tenant]]:
     """The batch's queued rows, each with whether a suppression entry covers it (its tenant and number,
-    and its sender or none: the unique index's prefix). On PostgreSQL the ids go as one array."""
+    and its sender or none: the unique index's prefix), and (``rules``) their tenants' current rules,
+    read fresh: a permission changed a second ago applies to this batch. On PostgreSQL one statement,
+    the ids as one array."""
     if is_postgres():
-        with connection.cursor() as cur:
-            cur.execute(
-                'SELECT m."id", m."tenant_id", m."to", EXISTS (SELECT 1 FROM "delivery_suppression" s '
-                'WHERE s."tenant_id" = m."tenant_id" AND s."number" = m."to" '
-                'AND s."sender" IN (\'\', m."from_number", m."messaging_service_sid")) '
-                'FROM "scheduling_message" m WHERE m."id" = ANY(%s::bigint[]) AND m."status" = %s',
-                [PgInts(message_ids), Status.QUEUED],
-            )
-            return [{"id": i, "tenant_id": t, "to": to, "suppressed": s} for i, t, to, s in cur.fetchall()]
+        return _pg_rows(message_ids, rules)
     covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
         Q(sender="") | Q(sender=OuterRef("from_number")) | Q(sender=OuterRef("messaging_service_sid"))
     )
-    return list(
+    rows = list(
         Message.objects.filter(pk__in=message_ids, status=Status.QUEUED)
         .annotate(suppressed=Exists(covering))
         .values("id", "tenant_id", "to", "suppressed")
     )
+    tenants = {}
+    if rules and rows:
+        ids = {r["tenant_id"] for r in rows}
+        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=ids).only(*_TENANT_FIELDS)}
+    return rows, tenants
 
 
-def _refused(rows: list[dict]) -> dict[int, guards.Refusal]:
-    """Each tenant's rules read fresh (one small query for the batch's tenants, usually one): a
-    permission changed a second ago applies to this batch."""
-    if not rows or not settings.GUARDS_ENABLED:
-        return {}
+def _refused(rows: list[dict], tenants: dict[int, Tenant]) -> dict[int, guards.Refusal]:
     by_tenant: dict[int, list[dict]] = {}
     for r in rows:
         by_tenant.setdefault(r["tenant_id"], []).append(r)
     out: dict[int, guards.Refusal] = {}
-    for tenant in Tenant.objects.filter(pk__in=by_tenant).only(*_TENANT_FIELDS):
-        group = by_tenant[tenant.pk]
-        refusals = guards.destination_refusals(tenant, [r["to"] for r in group])
+    for tenant_id, group in by_tenant.items():
+        refusals = guards.destination_refusals(tenants[tenant_id], [r["to"] for r in group])
         out.update({r["id"]: refusals[r["to"]] for r in group if r["to"] in refusals})
     return out
 
@@ -84,9 +110,11 @@ def _refused(rows: list[dict]) -> dict[int, guards.Refusal]:
 def batch_screen(message_ids: list[int], *, now: datetime) -> Screened:
     """Cancel what must not be submitted (inside the caller's transaction, before its claim) and say
     which ids those were."""
-    rows = _rows(message_ids)
+    rules = settings.GUARDS_ENABLED
+    rows, tenants = _rows(message_ids, rules)
     screened = Screened(opted_out={r["id"] for r in rows if r["suppressed"]})
-    screened.refused = _refused([r for r in rows if not r["suppressed"]])
+    if rules:
+        screened.refused = _refused([r for r in rows if not r["suppressed"]], tenants)
     if screened.opted_out:
         cancelled = transitions.transition_many(
             sorted(screened.opted_out),

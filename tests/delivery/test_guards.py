@@ -193,3 +193,48 @@ def test_an_opt_out_and_a_refusal_in_one_batch_are_each_stopped_with_their_reaso
     assert Message.objects.get(pk=abroad.pk).reason_code == "destination_refused"
     assert set(Message.objects.values_list("status", flat=True)) == {Status.CANCELLED}
     assert sandbox.stats()["submissions"] == 0
+
+
+def test_the_upgrade_writes_each_existing_tenants_country_from_its_sender(settings):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("smsgw.migrations.0006_tenant_destination_guards")
+    tenant_with_key("uk", default_from=UK)
+    tenant_with_key("alpha", default_from="ACME")
+    tenant_with_key("set", country="CA")
+    settings.DEFAULT_COUNTRY = "AU"
+    migration.countries_fill(apps, None)
+    got = dict(Tenant.objects.filter(slug__in=["uk", "alpha", "set"]).values_list("slug", "country"))
+    assert got == {"uk": "GB", "alpha": "AU", "set": "CA"}
+
+
+def test_the_tenant_form_in_the_admin_checks_countries_and_prefixes():
+    from smsgw.admin import TenantForm
+
+    base = {"name": "X", "slug": "x", "default_from": "+14155550100", "default_timezone": "UTC"}
+    base |= {"daily_message_quota": 0, "max_pending_scheduled": 0, "send_rate_per_second": 0}
+    base |= {"quota_exceeded_policy": "defer"}
+    good = TenantForm(
+        data={
+            **base,
+            "allowed_countries": '["us", "GB"]',
+            "deny_prefixes": '["+3737"]',
+            "deny_exempt_prefixes": "[]",
+        }
+    )
+    assert good.is_valid(), good.errors
+    assert good.cleaned_data["allowed_countries"] == ["US", "GB"]
+    assert good.cleaned_data["deny_prefixes"] == ["3737"]
+    bad = TenantForm(
+        data={
+            **base,
+            "country": "USA",
+            "allowed_countries": '["United States"]',
+            "deny_prefixes": '["37a"]',
+            "deny_exempt_prefixes": "[]",
+        }
+    )
+    assert not bad.is_valid()
+    assert {"country", "allowed_countries", "deny_prefixes"} <= set(bad.errors)
