@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import connection
@@ -53,13 +54,26 @@ def _tenant(slug: str) -> Tenant:
     return tenant
 
 
-def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: float) -> dict:
+def paced(
+    *,
+    n: int,
+    senders: int,
+    rate: float,
+    queue_seconds: float,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    setup: Callable[[Tenant], None] | None = None,
+) -> dict:
     """n messages due at one moment from ``senders`` From numbers; the sandbox sends ``rate`` segments/s
     per sender and refuses (21611) what overflows a queue of ``queue_seconds``. The gateway is told the
     same rates: nothing should be refused, no sender should go over its rate, and the account's whole
-    capacity should be used. One paced message is cancelled while it waits."""
+    capacity should be used. One paced message is cancelled while it waits. ``env``: extra environment
+    of the worker processes; ``setup``: called with the bench tenant before the processes start (bench
+    guards runs this scenario with and without the destination guards)."""
     tenant = core.bench_reset()
     _reset_capacity()
+    if setup is not None:
+        setup(tenant)
     account_rate = senders * rate
     for i in range(senders):
         SenderCapacity.objects.create(
@@ -74,6 +88,7 @@ def paced(*, n: int, senders: int, rate: float, queue_seconds: float, timeout: f
     topo = core.Topology(
         latency_ms=0,
         send_concurrency=3,
+        env=env,
         sandbox_args=[
             "--sender-rate",
             str(rate),

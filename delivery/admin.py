@@ -4,7 +4,7 @@ reported by the provider. Read-only; nothing here is added or deleted by hand.""
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from delivery import capacity, circuit, suppression
+from delivery import capacity, circuit, review, suppression
 from delivery.holds import hold_clear
 from delivery.models import (
     AccountCapacity,
@@ -13,6 +13,7 @@ from delivery.models import (
     ProviderCircuit,
     ProviderHold,
     RateBucket,
+    ReviewHold,
     SenderCapacity,
     Suppression,
     SuppressionChange,
@@ -75,6 +76,55 @@ class ProviderHoldAdmin(_ReadOnly):
             released += hold_clear(hold.id, by=actor, reason="cleared by an operator", now=timezone.now())
             self.log_change(request, hold, "cleared the hold")  # audit trail
         self.message_user(request, f"Released {released} held messages.", messages.SUCCESS)
+
+
+@admin.register(ReviewHold)
+class ReviewHoldAdmin(_ReadOnly):
+    """Velocity review holds (delivery.velocity): an operator looks at the held traffic and releases it
+    (it goes out) or cancels it; both go through delivery.review and are logged here (admin history)."""
+
+    list_display = (
+        "id",
+        "tenant",
+        "rule",
+        "destination",
+        "limit",
+        "held_count",
+        "state",
+        "opened_at",
+        "last_held_at",
+        "closed_by",
+        "closed_at",
+        "closed_count",
+    )
+    list_filter = ("state", "rule")
+    search_fields = ("=tenant__slug", "prefix")
+    actions = ("release", "cancel")
+
+    @admin.display(description="destination")
+    def destination(self, obj):
+        return f"+{obj.prefix}…" if obj.prefix else "new numbers"
+
+    def _close(self, request, queryset, close, verb: str):
+        moved = closed = 0
+        actor = f"admin:{request.user.get_username()}"
+        for hold in queryset.filter(state="open"):
+            try:
+                n = close(hold.id, actor=actor, now=timezone.now())
+            except review.ReviewHoldClosed:
+                continue  # closed by someone else meanwhile
+            moved += n
+            closed += 1
+            self.log_change(request, hold, f"{verb} the review hold ({n} messages)")  # audit trail
+        self.message_user(request, f"{verb.capitalize()} {closed} holds, {moved} messages.", messages.SUCCESS)
+
+    @admin.action(description="Release selected holds: their messages are sent", permissions=["change"])
+    def release(self, request, queryset):
+        self._close(request, queryset, review.review_hold_release, "released")
+
+    @admin.action(description="Cancel selected holds: their messages are cancelled", permissions=["change"])
+    def cancel(self, request, queryset):
+        self._close(request, queryset, review.review_hold_cancel, "cancelled")
 
 
 @admin.register(DuplicateSubmission)

@@ -291,3 +291,12 @@ class SuppressionChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} tenant {self.tenant_id}"
+
+
+# The velocity guard's records live in their own module; imported here so they belong to this app.
+from delivery.guard_models import (  # noqa: E402, F401
+    KnownNumber,
+    ReviewHold,
+    ReviewHoldMessage,
+    VelocityCounter,
+)

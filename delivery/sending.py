@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import circuit, inflight, pacing, suppression
+from delivery import circuit, inflight, pacing, screening, suppression
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
@@ -82,6 +82,7 @@ class BatchReport:
     expired: int = 0
     held: int = 0
     opted_out: int = 0
+    refused: int = 0  # destination refused at execution (delivery.guards)
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -133,35 +134,19 @@ def send_batch(
             now=now,
         )
         report.expired = len(expired)
-        # The suppression list, checked again right before the claim: a recipient who opted out after
-        # the message was accepted is never submitted; the message ends cancelled, reason opted_out.
-        opted_out = suppression.suppressed_rows(
-            Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
-                "id", "tenant_id", "to", "from_number", "messaging_service_sid"
-            )
-        )
-        if opted_out:
-            cancelled = transitions.transition_many(
-                sorted(opted_out),
-                from_status=Status.QUEUED,
-                to_status=Status.CANCELLED,
-                kind="cancelled",
-                details={"reason": "recipient opted out (suppression list)"},
-                set_fields={
-                    "cancelled_at": now,
-                    "run_after": None,
-                    "status_reason": "recipient opted out of this sender",
-                    "reason_code": suppression.REASON_OPTED_OUT,
-                },
-                now=now,
-            )
-            report.opted_out = stopped = len(cancelled)
-            transaction.on_commit(lambda: events.opted_out_stopped("execution", stopped))
+        # The suppression list and the destination guards, checked again right before the claim (one
+        # query, delivery.screening): a recipient who opted out after the message was accepted, or a
+        # destination the tenant may no longer send to, is never submitted; the message ends cancelled.
+        screened = screening.batch_screen(message_ids, now=now)
+        stopped = screened.stopped
+        if stopped:
+            report.opted_out = len(screened.opted_out)
+            report.refused = len(screened.refused)
             if not_before is not None and len(not_before) == len(message_ids):
                 not_before = [
-                    nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in opted_out
+                    nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in stopped
                 ]
-            message_ids = [mid for mid in message_ids if mid not in opted_out]
+            message_ids = [mid for mid in message_ids if mid not in stopped]
         if open_holds or circuit_open:
             message_ids, parks, probes = _admission_filter(message_ids, open_holds, circuit_open, now)
             release.park_rows(parks, now)

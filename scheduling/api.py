@@ -278,7 +278,7 @@ def _int(value):
 def _expected(m: Message) -> str | None:
     """When the message is expected to be handed to the provider: its due time, or the slot it waits
     for (paced, provider unavailable, held, a retry's backoff). Null once it is on its way or done."""
-    if m.run_after is None:
+    if m.run_after is None or m.reason_code == "held_for_review":  # not before an operator releases it
         return None
     if m.status == Status.SCHEDULED or (
         m.status == Status.QUEUED and m.reason_code not in ("", "circuit_probe")
@@ -347,7 +347,17 @@ def _idempotency_key(request) -> str | None:
 
 
 LIST_PARAMS = frozenset(
-    ("status", "to", "created_after", "created_before", "due_after", "due_before", "cursor", "page_size")
+    (
+        "status",
+        "reason_code",
+        "to",
+        "created_after",
+        "created_before",
+        "due_after",
+        "due_before",
+        "cursor",
+        "page_size",
+    )
 )
 
 
@@ -398,6 +408,13 @@ class MessagesApi(APIView):
                 str,
                 description="Comma-separated statuses.",
                 examples=[OpenApiExample("Scheduled or queued", value="scheduled,queued")],
+            ),
+            OpenApiParameter(
+                "reason_code",
+                str,
+                description="Comma-separated machine-readable reasons (the `reason_code` field), e.g. "
+                "`held_for_review` for messages the velocity guard holds for an operator's review.",
+                examples=[OpenApiExample("Held for review", value="held_for_review")],
             ),
             OpenApiParameter(
                 "to",

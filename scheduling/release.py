@@ -52,6 +52,7 @@ _COLUMNS = (
     "status",
     "tenant_id",
     "priority",
+    "to",
     "from_number",
     "messaging_service_sid",
     "segments",
@@ -83,6 +84,7 @@ class Candidate:
     reason_code: str
     expires_at: datetime | None = None
     provider: str = ""  # the message's provider key: the gate resolves its account, limits and circuit
+    to: str = ""  # the recipient: the velocity gate counts destinations (delivery.velocity)
 
 
 @dataclass
@@ -278,6 +280,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
                     reason_code=r["reason_code"],
                     expires_at=r["expires_at"],
                     provider=r["provider"],
+                    to=r["to"],
                 )
             )
         decision = Decision(release=candidates)
@@ -365,7 +368,8 @@ def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseRepo
             continue
         values = {"run_after": until, "reason_code": park.reason_code, "status_reason": park.status_reason}
         fresh.setdefault((row["status"], park.kind), []).append((row["id"], row["version"], values))
-        details[row["id"]] = {**park.details, "expected_send_at": until.isoformat()}
+        # A gate may say there is no expected time (held for review: not before an operator releases it).
+        details[row["id"]] = {"expected_send_at": until.isoformat(), **park.details}
     for (status, kind), items in fresh.items():
         transitions.transition_versioned(
             items,

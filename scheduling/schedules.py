@@ -38,7 +38,7 @@ from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.quiet import QuietHoursError, parse_clock, parse_override
 from scheduling.recurrence import Recurrence, recurrence_build
 from scheduling.rrules import RuleError
-from scheduling.services import _body, _recipient, _sender
+from scheduling.services import _body, _recipient, _sender, destination_allowed
 from scheduling.timeutil import TimeResolutionError, parse_timezone
 from smsgw.errors import Conflict, field_error
 from smsgw.models import Tenant
@@ -96,6 +96,7 @@ class _Definition:
 def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Definition:
     """Validate a complete definition (request-shaped). Raises a DRF ValidationError naming the field."""
     to = _recipient(data["to"])
+    destination_allowed(tenant, to)
     encoding, segments = _body(data["body"])
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
     tz_name = data.get("timezone") or tenant.default_timezone or "UTC"

@@ -54,6 +54,12 @@ def message_list(*, tenant, params) -> QuerySet[Message]:
         if bad:
             raise field_error("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
         qs = qs.filter(status__in=statuses)
+    if params.get("reason_code"):
+        codes = [c.strip() for c in params["reason_code"].split(",") if c.strip()]
+        if any(len(c) > 32 for c in codes):
+            raise field_error("reason_code", "a reason code is at most 32 characters")
+        if codes:
+            qs = qs.filter(reason_code__in=codes)
     if params.get("to"):
         qs = qs.filter(to=recipient_param(params["to"]))
     for name, lookup in (

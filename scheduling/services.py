@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
-from delivery import suppression
+from delivery import guards, suppression
 from scheduling import quiet, transitions
 from scheduling.models import Message, MessageEvent, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
@@ -183,6 +183,14 @@ def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str)
         raise field_error("to", "the recipient opted out of messages from this sender (suppression list)")
 
 
+def destination_allowed(tenant: Tenant, to: str) -> None:
+    """Acceptance: a destination the tenant may not send to (delivery.guards: its allowed countries, the
+    deny list of premium-rate and high-risk ranges) is a 400 naming `to`; nothing is stored."""
+    refusal = guards.destination_refusal(tenant, to)
+    if refusal is not None:
+        raise field_error("to", f"{refusal.message} ({refusal.code})")
+
+
 def message_create(
     *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Message, bool]:
@@ -198,6 +206,7 @@ def message_create(
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    destination_allowed(tenant, to)
     _not_suppressed(tenant, to, from_number, service_sid)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
@@ -380,6 +389,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
     changes: dict[str, Any] = {}
     if "to" in data:
         changes["to"] = _recipient(data["to"])
+        destination_allowed(tenant, changes["to"])
     if "body" in data:
         changes["encoding"], changes["segments"] = _body(data["body"])
         changes["body"] = data["body"]

@@ -58,7 +58,57 @@ class TenantForm(forms.ModelForm):
             "quiet_hours_start",
             "quiet_hours_end",
             "quiet_hours_exempt_transactional",
+            # Destination guards (README "Destination guards"): delivery.guards, delivery.velocity.
+            "country",
+            "allowed_countries",
+            "deny_prefixes",
+            "deny_exempt_prefixes",
+            "velocity_prefix_max",
+            "velocity_prefix_digits",
+            "velocity_new_numbers_max",
         )
+        help_texts = {
+            "country": "ISO 3166 alpha-2; empty: from default_from, else SMSGW_DEFAULT_COUNTRY",
+            "allowed_countries": 'JSON list of ISO 3166 alpha-2 codes, ["*"] = any; empty: own country',
+            "deny_prefixes": 'JSON list of E.164 prefixes (digits) denied for this tenant, e.g. ["3737"]',
+            "deny_exempt_prefixes": "JSON list of prefixes this tenant may send to despite the deny list",
+            "velocity_prefix_max": "messages per window to one prefix; empty: the default, 0 = off",
+            "velocity_prefix_digits": "digits of a prefix (country code included); empty: the default (7)",
+            "velocity_new_numbers_max": "messages per window to new numbers; empty: the default, 0 = off",
+        }
+
+    def clean_country(self):
+        code = (self.cleaned_data.get("country") or "").strip().upper()
+        if code and not (len(code) == 2 and code.isalpha()):
+            raise forms.ValidationError("must be an ISO 3166 alpha-2 code such as US")
+        return code
+
+    def clean_allowed_countries(self):
+        codes = self.cleaned_data.get("allowed_countries") or []
+        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+            raise forms.ValidationError('must be a JSON list of codes, e.g. ["US", "CA"]')
+        codes = [c.strip().upper() for c in codes if c.strip()]
+        bad = [c for c in codes if c != "*" and not (len(c) == 2 and c.isalpha())]
+        if bad:
+            raise forms.ValidationError(f"{bad[0]!r} is not an ISO 3166 alpha-2 code")
+        return codes
+
+    def _prefixes(self, name: str) -> list[str]:
+        from delivery.guards import DenyListError, prefix_clean
+
+        values = self.cleaned_data.get(name) or []
+        if not isinstance(values, list):
+            raise forms.ValidationError('must be a JSON list of prefixes, e.g. ["3737"]')
+        try:
+            return [p for p in (prefix_clean(str(v)) for v in values) if p]
+        except DenyListError as exc:
+            raise forms.ValidationError("each prefix must be the digits after + (1 to 15)") from exc
+
+    def clean_deny_prefixes(self):
+        return self._prefixes("deny_prefixes")
+
+    def clean_deny_exempt_prefixes(self):
+        return self._prefixes("deny_exempt_prefixes")
 
     def clean_default_timezone(self):
         name = self.cleaned_data["default_timezone"]

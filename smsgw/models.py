@@ -42,6 +42,18 @@ class Tenant(models.Model):
     quiet_hours_start = models.TimeField(null=True, blank=True)
     quiet_hours_end = models.TimeField(null=True, blank=True)
     quiet_hours_exempt_transactional = models.BooleanField(default=False, db_default=False)
+    # Destination guards (delivery.guards, README "Destination guards"): the tenant's own country (ISO
+    # 3166 alpha-2; empty = from default_from, else SMSGW_DEFAULT_COUNTRY) and the countries it may
+    # send to (empty = its own country only); E.164 prefixes (digits) denied on top of the shipped list,
+    # and shipped prefixes this tenant is exempt from.
+    country = models.CharField(max_length=2, blank=True, default="", db_default="")
+    allowed_countries = models.JSONField(default=list, blank=True)
+    deny_prefixes = models.JSONField(default=list, blank=True)
+    deny_exempt_prefixes = models.JSONField(default=list, blank=True)
+    # Velocity guard (delivery.velocity): empty = the SMSGW_VELOCITY_* default, 0 = off.
+    velocity_prefix_max = models.PositiveIntegerField(null=True, blank=True)
+    velocity_prefix_digits = models.PositiveSmallIntegerField(null=True, blank=True)
+    velocity_new_numbers_max = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -119,6 +119,16 @@ class Command(BaseCommand):
         p.add_argument("--rate", type=float, default=20.0, help="segments/s per sender (both sides)")
         p.add_argument("--queue-seconds", type=float, default=2.0, help="the sandbox's queue per sender")
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser(
+            "guards", help="the paced burst without, then with a 1M suppression list and the guards on"
+        )
+        p.add_argument("--messages", type=int, default=30_000)
+        p.add_argument("--senders", type=int, default=50)
+        p.add_argument("--rate", type=float, default=60.0, help="segments/s per sender: above the machine")
+        p.add_argument("--suppressions", type=int, default=1_000_000)
+        p.add_argument("--rounds", type=int, default=2, help="baseline/guarded pairs, alternated")
+        p.add_argument("--queue-seconds", type=float, default=2.0)
+        p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("adaptive", help="backpressure: the real sender rate is below the configured")
         p.add_argument("--senders", type=int, default=5)
         p.add_argument("--rate", type=float, default=20.0, help="what the gateway is told")
@@ -289,6 +299,18 @@ class Command(BaseCommand):
                 )
             else:
                 result = bench_pacing.limiter(n=opts["messages"], timeout=opts["timeout"])
+        elif scenario == "guards":
+            from bench import guards as bench_guards
+
+            result = bench_guards.guards(
+                n=opts["messages"],
+                senders=opts["senders"],
+                rate=opts["rate"],
+                suppressions=opts["suppressions"],
+                queue_seconds=opts["queue_seconds"],
+                timeout=opts["timeout"],
+                rounds=opts["rounds"],
+            )
         elif scenario == "uncertain":
             from bench import receipts as receipts_bench
 

@@ -1,0 +1,105 @@
+"""An operator's answer to a velocity review hold (delivery.velocity): release or cancel. The admin calls
+these (audited there too, as admin log entries); each moved message gets a timeline entry naming the
+operator, and the hold records who closed it, when, and how many messages it moved.
+
+* Release: the held messages become due now (reason ``review_released``: the next release pass lets
+  them through without counting or holding them again), and the rule does not hold this tenant's key
+  again for the rest of the window the hold opened in.
+* Cancel: the held messages end ``cancelled`` (reason ``review_cancelled``).
+
+Only messages still held move: one the tenant cancelled meanwhile, or that expired, stays as it is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from delivery.guard_models import ReviewHold, ReviewHoldMessage, ReviewState
+from delivery.velocity import REASON_CANCELLED, REASON_HELD, REASON_RELEASED
+from scheduling import transitions
+from scheduling.models import Status
+
+
+class ReviewHoldClosed(Exception):
+    """The hold was already released or cancelled."""
+
+
+def _held_ids(hold: ReviewHold) -> list[int]:
+    return list(
+        ReviewHoldMessage.objects.filter(
+            hold=hold, message__status=Status.SCHEDULED, message__reason_code=REASON_HELD
+        )
+        .order_by("message_id")
+        .values_list("message_id", flat=True)
+    )
+
+
+def _close(hold_id: int, *, state: str, actor: str, now: datetime, move) -> int:
+    with transaction.atomic():
+        hold = ReviewHold.objects.select_for_update().get(pk=hold_id)
+        if hold.state != ReviewState.OPEN:
+            raise ReviewHoldClosed(f"review hold {hold_id} is already {hold.state}")
+        moved = move(hold, _held_ids(hold))
+        hold.state = state
+        hold.closed_at = now
+        hold.closed_by = actor
+        hold.closed_count = moved
+        hold.save(update_fields=["state", "closed_at", "closed_by", "closed_count"])
+    return moved
+
+
+def review_hold_release(hold_id: int, *, actor: str, now: datetime | None = None) -> int:
+    """Release the hold's messages (due now). Returns how many moved. Raises ReviewHoldClosed."""
+    now = now or timezone.now()
+
+    def move(hold: ReviewHold, ids: list[int]) -> int:
+        return len(
+            transitions.transition_many(
+                ids,
+                from_status=Status.SCHEDULED,
+                to_status=Status.SCHEDULED,
+                kind="review_released",
+                actor=actor,
+                details={"review_hold_id": hold.pk, "reason": "released by an operator after review"},
+                set_fields={
+                    "run_after": now,
+                    "reason_code": REASON_RELEASED,
+                    "status_reason": "released by an operator after review",
+                },
+                extra_where='"reason_code" = %s',
+                extra_params=[REASON_HELD],
+                now=now,
+            )
+        )
+
+    return _close(hold_id, state=ReviewState.RELEASED, actor=actor, now=now, move=move)
+
+
+def review_hold_cancel(hold_id: int, *, actor: str, now: datetime | None = None) -> int:
+    """Cancel the hold's messages. Returns how many moved. Raises ReviewHoldClosed."""
+    now = now or timezone.now()
+
+    def move(hold: ReviewHold, ids: list[int]) -> int:
+        return len(
+            transitions.transition_many(
+                ids,
+                from_status=Status.SCHEDULED,
+                to_status=Status.CANCELLED,
+                kind="cancelled",
+                actor=actor,
+                details={"review_hold_id": hold.pk, "reason": "cancelled by an operator after review"},
+                set_fields={
+                    "cancelled_at": now,
+                    "run_after": None,
+                    "reason_code": REASON_CANCELLED,
+                    "status_reason": f"cancelled by an operator after review ({hold.describe()})"[:255],
+                },
+                extra_where='"reason_code" = %s',
+                extra_params=[REASON_HELD],
+                now=now,
+            )
+        )
+
+    return _close(hold_id, state=ReviewState.CANCELLED, actor=actor, now=now, move=move)
