@@ -5,7 +5,8 @@ nothing, and tenant scoping."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -16,6 +17,8 @@ from delivery import suppression
 from scheduling import campaign_make as make_module
 from scheduling.campaign_make import campaign_make
 from scheduling.models import Campaign, CampaignError, CampaignUpload, Message, MessageEvent, Status
+from smsgw.limits import quotas
+from smsgw.limits.models import QuotaWindow
 from tests.factories import SENDER, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db
@@ -238,9 +241,13 @@ def test_local_time_in_one_zone_and_quiet_hours_in_the_recipients_zone(api):
         )
     )
     m = Message.objects.get(campaign=campaign)
+    london = ZoneInfo("Europe/London")
+    asked = datetime.fromisoformat(tomorrow_at(23)).replace(tzinfo=london)
     assert campaign.time_mode == "local"
-    assert m.quiet_deferred_from is not None and m.due_at > m.quiet_deferred_from
-    assert m.due_at.astimezone(datetime.now().astimezone().tzinfo).tzinfo is not None
+    assert m.quiet_deferred_from == asked.astimezone(UTC)
+    assert m.due_at == datetime.combine(asked.date() + timedelta(days=1), time(8), tzinfo=london).astimezone(
+        UTC
+    )
     assert m.quiet_timezone == "Europe/London"
 
 
@@ -438,6 +445,20 @@ def test_quota_exhausted_refuses_the_campaign_with_429(api):
     resp = post(api, recipients=[{"phone": recipient(2), "first_name": "A", "code": "1"}])
     assert resp.status_code == 429 and resp.json()["error"]["quota"] == "max_pending_scheduled"
     assert Campaign.objects.count() == 2
+
+
+def test_each_made_message_is_booked_in_its_days_quota_window_even_beyond_the_quota(api):
+    api.tenant.daily_message_quota = 3
+    api.tenant.save()
+    people = [{"phone": recipient(i), "first_name": "A", "code": "1"} for i in range(5)]
+    campaign = make(post(api, recipients=people))
+    assert campaign.messages_made == 5
+    due = Message.objects.filter(campaign=campaign).values_list("due_at", flat=True).first()
+    window = QuotaWindow.objects.get(tenant=api.tenant, day=quotas.window_day(api.tenant, due))
+    assert window.booked == 5  # the sweep defers or fails what is over by the tenant's policy
+    # The window of that day is now full: a new campaign for it is refused at acceptance.
+    resp = post(api, recipients=people)
+    assert resp.status_code == 429 and resp.json()["error"]["quota"] == "daily_message_quota"
 
 
 # --- reads and tenant scoping -------------------------------------------------------------------------
