@@ -3,6 +3,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from scheduling import campaign_control
 from scheduling.materialize import materialize_for
 from scheduling.sweep import sweep_for
 
@@ -17,3 +18,24 @@ def sweep() -> None:
 def materialize() -> None:
     # Bounded like the sweep: batches back to back while schedules are due, for most of one interval.
     materialize_for(settings.MATERIALIZE_INTERVAL_SECONDS * 0.9)
+
+
+# Campaign control (scheduling.campaign_control): bounded runs that re-enqueue themselves until done, so
+# a 1M-message cancel or resume never holds a worker or one transaction for long.
+@shared_task(name="scheduling.campaign_cancel", ignore_result=True)
+def campaign_cancel(campaign_id: int) -> None:
+    _, done = campaign_control.cancel_pending(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    if not done:
+        campaign_cancel.apply_async(args=[campaign_id], queue="reconcile")
+
+
+@shared_task(name="scheduling.campaign_release", ignore_result=True)
+def campaign_release(campaign_id: int) -> None:
+    _, done = campaign_control.waiting_release(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    if not done:
+        campaign_release.apply_async(args=[campaign_id], queue="reconcile")
+
+
+@shared_task(name="scheduling.campaigns_tick", ignore_result=True)
+def campaigns_tick() -> None:
+    campaign_control.campaigns_tick()
