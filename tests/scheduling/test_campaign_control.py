@@ -281,3 +281,38 @@ def test_concurrent_counter_writers_on_different_shards_do_not_wait_for_each_oth
     t1.join()
     assert progress_read(campaign.pk) == {"sent": 2}
     assert waited[0] < 1.0
+
+
+def test_api_pause_resume_cancel_answer_progress_and_scope_to_the_tenant(api, monkeypatch):
+    monkeypatch.setattr(campaign_control, "BATCH_SIZE", 4)
+    campaign, _ = campaign_with_messages(api.tenant, 9)
+    other_tenant = tenant_with_key("other")[0]
+    foreign, foreign_ids = campaign_with_messages(other_tenant, 2)
+    for action in ("pause", "resume", "cancel"):
+        resp = api.post(f"/v1/campaigns/{foreign.public_id}/{action}")
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    foreign.refresh_from_db()
+    assert foreign.status == "active" and statuses(foreign_ids) == {Status.SCHEDULED: 2}
+
+    body = api.post(f"/v1/campaigns/{campaign.public_id}/pause").json()
+    assert (body["id"], body["status"], body["changed"]) == (campaign.public_id, "paused", True)
+    assert body["progress"] == {"scheduled": 9} and body["timestamps"]["paused_at"]
+    assert api.post(f"/v1/campaigns/{campaign.public_id}/pause").json()["changed"] is False
+    body = api.post(f"/v1/campaigns/{campaign.public_id}/resume").json()
+    assert body["status"] == "active" and body["release"] == {"released": 0, "in_progress": False}
+    body = api.post(f"/v1/campaigns/{campaign.public_id}/cancel").json()
+    assert body["status"] == "cancelled"
+    assert body["cancellation"] == {"cancelled": 4, "pending": 5, "too_late": {}, "in_progress": True}
+    resp = api.post(f"/v1/campaigns/{campaign.public_id}/pause")
+    assert resp.status_code == 409
+    assert resp.json()["error"]["status"] == "cancelled" and "cancelled" in resp.json()["error"]["message"]
+    assert api.post(f"/v1/campaigns/{campaign.public_id}/resume").status_code == 409
+    campaign.refresh_from_db()
+    assert campaign.status == "cancelled"  # the refused requests changed nothing
+
+
+def test_a_completed_campaign_cannot_be_paused_or_cancelled(api):
+    campaign, _ = campaign_with_messages(api.tenant, 0, status="completed")
+    for action in ("pause", "cancel", "resume"):
+        resp = api.post(f"/v1/campaigns/{campaign.public_id}/{action}")
+        assert resp.status_code == 409 and resp.json()["error"]["status"] == "completed"
