@@ -1,7 +1,7 @@
 """The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
-also acts on messages, schedules, holds, circuits, webhook deliveries and sender rates; `admin` also
-manages tenants, API keys, periodic tasks, admin users and login lockouts. A person gets a role by
-being `is_staff` and in one group (README "Operator console"). Nobody but a superuser deletes messages
+also acts on messages, schedules, campaigns, holds, circuits, webhook deliveries and sender rates;
+`admin` also manages tenants, API keys, periodic tasks, admin users and login lockouts. A person gets a
+role by being `is_staff` and in one group (README "Operator console"). Nobody but a superuser deletes messages
 or their history: no role has those permissions, and the admin refuses them to everyone anyway.
 
 Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the groups to these permissions
@@ -10,7 +10,7 @@ Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the group
 ROLES = ("viewer", "operator", "admin")
 
 VIEW = {
-    "scheduling": ["message", "messageevent", "schedule", "scheduleversion"],
+    "scheduling": ["message", "messageevent", "schedule", "scheduleversion", "campaign", "campaignerror"],
     "delivery": [
         "attempt",
         "providerhold",
@@ -37,7 +37,7 @@ VIEW = {
 # "change" on these is what the admin actions require (cancel, reschedule, replay, pause, clear, ...);
 # their fields stay read-only.
 OPERATE = {
-    "scheduling": {"message": ["change"], "schedule": ["change"]},
+    "scheduling": {"message": ["change"], "schedule": ["change"], "campaign": ["change"]},
     "delivery": {
         "providerhold": ["change"],
         "suppression": ["add", "delete"],
