@@ -297,7 +297,7 @@ def _halted_skipped(ids: set[int], now: datetime) -> None:
             "id", "version", "status", "reason_code", "expires_at", "campaign_id"
         )
     )
-    halted = campaign_gate.halted(r["campaign_id"] for r in rows)
+    halted = campaign_gate.halted((r["campaign_id"] for r in rows), lock=True)
     if not halted:
         return
     until = campaign_gate.pause_until(now)
@@ -454,12 +454,13 @@ def outcomes_record(
         details[mid] = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
         if not res.sent and not campaign_watch.running(row.get("campaign_id")):
             # Held back at its slot because its campaign was paused or cancelled meanwhile (or its state
-            # could not be read): back to waiting, uncharged. Paused: parked until resumed; otherwise
-            # due at once, for the release step to cancel it or let it go.
+            # could not be read): back to waiting, uncharged, and due at once. The release step decides
+            # on the campaign's committed state (parked, cancelled or sent), so a resume in between
+            # cannot leave it parked.
             attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
             state = campaign_watch.state(row["campaign_id"])
             paused = state == "paused"
-            at = min(campaign_gate.pause_until(now) if paused else now, row["expires_at"])
+            at = min(now, row["expires_at"])
             moves[("campaign_paused", Status.QUEUED)].append(
                 (
                     mid,

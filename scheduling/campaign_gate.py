@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from django.db import connection
+
 from scheduling import transitions
 from scheduling.models import Campaign, CampaignStatus, Message, Status
+from smsgw.db import PgInts, is_postgres
 
 REASON_PAUSED = "campaign_paused"
 REASON_CANCELLED = "campaign_cancelled"
@@ -41,12 +44,24 @@ NOT_HALTED_SQL = (
 NOT_HALTED_PARAMS = [str(s) for s in HALTED]
 
 
-def halted(campaign_ids: Iterable[int | None]) -> dict[int, str]:
-    """The paused or cancelled ones among these campaigns, with their status (no query for none)."""
-    ids = {cid for cid in campaign_ids if cid is not None}
+def halted(campaign_ids: Iterable[int | None], *, lock: bool = False) -> dict[int, str]:
+    """The paused or cancelled ones among these campaigns, with their status (no query for none).
+
+    ``lock``: the caller parks or cancels messages on this answer in its transaction. The halted rows are
+    then held FOR SHARE until it commits, so a resume (an UPDATE of the row) waits for those parks to be
+    visible before it releases the waiting messages: none is parked behind its back and left waiting."""
+    ids = sorted({cid for cid in campaign_ids if cid is not None})
     if not ids:
         return {}
-    return dict(Campaign.objects.filter(pk__in=ids, status__in=HALTED).values_list("id", "status"))
+    if not (lock and is_postgres()):
+        return dict(Campaign.objects.filter(pk__in=ids, status__in=HALTED).values_list("id", "status"))
+    with connection.cursor() as cur:
+        cur.execute(
+            f'SELECT "id", "status" FROM "{CAMPAIGN_TABLE}" WHERE "id" = ANY(%s) '  # noqa: S608
+            'AND "status" IN (%s, %s) ORDER BY "id" FOR SHARE',
+            [PgInts(ids), *NOT_HALTED_PARAMS],
+        )
+        return dict(cur.fetchall())
 
 
 def pause_until(now: datetime) -> datetime:

@@ -301,7 +301,7 @@ def _campaigns_halted(rows: list[dict], parks: list[tuple[dict, Park]], now: dat
     """Messages of paused campaigns wait where they are until resumed (parked once, out of the due range:
     a long pause is not re-read every pass); those of cancelled campaigns are cancelled here. One
     primary-key query, only when the pass holds campaign messages."""
-    halted = campaign_gate.halted(r["campaign_id"] for r in rows)
+    halted = campaign_gate.halted((r["campaign_id"] for r in rows), lock=True)
     if not halted:
         return rows
     until = campaign_gate.pause_until(now)
