@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from datetime import UTC, datetime
 
 from django.contrib.auth.models import User
 from django.db import connection
@@ -17,7 +18,7 @@ from django.utils import timezone
 
 from bench import core
 from bench.pacing import _reset_capacity
-from delivery.models import SenderCapacity
+from delivery.models import Attempt, SenderCapacity
 from delivery.sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling import campaign_control
 from scheduling.campaign_progress import progress_add, progress_read
@@ -131,6 +132,10 @@ def campaign_pause(
         after = [r[0] for r in rows if r[0] > returned]
         last_after = max(after, default=returned)
         paused_progress = progress_read(campaign.pk)
+        # Claims committed after the pause returned (the claim statement excludes a paused campaign).
+        claims_after = Attempt.objects.filter(
+            message__campaign=campaign, started_at__gt=datetime.fromtimestamp(returned, UTC)
+        ).count()
 
         resumed_at = time.time()
         change = campaign_control.campaign_resume(tenant=tenant, public_id=campaign.public_id, actor="bench")
@@ -154,6 +159,7 @@ def campaign_pause(
             "submissions_after_pause_returned": len(after),
             "last_submission_after_pause_s": round(last_after - returned, 3),
             "target_pause_effective_s": 2.0,
+            "claims_after_pause_returned": claims_after,
             "progress_while_paused": paused_progress,
             "resume_call_ms": round((resume_returned - resumed_at) * 1000, 1),
             "resume_released_in_request": change.released_now,
