@@ -25,19 +25,20 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import circuit, inflight, pacing, screening, suppression
+from delivery import campaign_watch, circuit, inflight, pacing, screening, suppression
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
 from delivery.retry import retry_decide
-from scheduling import release, transitions
+from scheduling import campaign_gate, release, transitions
 from scheduling.models import Message, Status
 from scheduling.release import Park
 from smsgw.models import Tenant
@@ -65,6 +66,7 @@ CLAIM_RETURNING = (
     "expires_at",
     "reason_code",
     "priority",  # metrics: throughput and schedule lag by class
+    "campaign_id",  # a paused campaign's paced messages are checked again at their slot
 )
 
 # Machine-readable reasons (Message.reason_code) set by the send worker.
@@ -153,7 +155,9 @@ def send_batch(
             report.held = len(parks)
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
         # rows already past `queued` and claims nothing. A disabled tenant's messages are not claimed
-        # (they wait in `queued`; the release step parks them until the tenant is enabled again).
+        # (they wait in `queued`; the release step parks them until the tenant is enabled again). Nor is a
+        # paused or cancelled campaign's: the exclusion is in this statement, so once the pause commits no
+        # later claim can take one of its messages.
         rows = transitions.transition_many(
             message_ids,
             from_status=Status.QUEUED,
@@ -167,11 +171,13 @@ def send_batch(
             returning=CLAIM_RETURNING,
             # Only this adapter's messages: a message is sent through the provider it was born with.
             extra_where=f'"provider" = %s AND "tenant_id" IN '
-            f'(SELECT "id" FROM "{TENANT_TABLE}" WHERE "is_active")',
-            extra_params=[adapter.name],
+            f'(SELECT "id" FROM "{TENANT_TABLE}" WHERE "is_active") AND {campaign_gate.NOT_HALTED_SQL}',
+            extra_params=[adapter.name, *campaign_gate.NOT_HALTED_PARAMS],
             details=lambda mid: {"provider": adapter.name, **({"probe": True} if mid in probes else {})},
             now=now,
         )
+        if len(rows) < len(message_ids):
+            _halted_skipped(set(message_ids) - {r["id"] for r in rows}, now)
         validity = {r["id"]: validity_period(r["expires_at"], now) for r in rows}
         # Committed with the claim, before any provider call: a crash from here on leaves evidence.
         attempts = attempts_start(rows, provider=adapter.name, started_at=now, validity=validity)
@@ -188,6 +194,13 @@ def send_batch(
     def wanted(name: str = adapter.name, account: str = adapter.account) -> bool:
         return not circuit.seen_open(name, account)
 
+    def campaign_wanted(cid: int, name: str = adapter.name, account: str = adapter.account) -> bool:
+        return campaign_watch.running(cid) and not circuit.seen_open(name, account)
+
+    # Campaign messages may wait after the claim (for their paced slot, for room in this process's
+    # flight): a pause in between must still stop them. The claim just saw these campaigns running.
+    campaign_watch.watch(r["campaign_id"] for r in rows)
+
     submissions = [
         Submission(
             message_id=r["id"],
@@ -199,7 +212,9 @@ def send_batch(
             idempotency_token=a.idempotency_token,
             validity_period=validity[r["id"]],
             not_before=slots.get(r["id"], 0.0),
-            still_wanted=None if r["id"] in probing else wanted,
+            still_wanted=None
+            if r["id"] in probing
+            else (partial(campaign_wanted, r["campaign_id"]) if r["campaign_id"] else wanted),
         )
         for r, a in zip(rows, attempts, strict=True)
     ]
@@ -256,6 +271,24 @@ def _slots(ids: list[int], not_before: list[float] | None, now: float) -> dict[i
     return {
         mid: min(slot + late, now + longest) for mid, slot in zip(ids, not_before, strict=True) if slot > 0
     }
+
+
+def _halted_skipped(ids: set[int], now: datetime) -> None:
+    """Of the batch's messages the claim did not take, those of a paused campaign wait (parked until the
+    campaign is resumed, so recovery does not take them for lost tasks), those of a cancelled one are
+    cancelled. No query for a batch without campaign messages the claim left."""
+    rows = list(
+        Message.objects.filter(pk__in=ids, status=Status.QUEUED, campaign__isnull=False).values(
+            "id", "version", "status", "reason_code", "expires_at", "campaign_id"
+        )
+    )
+    halted = campaign_gate.halted((r["campaign_id"] for r in rows), lock=True)
+    if not halted:
+        return
+    until = campaign_gate.pause_until(now)
+    park = Park(until, campaign_gate.REASON_PAUSED, campaign_gate.PAUSED_TEXT, "campaign_paused", {})
+    release.park_rows([(r, park) for r in rows if halted.get(r["campaign_id"]) == "paused"], now)
+    campaign_gate.cancel_rows([r for r in rows if halted.get(r["campaign_id"]) == "cancelled"], now)
 
 
 def provider_failure(res: SubmitResult) -> bool:
@@ -404,7 +437,36 @@ def outcomes_record(
         attempt.response = res.response
         mid, version = row["id"], row["version"]
         details[mid] = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
-        if res.outcome == Outcome.ACCEPTED:
+        if not res.sent and not campaign_watch.running(row.get("campaign_id")):
+            # Held back at its slot because its campaign was paused or cancelled meanwhile (or its state
+            # could not be read): back to waiting, uncharged, and due at once. The release step decides
+            # on the campaign's committed state (parked, cancelled or sent), so a resume in between
+            # cannot leave it parked.
+            attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
+            state = campaign_watch.state(row["campaign_id"])
+            paused = state == "paused"
+            at = min(now, row["expires_at"])
+            moves[("campaign_paused", Status.QUEUED)].append(
+                (
+                    mid,
+                    version,
+                    {
+                        "run_after": at,
+                        "attempt_count": row["attempt_count"] - 1,
+                        "error_code": "",
+                        "reason_code": campaign_gate.REASON_PAUSED if paused else "",
+                        "status_reason": campaign_gate.PAUSED_TEXT
+                        if paused
+                        else f"not sent: campaign {state}",
+                    },
+                )
+            )
+            details[mid] = {
+                "attempt": attempt.number,
+                "reason": "not sent: campaign halted",
+                "charged": False,
+            }
+        elif res.outcome == Outcome.ACCEPTED:
             attempt.outcome = AttemptOutcome.ACCEPTED
             sent.append(
                 (

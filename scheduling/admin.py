@@ -18,7 +18,7 @@ from django.http import HttpResponseNotAllowed
 from django.utils.html import format_html_join
 
 from delivery.models import Attempt
-from scheduling import admin_bulk, schedules
+from scheduling import admin_bulk, admin_campaigns, schedules
 from scheduling.admin_filters import DateRangeFilter
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.phone import mask, search_forms
@@ -232,6 +232,8 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
             "Recurrence",
             {"classes": ("collapse",), "fields": ("schedule", "occurrence_key", "schedule_version")},
         ),
+        # The campaign only: its key is the recipient's number (shown masked above).
+        ("Campaign", {"classes": ("collapse",), "fields": ("campaign",)}),
     )
 
     def get_readonly_fields(self, request, obj=None):
@@ -400,4 +402,4 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._each(request, queryset, schedules.schedule_cancel, "cancelled", live)
 
 
-__all__ = ["MessageAdmin", "ScheduleAdmin", "when"]
+__all__ = ["MessageAdmin", "ScheduleAdmin", "admin_campaigns", "when"]

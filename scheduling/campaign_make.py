@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from delivery import suppression
+from delivery import guards, suppression
 from scheduling.birth import messages_birth
 from scheduling.campaign_build import DUPLICATE_MESSAGE, BuiltBatch, RowBuilder, error_row, rows_build
 from scheduling.campaign_rows import csv_records, decoded_lines
@@ -52,11 +52,10 @@ class MakeReport:
 
 
 def destination_refusals(tenant: Tenant, numbers: list[str]) -> dict[str, tuple[str, str]]:
-    """HOOK (destination guards, issue 12 §3, wired by the lead at merge): the numbers a guard refuses,
-    as {number: (code, message)}; each becomes a CampaignError and is skipped, like an opt-out. The
-    guards module provides ``delivery.guards.destination_refusals(tenant, numbers)`` with that shape
-    (Refusal(code, message)); until then nothing is refused."""
-    return {}
+    """The numbers the destination guards refuse (delivery.guards: countries not allowed, denied
+    premium-rate or high-risk ranges), as {number: (code, message)}; each becomes a CampaignError and is
+    skipped, like an opt-out (the same rule as a single message's 400 naming `to`)."""
+    return {n: (r.code, r.message) for n, r in guards.destination_refusals(tenant, numbers).items()}
 
 
 def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduling import recovery, transitions
+from scheduling import campaign_gate, recovery, transitions
 from scheduling.models import Message, Status
 from scheduling.quiet import QuietWindow
 from scheduling.recovery import send_queue
@@ -68,6 +68,7 @@ _COLUMNS = (
     "provider",
     "published_at",
     "queued_at",
+    "campaign_id",
 )
 
 
@@ -250,9 +251,10 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         if later:
             transitions.run_after_set_many([(r["id"], at) for r, at in later], status=Status.QUEUED)
             report.recovery_deferred = len(later)
+        parks: list[tuple[dict, Park]] = []
+        rows = _campaigns_halted(rows, parks, now)
         by_id = {r["id"]: r for r in rows}
         inactive = _inactive({r["tenant_id"] for r in rows})
-        parks: list[tuple[dict, Park]] = []
         quiet: list[tuple[dict, datetime, QuietWindow]] = []
         candidates: list[Candidate] = []
         for r in rows:
@@ -296,6 +298,34 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         for (priority, provider), ids in published.items():
             publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
     return report
+
+
+def _campaigns_halted(rows: list[dict], parks: list[tuple[dict, Park]], now: datetime) -> list[dict]:
+    """Messages of paused campaigns wait where they are until resumed (parked once, out of the due range:
+    a long pause is not re-read every pass); those of cancelled campaigns are cancelled here. One
+    primary-key query, only when the pass holds campaign messages."""
+    halted = campaign_gate.halted((r["campaign_id"] for r in rows), lock=True)
+    if not halted:
+        return rows
+    until = campaign_gate.pause_until(now)
+    stop, go = [], []
+    for r in rows:
+        state = halted.get(r["campaign_id"])
+        if state == "cancelled":
+            stop.append(r)
+        elif state == "paused":
+            parks.append(
+                (
+                    r,
+                    Park(
+                        until, campaign_gate.REASON_PAUSED, campaign_gate.PAUSED_TEXT, "campaign_paused", {}
+                    ),
+                )
+            )
+        else:
+            go.append(r)
+    campaign_gate.cancel_rows(stop, now)
+    return go
 
 
 def _release(

@@ -4,6 +4,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from scheduling import campaign_control
 from scheduling.campaign_make import campaign_fail, campaigns_stale_republish
 from scheduling.campaign_make import campaign_make as campaign_make_run
 from scheduling.materialize import materialize_for
@@ -37,3 +38,24 @@ def campaign_make(campaign_id: int) -> None:
         # in `creating`.
         campaign_fail(campaign_id, "internal error while making the campaign's messages; see the worker log")
         raise
+
+
+# Campaign control (scheduling.campaign_control): bounded runs that re-enqueue themselves until done, so
+# a 1M-message cancel or resume never holds a worker or one transaction for long.
+@shared_task(name="scheduling.campaign_cancel", ignore_result=True)
+def campaign_cancel(campaign_id: int) -> None:
+    _, done = campaign_control.cancel_pending(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    if not done:
+        campaign_cancel.apply_async(args=[campaign_id], queue="reconcile")
+
+
+@shared_task(name="scheduling.campaign_release", ignore_result=True)
+def campaign_release(campaign_id: int) -> None:
+    _, done = campaign_control.waiting_release(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    if not done:
+        campaign_release.apply_async(args=[campaign_id], queue="reconcile")
+
+
+@shared_task(name="scheduling.campaigns_tick", ignore_result=True)
+def campaigns_tick() -> None:
+    campaign_control.campaigns_tick()

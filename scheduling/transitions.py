@@ -23,6 +23,7 @@ from django.db.models import DateTimeField, JSONField
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from scheduling.campaign_progress import progress_add
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
 
@@ -98,7 +99,19 @@ SETTABLE = frozenset(
         "quiet_timezone",
     }
 )
-RETURNABLE = SETTABLE | {"id", "public_id", "version", "status", "expires_at", "tenant_id", "created_at"}
+RETURNABLE = SETTABLE | {
+    "id",
+    "public_id",
+    "version",
+    "status",
+    "expires_at",
+    "tenant_id",
+    "created_at",
+    "campaign_id",
+}
+# Every status-changing statement returns the campaign too, so the campaign's progress counters move in
+# the same transaction at no extra query (scheduling.campaign_progress); non-campaign rows cost nothing.
+CAMPAIGN = "campaign_id"
 
 TABLE = Message._meta.db_table
 EVENT_TABLE = MessageEvent._meta.db_table
@@ -241,6 +254,29 @@ def _events_insert(
         )
 
 
+def _progress(rows: Iterable[dict[str, Any]], from_status: str, to_status: str) -> None:
+    """-1 on the old status and +1 on the new one for each campaign message that moved."""
+    if from_status == to_status:
+        return
+    moved: dict[int, int] = {}
+    for row in rows:
+        cid = row.get(CAMPAIGN)
+        if cid is not None:
+            moved[cid] = moved.get(cid, 0) + 1
+    if moved:
+        progress_add(
+            [(cid, from_status, -n) for cid, n in moved.items()]
+            + [(cid, to_status, n) for cid, n in moved.items()]
+        )
+
+
+def _strip(rows: list[dict[str, Any]], asked: Sequence[str]) -> list[dict[str, Any]]:
+    if CAMPAIGN not in asked:
+        for row in rows:
+            row.pop(CAMPAIGN, None)
+    return rows
+
+
 def event_record(
     message_id: int, *, kind: str, actor: str = "system", details: dict | None = None, status: str = ""
 ) -> None:
@@ -268,10 +304,12 @@ def transition(
     with transaction.atomic(savepoint=False):
         # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
         # event's from_status is exact even when several source statuses are allowed.
-        current = Message.objects.filter(pk=message_id).values_list("status", "version").first()
+        current = (
+            Message.objects.filter(pk=message_id).values_list("status", "version", "campaign_id").first()
+        )
         if current is None:
             raise Message.DoesNotExist(message_id)
-        status, version = current
+        status, version, campaign_id = current
         if status not in froms or (expected_version is not None and version != expected_version):
             return CasResult(False, status, version)
         with connection.cursor() as cur:
@@ -284,6 +322,7 @@ def transition(
         if not won:
             fresh = Message.objects.filter(pk=message_id).values_list("status", "version").get()
             return CasResult(False, fresh[0], fresh[1])
+        _progress([{CAMPAIGN: campaign_id}], status, to_status)
         _events(
             [message_id],
             kind=kind,
@@ -321,7 +360,7 @@ def transition_many(
     if bump_attempts:
         set_sql += ', "attempt_count" = "attempt_count" + 1, "provider_calls" = "provider_calls" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
-    cols = list(dict.fromkeys(["id", *returning]))
+    cols = list(dict.fromkeys(["id", *returning, CAMPAIGN]))
     id_sql, id_params = in_clause('"id"', list(ids))
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
@@ -331,6 +370,7 @@ def transition_many(
                 [to_status, now, *set_params, *id_params, from_status, *extra_params],
             )
             rows = _rows(cur, cols)
+        _progress(rows, from_status, to_status)
         _events(
             [r["id"] for r in rows],
             kind=kind,
@@ -340,7 +380,7 @@ def transition_many(
             details=details,
             now=now,
         )
-    return rows
+    return _strip(rows, returning)
 
 
 def transition_versioned(
@@ -386,12 +426,14 @@ def transition_versioned(
         f'UPDATE "{TABLE}" SET "status" = %s, "version" = "{TABLE}"."version" + 1, "updated_at" = %s'
         f"{set_sql}{per_row_set} FROM ({source}) AS v "
         f'WHERE "{TABLE}"."id" = v.vid AND "{TABLE}"."version" = v.vversion AND "{TABLE}"."status" = %s '
-        f'RETURNING "{TABLE}"."id"'
+        f'RETURNING "{TABLE}"."id", "{TABLE}"."campaign_id"'
     )
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
             cur.execute(sql, [to_status, now, *set_params, *params, from_status])
-            moved = [r[0] for r in cur.fetchall()]
+            fetched = cur.fetchall()
+        moved = [r[0] for r in fetched]
+        _progress(({CAMPAIGN: r[1]} for r in fetched), from_status, to_status)
         _events(
             moved,
             kind=kind,
@@ -425,7 +467,7 @@ def claim(
     _check([from_status], to_status)
     now = now or timezone.now()
     set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
-    cols = list(dict.fromkeys(["id", *returning]))
+    cols = list(dict.fromkeys(["id", *returning, CAMPAIGN]))
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     # A MATERIALIZED CTE, not `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`: PostgreSQL may
     # re-run such a sub-select per outer row and so claim more than `limit` rows.
@@ -442,6 +484,7 @@ def claim(
         with connection.cursor() as cur:
             cur.execute(sql, [from_status, *where_params, limit, to_status, now, *set_params, from_status])
             rows = _rows(cur, cols)
+        _progress(rows, from_status, to_status)
         _events(
             [r["id"] for r in rows],
             kind=kind,
@@ -451,7 +494,7 @@ def claim(
             details=details,
             now=now,
         )
-    return rows
+    return _strip(rows, returning)
 
 
 def events_record_many(

@@ -1,9 +1,9 @@
 """The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
-also acts on messages, schedules, holds (provider and review holds), circuits, webhook deliveries and
-sender rates; `admin` also manages tenants, API keys, periodic tasks, admin users and login lockouts.
-A person gets a role by being `is_staff` and in one group (README "Operator console"). Nobody but a
-superuser deletes messages or their history: no role has those permissions, and the admin refuses
-them to everyone anyway.
+also acts on messages, schedules, campaigns, holds (provider and review holds), circuits, webhook
+deliveries and sender rates; `admin` also manages tenants, API keys, periodic tasks, admin users and
+login lockouts. A person gets a role by being `is_staff` and in one group (README "Operator console").
+Nobody but a superuser deletes messages or their history: no role has those permissions, and the admin
+refuses them to everyone anyway.
 
 Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the groups to these permissions
 (also after a test database was flushed)."""
@@ -11,7 +11,7 @@ Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the group
 ROLES = ("viewer", "operator", "admin")
 
 VIEW = {
-    "scheduling": ["message", "messageevent", "schedule", "scheduleversion"],
+    "scheduling": ["message", "messageevent", "schedule", "scheduleversion", "campaign", "campaignerror"],
     "delivery": [
         "attempt",
         "providerhold",
@@ -39,7 +39,7 @@ VIEW = {
 # "change" on these is what the admin actions require (cancel, reschedule, replay, pause, clear, ...);
 # their fields stay read-only.
 OPERATE = {
-    "scheduling": {"message": ["change"], "schedule": ["change"]},
+    "scheduling": {"message": ["change"], "schedule": ["change"], "campaign": ["change"]},
     "delivery": {
         "providerhold": ["change"],
         "suppression": ["add", "delete"],

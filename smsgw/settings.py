@@ -482,6 +482,9 @@ STATUS_LOOKUP_BATCH_SIZE = env_int("SMSGW_STATUS_LOOKUP_BATCH_SIZE", 100, minimu
 STATUS_LOOKUP_TIMEOUT_SECONDS = env_float("SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS", 3.0, minimum=0.1)
 STATUS_LOOKUP_BUDGET_SECONDS = env_float("SMSGW_STATUS_LOOKUP_BUDGET_SECONDS", 20.0, minimum=1.0)
 
+# How often campaigns are looked at for completion (scheduling.campaign_control.campaigns_tick).
+CAMPAIGN_TICK_SECONDS = env_float("SMSGW_CAMPAIGN_TICK_SECONDS", 5.0, minimum=0.5)
+
 CELERY_TASK_ROUTES = {
     "scheduling.sweep": {"queue": "sweep"},
     # The materializer shares the sweep's queue and workers: both are short, database-bound passes.
@@ -496,6 +499,10 @@ CELERY_TASK_ROUTES = {
     "receipts.status_lookup": {"queue": "reconcile"},
     "receipts.deliver_webhooks": {"queue": "webhooks"},
     "limits.prune": {"queue": "reconcile"},
+    # Campaign control jobs (bounded batch runs): background database work beside the reconciler.
+    "scheduling.campaign_cancel": {"queue": "reconcile"},
+    "scheduling.campaign_release": {"queue": "reconcile"},
+    "scheduling.campaigns_tick": {"queue": "reconcile"},
 }
 
 
@@ -561,6 +568,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "limits.prune",
         "schedule": 3600.0,
         "options": {"queue": "reconcile", **_tick_expiry(3600.0)},
+    },
+    # Campaigns: completed when every message is final; a cancel or resume whose task was lost goes on.
+    # Idle: one query on the campaign table and a counter read per active campaign.
+    "smsgw-campaigns": {
+        "task": "scheduling.campaigns_tick",
+        "schedule": CAMPAIGN_TICK_SECONDS,
+        "options": {"queue": "reconcile", **_tick_expiry(CAMPAIGN_TICK_SECONDS)},
     },
 }
 

@@ -6,6 +6,7 @@ from delivery import api as delivery_api
 from delivery import suppressions_api
 from receipts import api as receipts_api
 from scheduling import api
+from scheduling import campaign_control_api as cmpctl
 from scheduling import campaigns_api as cmp
 from scheduling import schedules_api as sched
 from smsgw import docs, health
@@ -38,6 +39,9 @@ urlpatterns = [
         "v1/campaigns/<str:public_id>/messages", cmp.CampaignMessagesApi.as_view(), name="campaign-messages"
     ),
     path("v1/campaigns/<str:public_id>/errors", cmp.CampaignErrorsApi.as_view(), name="campaign-errors"),
+    path("v1/campaigns/<str:public_id>/pause", cmpctl.CampaignPauseApi.as_view(), name="campaign-pause"),
+    path("v1/campaigns/<str:public_id>/resume", cmpctl.CampaignResumeApi.as_view(), name="campaign-resume"),
+    path("v1/campaigns/<str:public_id>/cancel", cmpctl.CampaignCancelApi.as_view(), name="campaign-cancel"),
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
     path("v1/capacity", delivery_api.CapacityApi.as_view(), name="capacity"),

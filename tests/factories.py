@@ -84,3 +84,65 @@ def messages_bulk(
     ]
     Message.objects.bulk_create(rows, batch_size=2000)
     return list(Message.objects.filter(tenant=tenant).order_by("id").values_list("id", flat=True))
+
+
+def campaign_with_messages(
+    tenant: Tenant,
+    n: int,
+    *,
+    due_at=None,
+    status: str = "active",
+    priority: str = "bulk",
+    validity: float = 3600,
+    body: str = "campaign hello",
+    made: bool = True,
+):
+    """A Campaign row and ``n`` scheduled messages linked to it, born through the materializer's insert
+    (one "created" event each) and counted in the campaign's progress like the creation job counts them.
+    Stands in for POST /v1/campaigns (branch i12-cmp-make) until both halves meet."""
+    from scheduling.campaign_progress import progress_add
+    from scheduling.materialize import _insert
+    from scheduling.models import Campaign, new_public_id
+
+    now = timezone.now()
+    due_at = due_at or now
+    campaign = Campaign.objects.create(
+        tenant=tenant,
+        name="test campaign",
+        status=status,
+        body=body,
+        from_number=tenant.default_from,
+        priority=priority,
+        validity_seconds=int(validity),
+        recipients_total=n,
+        messages_made=n,
+        made_at=now if made else None,
+    )
+    rows = [
+        (
+            {
+                "public_id": new_public_id(),
+                "tenant_id": tenant.pk,
+                "to": recipient(i),
+                "body": body,
+                "encoding": "GSM-7",
+                "segments": 1,
+                "from_number": tenant.default_from,
+                "priority": priority,
+                "due_at": due_at,
+                "expires_at": due_at + timedelta(seconds=validity),
+                "run_after": due_at,
+                "status": Status.SCHEDULED,
+                "campaign_id": campaign.pk,
+                "campaign_key": recipient(i),
+                "version": 1,
+                "created_at": now,
+                "updated_at": now,
+            },
+            {"campaign": campaign.public_id},
+        )
+        for i in range(n)
+    ]
+    ids, _ = _insert(rows, now)
+    progress_add([(campaign.pk, Status.SCHEDULED, len(ids))])
+    return campaign, sorted(ids)

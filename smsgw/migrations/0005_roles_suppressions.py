@@ -7,7 +7,8 @@ from django.db import migrations
 def roles_update(apps, schema_editor):
     from smsgw.operator_roles import roles_sync
 
-    roles_sync(apps)
+    # Models added later (campaigns) get their rights in a later migration (0006).
+    roles_sync(apps, allow_missing=True)
 
 
 class Migration(migrations.Migration):

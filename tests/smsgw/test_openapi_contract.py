@@ -301,6 +301,26 @@ def suppressions_walk(c: Contract) -> None:
     c.call("delete", "/v1/suppressions?number=%2B14155550140", 204)
 
 
+def campaigns_control_walk(c: Contract) -> None:
+    from tests.factories import campaign_with_messages
+
+    campaign, _ = campaign_with_messages(c.tenant, 3)
+    cid = campaign.public_id
+    c.call("post", f"/v1/campaigns/{cid}/resume", 200)  # already active: the same answer
+    c.call("post", f"/v1/campaigns/{cid}/pause", 200)
+    c.call("post", f"/v1/campaigns/{cid}/pause", 200)
+    c.call("post", "/v1/campaigns/cmp_unknown/pause", 404)
+    c.call("post", f"/v1/campaigns/{cid}/resume", 200)
+    c.call("post", "/v1/campaigns/cmp_unknown/resume", 404)
+    c.call("post", f"/v1/campaigns/{cid}/cancel", 200)
+    c.call("post", f"/v1/campaigns/{cid}/cancel", 200)
+    c.call("post", "/v1/campaigns/cmp_unknown/cancel", 404)
+    c.call("post", f"/v1/campaigns/{cid}/pause", 409)
+    c.call("post", f"/v1/campaigns/{cid}/resume", 409)
+    done, _ = campaign_with_messages(c.tenant, 0, status="completed")
+    c.call("post", f"/v1/campaigns/{done.public_id}/cancel", 409)
+
+
 def unauthenticated_walk(c: Contract) -> None:
     """Every operation, without a key and with a revoked one: 401 in the envelope."""
     fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
@@ -337,6 +357,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     campaigns_walk(contract)
     settings_walk(contract)
     suppressions_walk(contract)
+    campaigns_control_walk(contract)
     unauthenticated_walk(contract)
     hostile_walk(contract, settings)
     missing = sorted(op for op in contract.operations if op not in contract.seen)

@@ -160,6 +160,13 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--timeout", type=float, default=900.0)
         p.add_argument("--keep-file", action="store_true", help="leave the generated CSV on disk")
+        p = sub.add_parser("campaign_pause", help="pause a 1M-message campaign mid-send; progress read cost")
+        p.add_argument("--messages", type=int, default=1_000_000)
+        p.add_argument("--rate", type=float, default=200.0, help="segments/s of the campaign's sender")
+        p.add_argument("--send-seconds", type=float, default=10.0, help="sending before the pause")
+        p.add_argument("--reads", type=int, default=200, help="progress reads timed while sending")
+        p.add_argument("--paused-seconds", type=float, default=8.0, help="how long it stays paused")
+        p.add_argument("--timeout", type=float, default=300.0, help="for the first submission")
         parser.add_argument("--yes", action="store_true", help="allow a database whose name lacks 'bench'")
 
     def handle(self, *args, scenario, yes, **opts):
@@ -347,6 +354,17 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
                 keep_file=opts["keep_file"],
+            )
+        elif scenario == "campaign_pause":
+            from bench.campaign_pause import campaign_pause
+
+            result = campaign_pause(
+                n=opts["messages"],
+                rate=opts["rate"],
+                send_seconds=opts["send_seconds"],
+                reads=opts["reads"],
+                paused_seconds=opts["paused_seconds"],
+                timeout=opts["timeout"],
             )
         elif scenario == "pending":
             result = core.pending(

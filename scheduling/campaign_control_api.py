@@ -1,0 +1,140 @@
+"""POST /v1/campaigns/{id}/pause, /resume, /cancel (SPEC §7). Thin views over
+scheduling.campaign_control; every answer carries the campaign's progress by status, read from its
+counters."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling import campaign_control as control
+from smsgw import schema
+
+CAMPAIGN_CONFLICT = schema.error(
+    409,
+    "The campaign's current status does not allow this; `status` gives it. Nothing was changed.",
+    OpenApiExample(
+        "Completed campaign",
+        value={
+            "error": {
+                "code": "conflict",
+                "message": "Only a creating or active campaign can be paused; this one is completed.",
+                "status": "completed",
+            }
+        },
+        response_only=True,
+        status_codes=["409"],
+    ),
+)
+
+
+class CampaignTimestampsOutput(serializers.Serializer):
+    created_at = serializers.DateTimeField()
+    made_at = serializers.DateTimeField(allow_null=True)
+    paused_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    completed_at = serializers.DateTimeField(allow_null=True)
+
+
+class CancellationOutput(serializers.Serializer):
+    cancelled = serializers.IntegerField(help_text="Messages of the campaign cancelled so far.")
+    pending = serializers.IntegerField(help_text="Still scheduled or queued: being cancelled.")
+    too_late = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Already handed to the provider (sending, sent, delivered, ...): not cancellable.",
+    )
+    in_progress = serializers.BooleanField(help_text="A background job is cancelling the rest.")
+
+
+class ReleaseOutput(serializers.Serializer):
+    released = serializers.IntegerField(help_text="Waiting messages made due by this request.")
+    in_progress = serializers.BooleanField(help_text="A background job is releasing the rest.")
+
+
+class CampaignControlOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="The campaign's id (cmp_...).")
+    status = serializers.CharField(help_text="creating, active, paused, cancelled, completed or failed.")
+    status_reason = serializers.CharField()
+    changed = serializers.BooleanField(help_text="False: it already was in the requested state.")
+    progress = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Messages by status (statuses with none are left out)."
+    )
+    timestamps = CampaignTimestampsOutput()
+
+
+class CampaignCancelOutput(CampaignControlOutput):
+    cancellation = CancellationOutput()
+
+
+class CampaignResumeOutput(CampaignControlOutput):
+    release = ReleaseOutput()
+
+
+def _body(change: control.CampaignChange) -> dict:
+    c = change.campaign
+    names = ("created_at", "made_at", "paused_at", "cancelled_at", "completed_at")
+    return {
+        "id": c.public_id,
+        "status": c.status,
+        "status_reason": c.status_reason,
+        "changed": change.changed,
+        "progress": change.progress,
+        "timestamps": {n: getattr(c, n) for n in names},
+    }
+
+
+def _actor(request) -> str:
+    return str(request.user)
+
+
+class CampaignPauseApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: CampaignControlOutput, 409: CAMPAIGN_CONFLICT},
+        summary="Pause: nothing more is handed to the provider until resumed (a repeat: changed false)",
+    )
+    def post(self, request, public_id: str):
+        change = control.campaign_pause(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
+        )
+        return Response(CampaignControlOutput(_body(change)).data)
+
+
+class CampaignResumeApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: CampaignResumeOutput, 409: CAMPAIGN_CONFLICT},
+        summary="Resume a paused campaign: the messages that waited are due again at once",
+    )
+    def post(self, request, public_id: str):
+        change = control.campaign_resume(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
+        )
+        body = _body(change)
+        body["release"] = {"released": change.released_now, "in_progress": change.in_progress}
+        return Response(CampaignResumeOutput(body).data)
+
+
+class CampaignCancelApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: CampaignCancelOutput, 409: CAMPAIGN_CONFLICT},
+        summary="Cancel: pending messages are cancelled (in the background for large campaigns); "
+        "those already with the provider are reported too late",
+    )
+    def post(self, request, public_id: str):
+        change = control.campaign_cancel(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
+        )
+        body = _body(change)
+        p = change.progress
+        pending = sum(p.get(s, 0) for s in control.PENDING)
+        body["cancellation"] = {
+            "cancelled": p.get("cancelled", 0),
+            "pending": pending,
+            "too_late": {s: n for s, n in p.items() if s in control.TOO_LATE},
+            "in_progress": change.in_progress or pending > 0,
+        }
+        return Response(CampaignCancelOutput(body).data)
