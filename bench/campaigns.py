@@ -81,6 +81,58 @@ def _timings(fn, repeats: int) -> dict:
     }
 
 
+def _counter_contention(tenant, *, writers: int = 4, seconds: float = 3.0) -> dict:
+    """Send workers finishing batches of one campaign at once: each outcome transaction moves the
+    campaign's counters and holds those rows until it commits (here a 2 ms stand-in for the rest of
+    that transaction). Commits/s with the shards, then with every writer on one row (shard 0)."""
+    import threading
+
+    from django.db import transaction
+
+    from scheduling import campaign_progress
+
+    campaign = Campaign.objects.create(
+        tenant=tenant, name="contention", body="x", validity_seconds=60, status="active"
+    )
+    pause = threading.Event()  # never set: its wait() is the 2 ms the transaction stays open
+
+    def run(one_row: bool) -> float:
+        done = [0] * writers
+        stop = time.monotonic() + seconds
+
+        def writer(i: int) -> None:
+            while time.monotonic() < stop:
+                with transaction.atomic():
+                    progress_add([(campaign.pk, "sending", -1), (campaign.pk, "sent", 1)])
+                    pause.wait(0.002)
+                done[i] += 1
+            connection.close()
+
+        original = campaign_progress.random.randrange
+        if one_row:
+            campaign_progress.random.randrange = lambda n: 0  # type: ignore[assignment]
+        try:
+            threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            campaign_progress.random.randrange = original  # type: ignore[assignment]
+        return sum(done) / seconds
+
+    sharded = run(False)
+    single = run(True)
+    CampaignCounter.objects.filter(campaign=campaign).delete()
+    campaign.delete()
+    return {
+        "writers": writers,
+        "sharded_commits_per_s": round(sharded),
+        "one_row_commits_per_s": round(single),
+        "ratio": round(sharded / single, 2) if single else None,
+    }
+
+
 def _admin_client() -> Client:
     user, _ = User.objects.get_or_create(
         username="bench-admin", defaults={"is_staff": True, "is_superuser": True}
@@ -98,6 +150,10 @@ def campaign_pause(
     SenderCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, sender=tenant.default_from, segments_per_second=rate
     )
+    CampaignCounter.objects.all().delete()
+    Campaign.objects.all().delete()
+    contention = _counter_contention(tenant)
+    core._say(f"counter contention: {contention}")
     load_started = time.monotonic()
     campaign = _campaign_load(tenant, n)
     load_seconds = time.monotonic() - load_started
@@ -165,6 +221,7 @@ def campaign_pause(
             "resume_released_in_request": change.released_now,
             "first_submission_after_resume_s": None if again is None else round(again - resume_returned, 3),
             "target_progress_read_ms": 50,
+            "counter_contention": contention,
         }
     finally:
         topo.stop()
