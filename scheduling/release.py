@@ -7,7 +7,9 @@ goes through the same steps in one transaction:
 1. claimed in bounded batches (FOR UPDATE SKIP LOCKED on PostgreSQL, so sweepers take disjoint rows);
    under a backlog, each other tenant with due work is claimed too (its oldest few), so a tenant's
    backlog never hides another tenant's messages from the pass;
-2. the tenant's state: a disabled tenant's messages wait (``tenant_disabled``) until it is enabled;
+2. the campaign's and the tenant's state: a paused campaign's messages wait (``campaign_paused``) until
+   it is resumed, a cancelled one's are cancelled (scheduling.campaign_gate); a disabled tenant's
+   messages wait (``tenant_disabled``) until it is enabled;
 3. quiet hours, checked against the clock now (a message made due late, or a retry, must not go out at
    night): inside the window it waits for the window's end;
 4. the release gate registered by the delivery app (capacity, fairness, circuit breaker): it says which

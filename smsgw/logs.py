@@ -30,6 +30,7 @@ TICK_TASKS = frozenset(
         "delivery.holds_probe",
         "delivery.circuit_probe",
         "receipts.status_lookup",
+        "scheduling.campaigns_tick",
     }
 )
 _TICK_LOGGERS = frozenset(
