@@ -11,11 +11,13 @@ its ReviewHold (delivery.review), and it expires at its validity like any waitin
 before pacing and quotas, so every message source (API, schedules, campaigns) passes it the same way.
 
 Cost at a burst: per release pass, one query for the tenants' limits, one upsert per rule carrying one
-row per distinct (rule, key), and, for the new-numbers rule, one index probe of KnownNumber for the
-pass's numbers plus one insert of the new ones. Nothing per message; holding writes more, but only on
-the rare path. A message is counted once: when it first passes the gate as a fresh ``scheduled``
-message; one that comes back (paced, waiting for the provider) or was released by an operator is not
-counted again. Messages held are taken off the counter again, so the counter is what was let through.
+row per distinct (rule, key), and, for the new-numbers rule, one statement that records the pass's
+numbers in KnownNumber and returns those it did not have (about 12 ms per 1,000 measured, bench
+guards). Nothing per message; holding writes more, but only on the rare path.
+
+A message is counted once: when it first passes the gate as a fresh ``scheduled`` message; one that
+comes back (paced, waiting for the provider) or was released by an operator is not counted again.
+Messages held are taken off the counter again, so the counter is what was let through.
 """
 
 from __future__ import annotations
