@@ -115,6 +115,13 @@ def campaign_resume(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
         campaign.paused_at = None
         campaign.status_reason = RESUMING
         _save(campaign, now, "status", "paused_at", "status_reason")
+        if campaign.status == C.CREATING:
+            # A pause stops the creation job at its next batch (scheduling.campaign_make); it goes on
+            # from its checkpoint. Should a run still be going, the later one stops as "superseded".
+            from scheduling.campaigns import campaign_make_enqueue
+
+            pk = campaign.pk
+            transaction.on_commit(lambda: campaign_make_enqueue(pk))
     log.info("campaign resumed", extra={"campaign": campaign.public_id, "actor": actor})
     released, done = waiting_release(campaign.pk, batches=REQUEST_BATCHES)
     if not done:

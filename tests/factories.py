@@ -97,11 +97,10 @@ def campaign_with_messages(
     body: str = "campaign hello",
     made: bool = True,
 ):
-    """A Campaign row and ``n`` scheduled messages linked to it, born through the materializer's insert
-    (one "created" event each) and counted in the campaign's progress like the creation job counts them.
-    Stands in for POST /v1/campaigns (branch i12-cmp-make) until both halves meet."""
-    from scheduling.campaign_progress import progress_add
-    from scheduling.materialize import _insert
+    """A Campaign row and ``n`` scheduled messages linked to it, born through the one batch birth path
+    the creation job uses (scheduling.birth: one "created" event each, counted in the campaign's
+    progress), without a recipient list to read: for tests about what happens to campaign messages."""
+    from scheduling.birth import messages_birth
     from scheduling.models import Campaign, new_public_id
 
     now = timezone.now()
@@ -143,6 +142,5 @@ def campaign_with_messages(
         )
         for i in range(n)
     ]
-    ids, _ = _insert(rows, now)
-    progress_add([(campaign.pk, Status.SCHEDULED, len(ids))])
-    return campaign, sorted(ids)
+    births = messages_birth(rows, actor="system:campaign", now=now, tenants={tenant.pk: tenant})
+    return campaign, sorted(births.ids)

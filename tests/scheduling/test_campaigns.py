@@ -380,6 +380,30 @@ def test_a_cancelled_campaign_makes_nothing_more(api):
     assert not Message.objects.filter(campaign=campaign).exists()
 
 
+def test_a_campaign_paused_while_creating_stops_its_job_and_resume_continues_it(
+    api, settings, django_capture_on_commit_callbacks
+):
+    settings.CAMPAIGN_BATCH_SIZE = 2
+    people = [{"phone": recipient(i), "first_name": "A", "code": str(i)} for i in range(5)]
+    campaign = Campaign.objects.get(public_id=post(api, recipients=people).json()["id"])
+    assert api.post(f"/v1/campaigns/{campaign.public_id}/pause").status_code == 200
+    report = campaign_make(campaign.pk)  # the job's task arrives after the pause
+    assert report.stopped == "paused" and report.made == 0
+    assert CampaignUpload.objects.filter(campaign=campaign).exists()  # kept for the resume
+    with django_capture_on_commit_callbacks() as callbacks:
+        resp = api.post(f"/v1/campaigns/{campaign.public_id}/resume")
+    assert resp.status_code == 200 and resp.json()["status"] == "creating"
+    # The resume publishes the job again (here: run in this process, as the worker would).
+    assert any("campaign_make_enqueue" in c.__code__.co_freevars for c in callbacks)
+    campaign_make(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == "active" and campaign.made_at is not None and campaign.messages_made == 5
+    assert sorted(Message.objects.filter(campaign=campaign).values_list("to", flat=True)) == sorted(
+        recipient(i) for i in range(5)
+    )
+    assert api.get(f"/v1/campaigns/{campaign.public_id}").json()["progress"] == {"scheduled": 5}
+
+
 # --- request-level errors store nothing ---------------------------------------------------------------
 
 
