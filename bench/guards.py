@@ -101,7 +101,6 @@ def checks_cost(tenant: Tenant, *, repeats: int = 7, batch: int = 1000, send_bat
     publish, release._publish = release._publish, lambda *a, **k: None
     passes: dict[str, list[float]] = {"off": [], "on": []}
     screens: dict[str, list[float]] = {"off": [], "on": []}
-    screened = send_batch
     try:
         offset = 0
         for _ in range(repeats):
@@ -119,8 +118,10 @@ def checks_cost(tenant: Tenant, *, repeats: int = 7, batch: int = 1000, send_bat
                 core.messages_load(tenant, batch, first_due=due, senders=50, offset=offset)
                 offset += batch  # new numbers each time: the known-number insert is paid every pass
                 passes[side].append(_timed(lambda: release.due_release(limit=batch)))
-                ids = list(Message.objects.filter(status="queued").values_list("pk", flat=True)[:send_batch])
-                screened = min(screened, len(ids))  # pacing may have let fewer go at once
+                # A send batch as the worker gets it (the pass above may have paced most of them: queue
+                # a batch's worth directly; this is the benchmark's own data, not a product path).
+                ids = list(Message.objects.order_by("pk").values_list("pk", flat=True)[:send_batch])
+                Message.objects.filter(pk__in=ids).update(status="queued")
                 now = timezone.now()
                 screens[side].append(_timed(lambda ids=ids, now=now: screening.batch_screen(ids, now=now)))
     finally:
@@ -137,7 +138,7 @@ def checks_cost(tenant: Tenant, *, repeats: int = 7, batch: int = 1000, send_bat
 
     return {
         "release_pass_of_1000": per_message(passes, batch),
-        "screening_of_a_send_batch": {"messages": screened, **per_message(screens, max(screened, 1))},
+        f"screening_of_{send_batch}": per_message(screens, send_batch),
     }
 
 
@@ -198,7 +199,7 @@ def guards(
     _tables_empty()  # leave the bench database as the other scenarios expect it
     offs = [_throughput(off) for off, _, _, _ in pairs]
     ons = [_throughput(on) for _, on, _, _ in pairs]
-    ratio = round(sum(ons) / sum(offs), 3) if all(offs) and all(ons) else None
+    ratio = round(sum(ons) / sum(offs), 3) if pairs and all(offs) and all(ons) else None
     return {
         "scenario": "guards",
         "messages": n,
@@ -221,7 +222,7 @@ def guards(
         "guarded_throughput_per_s": ons,
         "throughput_ratio_guarded_over_baseline": ratio,
         "checks_in_process": cost,
-        "pipeline_cpu_ms_per_message_baseline": _cpu_total(pairs[0][0]),
+        "pipeline_cpu_ms_per_message_baseline": _cpu_total(pairs[0][0]) if pairs else None,
         "target": "ratio >= 0.95 (the checks cost at most 5% of the paced burst's throughput)",
         "meets_target": ratio is not None and ratio >= 0.95,
     }

@@ -12,8 +12,8 @@ before pacing and quotas, so every message source (API, schedules, campaigns) pa
 
 Cost at a burst: per release pass, one query for the tenants' limits, one upsert per rule carrying one
 row per distinct (rule, key), and, for the new-numbers rule, one statement that records the pass's
-numbers in KnownNumber and returns those it did not have (about 12 ms per 1,000 measured, bench
-guards). Nothing per message; holding writes more, but only on the rare path.
+numbers in KnownNumber and returns those it did not have (the whole gate: 17-33 ms per 1,000 new
+numbers, docs/benchmarks.md). Nothing per message; holding writes more, but only on the rare path.
 
 A message is counted once: when it first passes the gate as a fresh ``scheduled`` message; one that
 comes back (paced, waiting for the provider) or was released by an operator is not counted again.

@@ -126,7 +126,12 @@ class Command(BaseCommand):
         p.add_argument("--senders", type=int, default=50)
         p.add_argument("--rate", type=float, default=60.0, help="segments/s per sender: above the machine")
         p.add_argument("--suppressions", type=int, default=1_000_000)
-        p.add_argument("--rounds", type=int, default=2, help="baseline/guarded pairs, alternated")
+        p.add_argument(
+            "--rounds",
+            type=int,
+            default=2,
+            help="baseline/guarded pairs, alternated (0: only the in-process cost of the checks)",
+        )
         p.add_argument("--queue-seconds", type=float, default=2.0)
         p.add_argument("--timeout", type=float, default=300.0)
         p = sub.add_parser("adaptive", help="backpressure: the real sender rate is below the configured")
