@@ -113,7 +113,10 @@ def test_pause_parks_due_messages_once_and_resume_releases_them(tenant):
     for msg in Message.objects.filter(pk__in=ids):
         assert (msg.status, msg.reason_code) == (Status.SCHEDULED, campaign_gate.REASON_PAUSED)
         assert msg.run_after == msg.expires_at  # waits at most until it expires
-        assert list(msg.events.values_list("kind", flat=True)) == ["created", "campaign_paused"]
+        assert list(msg.events.order_by("id").values_list("kind", flat=True)) == [
+            "created",
+            "campaign_paused",
+        ]
     again = campaign_control.campaign_pause(tenant=tenant, public_id=campaign.public_id, actor="key:t")
     assert not again.changed
     resumed = campaign_control.campaign_resume(tenant=tenant, public_id=campaign.public_id, actor="key:t")

@@ -180,7 +180,14 @@ def _next_us_dst_start() -> date:
         year += 1
 
 
+def allow_countries(api, *codes: str) -> None:
+    """Destination guards allow only the tenant's own country by default (delivery.guards)."""
+    api.tenant.allowed_countries = list(codes)
+    api.tenant.save(update_fields=["allowed_countries"])
+
+
 def test_recipient_local_time_in_three_zones_across_a_dst_change(api):
+    allow_countries(api, "US", "GB", "AU")
     day = _next_us_dst_start()
     people = [
         {"phone": NEW_YORK, "timezone": "America/New_York", "first_name": "Ny", "code": "1"},
@@ -229,6 +236,7 @@ def test_recipient_local_time_in_three_zones_across_a_dst_change(api):
 
 
 def test_local_time_in_one_zone_and_quiet_hours_in_the_recipients_zone(api):
+    allow_countries(api, "GB")
     people = [{"phone": LONDON, "first_name": "Lo", "code": "1"}]
     # 23:00 in London is inside the request's quiet window: moved to its end, 08:00 London.
     campaign = make(
@@ -536,3 +544,20 @@ def test_nul_in_a_form_field_or_a_recipient_is_400_and_a_nul_in_the_file_is_a_ba
     campaign = make(upload(api, f"phone,first_name,code\n{recipient(1)},A\x00,1\n{recipient(2)},B,2\n"))
     assert errors_of(campaign) == [(2, "row", "invalid_row")]
     assert list(Message.objects.filter(campaign=campaign).values_list("to", flat=True)) == [recipient(2)]
+
+
+def test_a_refused_destination_is_skipped_and_reported_with_the_guards_code(api):
+    """Destination guards (delivery.guards) apply per recipient: a number outside the tenant's allowed
+    countries and one in a premium-rate range become error lines; the rest are made."""
+    people = [
+        {"phone": recipient(1), "first_name": "Us", "code": "1"},
+        {"phone": LONDON, "first_name": "Uk", "code": "2"},  # GB: not allowed (the tenant is US)
+        {"phone": "+19005550123", "first_name": "Pr", "code": "3"},  # US 900: premium rate
+    ]
+    campaign = make(post(api, recipients=people))
+    assert list(Message.objects.filter(campaign=campaign).values_list("to", flat=True)) == [recipient(1)]
+    assert errors_of(campaign) == [
+        (2, "phone", "country_not_allowed"),
+        (3, "phone", "premium_rate_destination"),
+    ]
+    assert (campaign.messages_made, campaign.recipients_skipped) == (1, 2)
