@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduling import campaign_control as control
+from scheduling.campaigns_api import CampaignOutput
 from smsgw import schema
 
 CAMPAIGN_CONFLICT = schema.error(
@@ -30,14 +31,6 @@ CAMPAIGN_CONFLICT = schema.error(
 )
 
 
-class CampaignTimestampsOutput(serializers.Serializer):
-    created_at = serializers.DateTimeField()
-    made_at = serializers.DateTimeField(allow_null=True)
-    paused_at = serializers.DateTimeField(allow_null=True)
-    cancelled_at = serializers.DateTimeField(allow_null=True)
-    completed_at = serializers.DateTimeField(allow_null=True)
-
-
 class CancellationOutput(serializers.Serializer):
     cancelled = serializers.IntegerField(help_text="Messages of the campaign cancelled so far.")
     pending = serializers.IntegerField(help_text="Still scheduled or queued: being cancelled.")
@@ -53,15 +46,10 @@ class ReleaseOutput(serializers.Serializer):
     in_progress = serializers.BooleanField(help_text="A background job is releasing the rest.")
 
 
-class CampaignControlOutput(serializers.Serializer):
-    id = serializers.CharField(help_text="The campaign's id (cmp_...).")
-    status = serializers.CharField(help_text="creating, active, paused, cancelled, completed or failed.")
-    status_reason = serializers.CharField()
+class CampaignControlOutput(CampaignOutput):
+    """The campaign as GET /v1/campaigns/{id} shows it, and whether this call changed it."""
+
     changed = serializers.BooleanField(help_text="False: it already was in the requested state.")
-    progress = serializers.DictField(
-        child=serializers.IntegerField(), help_text="Messages by status (statuses with none are left out)."
-    )
-    timestamps = CampaignTimestampsOutput()
 
 
 class CampaignCancelOutput(CampaignControlOutput):
@@ -73,16 +61,9 @@ class CampaignResumeOutput(CampaignControlOutput):
 
 
 def _body(change: control.CampaignChange) -> dict:
-    c = change.campaign
-    names = ("created_at", "made_at", "paused_at", "cancelled_at", "completed_at")
-    return {
-        "id": c.public_id,
-        "status": c.status,
-        "status_reason": c.status_reason,
-        "changed": change.changed,
-        "progress": change.progress,
-        "timestamps": {n: getattr(c, n) for n in names},
-    }
+    # The progress the service read inside its transaction, not a second read.
+    context = {"progress": {change.campaign.pk: change.progress}}
+    return {**CampaignOutput(change.campaign, context=context).data, "changed": change.changed}
 
 
 def _actor(request) -> str:
@@ -99,7 +80,7 @@ class CampaignPauseApi(APIView):
         change = control.campaign_pause(
             tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
         )
-        return Response(CampaignControlOutput(_body(change)).data)
+        return Response(_body(change))
 
 
 class CampaignResumeApi(APIView):
@@ -114,7 +95,7 @@ class CampaignResumeApi(APIView):
         )
         body = _body(change)
         body["release"] = {"released": change.released_now, "in_progress": change.in_progress}
-        return Response(CampaignResumeOutput(body).data)
+        return Response(body)
 
 
 class CampaignCancelApi(APIView):
@@ -137,4 +118,4 @@ class CampaignCancelApi(APIView):
             "too_late": {s: n for s, n in p.items() if s in control.TOO_LATE},
             "in_progress": change.in_progress or pending > 0,
         }
-        return Response(CampaignCancelOutput(body).data)
+        return Response(body)
