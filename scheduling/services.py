@@ -28,6 +28,7 @@ from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
 
+REASON_CANCELLED = "cancelled_by_request"  # Message.reason_code after the tenant's (or an operator's) cancel
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 EDITABLE_FIELDS = frozenset(
     {
@@ -357,7 +358,14 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
         to_status=Status.CANCELLED,
         kind="cancelled",
         actor=actor,
-        set_fields={"cancelled_at": now, "run_after": None, "status_reason": "cancelled by request"},
+        # The reason it waited (paced, quota_exceeded, held_for_review, ...) no longer applies: the code
+        # says why it ended, as the other cancels do (campaign_cancelled, review_cancelled, opted_out).
+        set_fields={
+            "cancelled_at": now,
+            "run_after": None,
+            "status_reason": "cancelled by request",
+            "reason_code": REASON_CANCELLED,
+        },
         now=now,
     )
     if not result.won:

@@ -137,11 +137,11 @@ def test_an_operator_cancels_a_hold_and_its_messages_end_cancelled(adapter, sand
     assert resp.status_code == 302
     hold.refresh_from_db()
     assert (hold.state, hold.closed_count, hold.held_count) == ("cancelled", 2, 3)
-    # (a tenant's cancel keeps the reason the message last waited for, as it does for any reason)
+    # A tenant's cancel says why the message ended, not the reason it waited for.
     assert (
         states(msgs)
         == [(Status.SENT, "")] * 3
-        + [(Status.CANCELLED, "held_for_review")]
+        + [(Status.CANCELLED, "cancelled_by_request")]
         + [(Status.CANCELLED, "review_cancelled")] * 2
     )
     release_and_send()

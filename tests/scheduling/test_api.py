@@ -110,6 +110,7 @@ def test_cancel_scheduled_then_repeat_is_harmless(api):
     ).json()["id"]
     resp = api.post(f"/v1/messages/{mid}/cancel")
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
+    assert resp.json()["reason_code"] == "cancelled_by_request"
     again = api.post(f"/v1/messages/{mid}/cancel")
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
     kinds = list(
