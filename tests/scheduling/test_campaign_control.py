@@ -22,6 +22,7 @@ from scheduling import campaign_control, campaign_gate, release, services, sweep
 from scheduling.campaign_progress import SHARDS, progress_add, progress_read
 from scheduling.models import Campaign, Message, Status
 from tests.factories import campaign_with_messages, tenant_with_key
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -161,20 +162,31 @@ def test_paced_message_claimed_before_the_pause_is_not_submitted_at_its_slot(ada
     tenant = tenant_with_key("paced")[0]
     campaign, ids = campaign_with_messages(tenant, 6)
     queued = release_all()
-    start = time.time() + 1.2
+    # Slots far enough ahead that the claim commits (and the pause follows) before the first one, even
+    # on a loaded machine.
+    start = time.time() + 3.0
     slots = [start + 0.1 * i for i in range(len(queued))]
+    failures: list[BaseException] = []
 
-    def pause_soon():
-        time.sleep(0.3)  # the claim has committed; the submissions wait for their slots
+    def pause_once_claimed():
         try:
+            wait_for(
+                lambda: Message.objects.filter(pk__in=ids, status=Status.SENDING).count() == len(ids),
+                start - time.time(),
+                "the claim committed",
+            )
             campaign_control.campaign_pause(tenant=tenant, public_id=campaign.public_id, actor="t")
+        except BaseException as exc:  # reported in the test's thread below
+            failures.append(exc)
         finally:
             connection.close()
 
-    pauser = threading.Thread(target=pause_soon)
+    pauser = threading.Thread(target=pause_once_claimed)
     pauser.start()
     report = sending.send_batch(queued, not_before=slots)
     pauser.join()
+    assert not failures, failures
+    assert Campaign.objects.get(pk=campaign.pk).status == "paused"
     assert report.claimed == 6
     assert sandbox.stats()["submissions"] == 0, "nothing reaches the provider after the pause"
     for msg in Message.objects.filter(pk__in=ids):
