@@ -36,12 +36,31 @@ def _held_ids(hold: ReviewHold) -> list[int]:
     )
 
 
-def _close(hold_id: int, *, state: str, actor: str, now: datetime, move) -> int:
+def _close(
+    hold_id: int, *, state: str, actor: str, now: datetime, to_status: str, kind: str, set_fields
+) -> int:
+    """Close an open hold: its still-held messages move to ``to_status`` (one timeline entry each), and
+    the hold records who closed it, when, and how many moved. ``set_fields(hold)``: the columns set."""
     with transaction.atomic():
         hold = ReviewHold.objects.select_for_update().get(pk=hold_id)
         if hold.state != ReviewState.OPEN:
             raise ReviewHoldClosed(f"review hold {hold_id} is already {hold.state}")
-        moved = move(hold, _held_ids(hold))
+        reason = f"{ReviewState(state).value} by an operator after review"
+        moved = len(
+            transitions.transition_many(
+                _held_ids(hold),
+                from_status=Status.SCHEDULED,
+                to_status=to_status,
+                kind=kind,
+                actor=actor,
+                details={"review_hold_id": hold.pk, "reason": reason},
+                set_fields=set_fields(hold),
+                # Only messages still held: one the tenant cancelled meanwhile, or that expired, stays.
+                extra_where='"reason_code" = %s',
+                extra_params=[REASON_HELD],
+                now=now,
+            )
+        )
         hold.state = state
         hold.closed_at = now
         hold.closed_by = actor
@@ -53,53 +72,36 @@ def _close(hold_id: int, *, state: str, actor: str, now: datetime, move) -> int:
 def review_hold_release(hold_id: int, *, actor: str, now: datetime | None = None) -> int:
     """Release the hold's messages (due now). Returns how many moved. Raises ReviewHoldClosed."""
     now = now or timezone.now()
-
-    def move(hold: ReviewHold, ids: list[int]) -> int:
-        return len(
-            transitions.transition_many(
-                ids,
-                from_status=Status.SCHEDULED,
-                to_status=Status.SCHEDULED,
-                kind="review_released",
-                actor=actor,
-                details={"review_hold_id": hold.pk, "reason": "released by an operator after review"},
-                set_fields={
-                    "run_after": now,
-                    "reason_code": REASON_RELEASED,
-                    "status_reason": "released by an operator after review",
-                },
-                extra_where='"reason_code" = %s',
-                extra_params=[REASON_HELD],
-                now=now,
-            )
-        )
-
-    return _close(hold_id, state=ReviewState.RELEASED, actor=actor, now=now, move=move)
+    fields = {
+        "run_after": now,
+        "reason_code": REASON_RELEASED,
+        "status_reason": "released by an operator after review",
+    }
+    return _close(
+        hold_id,
+        state=ReviewState.RELEASED,
+        actor=actor,
+        now=now,
+        to_status=Status.SCHEDULED,
+        kind="review_released",
+        set_fields=lambda hold: fields,
+    )
 
 
 def review_hold_cancel(hold_id: int, *, actor: str, now: datetime | None = None) -> int:
     """Cancel the hold's messages. Returns how many moved. Raises ReviewHoldClosed."""
     now = now or timezone.now()
-
-    def move(hold: ReviewHold, ids: list[int]) -> int:
-        return len(
-            transitions.transition_many(
-                ids,
-                from_status=Status.SCHEDULED,
-                to_status=Status.CANCELLED,
-                kind="cancelled",
-                actor=actor,
-                details={"review_hold_id": hold.pk, "reason": "cancelled by an operator after review"},
-                set_fields={
-                    "cancelled_at": now,
-                    "run_after": None,
-                    "reason_code": REASON_CANCELLED,
-                    "status_reason": f"cancelled by an operator after review ({hold.describe()})"[:255],
-                },
-                extra_where='"reason_code" = %s',
-                extra_params=[REASON_HELD],
-                now=now,
-            )
-        )
-
-    return _close(hold_id, state=ReviewState.CANCELLED, actor=actor, now=now, move=move)
+    return _close(
+        hold_id,
+        state=ReviewState.CANCELLED,
+        actor=actor,
+        now=now,
+        to_status=Status.CANCELLED,
+        kind="cancelled",
+        set_fields=lambda hold: {
+            "cancelled_at": now,
+            "run_after": None,
+            "reason_code": REASON_CANCELLED,
+            "status_reason": f"cancelled by an operator after review ({hold.describe()})"[:255],
+        },
+    )
