@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command, nothing but Python installed: SQLite (WAL), kombu's filesystem transport, the sandbox
-# provider, the web API (gunicorn), a real `celery worker` and a real `celery beat`. Ctrl-C stops all.
+# One command, nothing but Python installed: SQLite (WAL), kombu's filesystem transport (with an atomic
+# publish: smsgw.transports), the sandbox provider, the web API (gunicorn), a real `celery worker` and a
+# real `celery beat`, supervised. Ctrl-C stops all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
@@ -20,30 +21,15 @@ if [ ! -s "$SMSGW_VAR_DIR/demo-api-key" ]; then
     --if-exists new-key 2>/dev/null | tail -n 1 > "$SMSGW_VAR_DIR/demo-api-key"
 fi
 
-pids=()
-stop() { trap - INT TERM EXIT; kill -TERM "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap stop INT TERM EXIT
-
-$PY -m delivery.sandbox --host 127.0.0.1 --port "$SANDBOX_PORT" & pids+=($!)
-.venv/bin/gunicorn smsgw.wsgi --bind "127.0.0.1:$WEB_PORT" --workers 2 --access-logfile - \
-    --logger-class smsgw.gunicorn_logging.RedactingLogger & pids+=($!)
-# Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second (they
-# poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
-.venv/bin/celery -A smsgw worker --loglevel INFO --concurrency 4 --hostname "embedded@%h" \
-  --without-gossip --without-mingle \
-  -Q sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns & pids+=($!)
-.venv/bin/celery -A smsgw beat --loglevel INFO --scheduler django_celery_beat.schedulers:DatabaseScheduler \
-  --pidfile "$SMSGW_VAR_DIR/beat.pid" & pids+=($!)
-
-sleep 2
-cat <<MSG
-
+BANNER="
 smsgw is running (embedded mode).
   API:      http://127.0.0.1:$WEB_PORT/v1/messages   (reference: /v1/docs, OpenAPI: /v1/openapi.json)
   Sandbox:  $TWILIO_API_BASE_URL   (submissions: /_sandbox/stats)
   API key:  $(cat "$SMSGW_VAR_DIR/demo-api-key")      (also in $SMSGW_VAR_DIR/demo-api-key)
-Press Ctrl-C to stop.
+A process that dies is started again (its line says so). Press Ctrl-C to stop.
 
-MSG
-wait -n "${pids[@]}"
-echo "a process exited; stopping the rest" >&2
+"
+# The sandbox, gunicorn, one celery worker on every queue and celery beat, kept running by a small
+# supervisor (deploy/embedded.py): a child that dies is restarted with a backoff; Ctrl-C stops them all.
+exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandbox-port "$SANDBOX_PORT" \
+  --queues sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns --banner "$BANNER"

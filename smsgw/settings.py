@@ -235,10 +235,11 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
 if BROKER_IS_FILESYSTEM:
+    # smsgw.transports.FilesystemTransport: messages are written whole in tmp/ and renamed into out/, a
+    # consumer renames the one it takes into claimed/, and a file it cannot read goes to bad/.
     _broker_dir = VAR_DIR / "broker"
-    (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
-    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
-    (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
+    for _folder in ("out", "tmp", "claimed", "bad", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
@@ -307,6 +308,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("SMSGW_CELERY_EVENTS", PRODUCTION)
 CELERY_TASK_SEND_SENT_EVENT = CELERY_WORKER_SEND_TASK_EVENTS
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Celery's consumer with its bad-message handling kept and its log lines free of message contents.
+CELERY_WORKER_CONSUMER = "smsgw.worker_consumer:Consumer"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 

@@ -60,6 +60,9 @@ logger = logging.getLogger("delivery.sandbox.callbacks")
 
 API_VERSION = "2010-04-01"
 CONNECTIONS = 64  # callback POSTs in flight at once (and sockets); the rest wait in the queue
+# After a restart from the journal: status changes this recent may not have been called back yet, so
+# they are sent again (retries included, a callback chain ends within a few minutes of its status).
+RESTORED_CALLBACK_WINDOW = 600.0
 USER_AGENT = "TwilioProxy/1.1"
 FORM = "application/x-www-form-urlencoded"
 SIGNATURE_SETTINGS_HEADER = "X-Twilio-Webhooks-Signature-Settings"
@@ -184,6 +187,25 @@ class StatusCallbackHook:
             self._early[message.sid] = chain  # sent by before_response, from the create handler
         else:
             self._schedule(chain)
+
+    def message_restored(self, message: SandboxMessage) -> int:
+        """A message read back from the journal after a restart (delivery.sandbox.journal): plan the
+        callbacks it may still be owed. Which ones the dead process had sent is not known, so every
+        status change of the last ``RESTORED_CALLBACK_WINDOW`` seconds is sent again now (a duplicate
+        callback is what Twilio's own retries produce too) and the later ones at their time. Returns
+        the number planned."""
+        st = self.state
+        if not st.config.callbacks_enabled or not self._start():
+            return 0
+        now = st.clock()
+        steps = [
+            (status, max(at, now)) for status, at in message.timeline() if at > now - RESTORED_CALLBACK_WINDOW
+        ]
+        if not steps:
+            return 0
+        self.pending += len(steps)
+        self._schedule(_Chain(message, steps, self.generation, replay=False))
+        return len(steps)
 
     async def before_response(self, message: SandboxMessage) -> None:
         """Awaited by the create handler after rendering and before answering: for an "early" message,

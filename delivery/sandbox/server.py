@@ -437,6 +437,8 @@ class SandboxState:
         self.seed = seed
         self._service_senders: dict[str, str] = {}
         self.callbacks = StatusCallbackHook(self)
+        self.journal = None  # delivery.sandbox.journal.Journal with --state-file
+        self._restored: list[SandboxMessage] = []
         # the server's listeners (``Listeners``), when it runs them itself; None in process (unit tests)
         self.listeners: Listeners | None = None
         self.reset()
@@ -464,6 +466,8 @@ class SandboxState:
         self.rng = random.Random(self.seed)
         self.set_config(self.start_config.updated({}))
         self.callbacks.reset()
+        if self.journal is not None:
+            self.journal.truncate()  # a reset forgets the store, on disk too
 
     def set_config(self, config: SandboxConfig) -> None:
         self.config = config
@@ -689,26 +693,63 @@ class SandboxState:
                 self._decide_final(message, release)
         self._last_created = now
         self._next_seq += 1
-        self.messages[message.sid] = message
-        self.all.append(message)
-        bucket = self.by_to.get(to)
-        if bucket is None:
-            self.by_to[to] = [message]
-        else:
-            bucket.append(message)
-        bucket = self.by_from.get(sender)
-        if bucket is None:
-            self.by_from[sender] = [message]
-        else:
-            bucket.append(message)
-        window = self.windows.get(sender)
-        if window is None:
-            window = self.windows[sender] = SlidingWindow()
-        window.add(message)
-        self.account_window.add(message)
+        self._index(message)
         if status_callback:
             self.callbacks.message_accepted(message)
+        if self.journal is not None:
+            self.journal.append(message)  # before the create is answered
         return message
+
+    def _index(self, message: SandboxMessage) -> None:
+        self.messages[message.sid] = message
+        self.all.append(message)
+        bucket = self.by_to.get(message.to)
+        if bucket is None:
+            self.by_to[message.to] = [message]
+        else:
+            bucket.append(message)
+        bucket = self.by_from.get(message.sender)
+        if bucket is None:
+            self.by_from[message.sender] = [message]
+        else:
+            bucket.append(message)
+        window = self.windows.get(message.sender)
+        if window is None:
+            window = self.windows[message.sender] = SlidingWindow()
+        window.add(message)
+        self.account_window.add(message)
+
+    def journal_open(self, path: str) -> int:
+        """Keep the store in ``path`` (delivery.sandbox.journal): the messages already there are loaded
+        (their lifecycles as fixed at their create) and every new one is appended. Returns how many were
+        loaded. Call before serving; their owed status callbacks are planned once the loop runs
+        (``journal_callbacks``)."""
+        from delivery.sandbox.journal import Journal
+
+        journal = Journal(path)
+        restored = journal.load() if os.path.getsize(path) else []
+        for message in restored:
+            self._index(message)
+            rate, account_rate = self.config.sender_rate, self.config.account_rate
+            if message.release_at is not None and message.release_at != INF:
+                if rate > 0:
+                    free = message.release_at + message.num_segments / rate
+                    self.next_free[message.sender] = max(self.next_free.get(message.sender, 0.0), free)
+                if account_rate > 0:
+                    free = message.release_at + message.num_segments / account_rate
+                    self.account_next_free = max(self.account_next_free, free)
+        if restored:
+            self._next_seq = max(m.seq for m in restored) + 1
+            self._last_created = max(m.created for m in restored)
+        self.journal = journal
+        self._restored = restored
+        return len(restored)
+
+    def journal_callbacks(self) -> int:
+        """Plan the status callbacks the restored messages are still owed; on the running loop."""
+        planned = sum(self.callbacks.message_restored(m) for m in self._restored if m.has_callbacks)
+        self._restored = []
+        return planned
 
     @staticmethod
     def _fail(message: SandboxMessage, code: int, at: float) -> None:
@@ -1456,6 +1497,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rules", default=_env("SANDBOX_RULES", "[]"), help="JSON list (env SANDBOX_RULES)")
     p.add_argument("--seed", type=int, default=_env("SANDBOX_SEED", None), help="(env SANDBOX_SEED)")
     p.add_argument("--log-level", default=_env("SANDBOX_LOG_LEVEL", "WARNING"))
+    p.add_argument(
+        "--state-file",
+        default=_env("SANDBOX_STATE_FILE", None),
+        help="keep the message store in this file across restarts (delivery.sandbox.journal); default: "
+        "memory only (env SANDBOX_STATE_FILE)",
+    )
     return p.parse_args(argv)
 
 
@@ -1491,12 +1538,17 @@ def main(argv: list[str] | None = None) -> int:
     state = SandboxState(
         account_sid=args.account_sid, auth_token=args.auth_token, config=config, seed=args.seed
     )
+    if args.state_file:
+        restored = state.journal_open(args.state_file)
+        if restored:
+            logger.warning("sandbox: %d messages restored from %s", restored, args.state_file)
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        state.journal_callbacks()
         await serve(state, args.host, args.port, stop, args.control_port)
 
     asyncio.run(run())

@@ -74,6 +74,13 @@ OPTED_OUT_STOPPED = Counter(
 RATE_LIMIT_REJECTIONS = Counter(
     "smsgw_rate_limit_rejections", "API requests refused by the per-key rate limit (429)."
 )
+BROKER_DISCARDED = Counter(
+    "smsgw_broker_discarded",
+    "Broker messages set aside without running, by queue and reason: empty, not_json, not_a_message (the "
+    "transport could not read them: smsgw.transports), unknown_task, undecodable, invalid (Celery could "
+    "not run them: smsgw.worker).",
+    ["queue", "reason"],
+)
 
 
 def _safe(fn):
@@ -147,6 +154,13 @@ def opted_out_stopped(stage: str, n: int = 1) -> None:
 @_safe
 def rate_limited() -> None:
     RATE_LIMIT_REJECTIONS.inc()
+
+
+@_safe
+def broker_discarded_count(*, queue: str, reason: str) -> None:
+    # The queue name comes from the broker, not from our routes (a message can be pushed anywhere):
+    # bounded so that a flood of odd names cannot grow the label set without end.
+    BROKER_DISCARDED.labels(str(queue)[:40], reason).inc()
 
 
 # --- sweep liveness: one row, written at most once a second per process ----------------------------
