@@ -99,10 +99,14 @@ class FilesystemChannel(kombu_filesystem.Channel):
     """kombu's filesystem channel with an atomic publish and a consume that survives bad files."""
 
     def _broker_folder(self, name: str) -> str:
-        # Beside the queue folder, so that every rename between them stays within one filesystem.
-        folder = Path(self.data_folder_out).parent / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return str(folder)
+        # Beside the queue folder, so that every rename between them stays within one filesystem. Made
+        # once per channel (a publish costs one write and one rename, not a mkdir as well).
+        folders = self.__dict__.setdefault("_smsgw_folders", {})
+        if name not in folders:
+            folder = Path(self.data_folder_out).parent / name
+            folder.mkdir(parents=True, exist_ok=True)
+            folders[name] = str(folder)
+        return folders[name]
 
     def _put(self, queue, payload, **kwargs):
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
@@ -223,8 +227,7 @@ class RedisChannel(kombu_redis.Channel):
         # kombu 5.7.0's Channel._get (basic_get, polling), with the same guard.
         with self.conn_or_acquire() as client:
             for pri in self.priority_steps:
-                item = client.rpop(self._q_for_pri(queue, pri))
-                if item:
+                while (item := client.rpop(self._q_for_pri(queue, pri))) is not None:
                     self._maybe_update_queues_expire(client, queue)
                     payload, reason = payload_decode(item)
                     if reason is None:

@@ -1,0 +1,331 @@
+"""``python -m bench.embedded``: the README's first command, ``./deploy/run-embedded.sh``, kept under load.
+
+It starts the embedded run from this checkout in a fresh folder on free ports (SQLite, the filesystem
+broker, the sandbox, gunicorn, a celery worker and beat, under deploy/embedded.py's supervisor), loads
+every core with busy-looping processes of its own (``--hogs``), and sends ``--rate`` messages a second
+for ``--minutes`` through the API, each to its own recipient, from ``--senders`` From numbers (a long
+code is paced at Twilio's 1 segment/s, so one sender could not carry 5 a second). Then it waits for every
+message to be final and prints:
+
+* process restarts the supervisor made (target 0), and whether any child is gone at the end;
+* messages lost (accepted, not delivered) and duplicated (the sandbox stored more than one submission
+  for the recipient), both targets 0;
+* lag, ``sent_at - due_at``, p50 / p99 / max, and the POST latency.
+
+It prints figures and asserts nothing (tests/integration/test_embedded_soak.py runs the same thing for
+three minutes and asserts). No PostgreSQL or broker needed: only HTTP to the run it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FINAL = ("delivered", "undelivered", "failed", "cancelled", "expired")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def recipient(i: int) -> str:
+    return f"+1415{5550000 + i}"
+
+
+def sender(i: int) -> str:
+    return f"+1628555{i:04d}"
+
+
+class EmbeddedRun:
+    """``./deploy/run-embedded.sh`` in its own session, in a fresh SMSGW_VAR_DIR, on free ports."""
+
+    def __init__(self, var_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.var = var_dir or Path(tempfile.mkdtemp(prefix="smsgw-embedded-"))
+        self.web_port, self.sandbox_port = free_port(), free_port()
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SECRET_KEY", "SMSGW_ENV")
+        }
+        self.env.update(
+            SMSGW_VAR_DIR=str(self.var),
+            SMSGW_WEB_PORT=str(self.web_port),
+            SMSGW_SANDBOX_PORT=str(self.sandbox_port),
+            **(env or {}),
+        )
+        self.log_path = self.var / "run.log"
+        self.proc: subprocess.Popen | None = None
+        self.key = ""
+
+    @property
+    def web(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def sandbox(self) -> str:
+        return f"http://127.0.0.1:{self.sandbox_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self, timeout: float = 300) -> None:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            ["./deploy/run-embedded.sh"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while b"Press Ctrl-C" not in self.log_path.read_bytes():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the embedded run exited {self.proc.returncode}:\n{self.log()[-5000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the embedded run did not start in {timeout:g} s:\n{self.log()[-5000:]}")
+            time.sleep(0.25)
+        self.key = (self.var / "demo-api-key").read_text().strip()
+
+    def status(self) -> dict:
+        """deploy/embedded.py's status file: the children's pids and restart counts."""
+        return json.loads((self.var / "embedded.json").read_text())
+
+    def restarts(self) -> dict[str, int]:
+        return {name: c["restarts"] for name, c in self.status()["children"].items()}
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        *,
+        idempotency_key: str = "",
+        base: str = "",
+        timeout: float = 30,
+    ) -> tuple[int, dict]:
+        headers = {"Content-Type": "application/json"}
+        if self.key and not base:
+            headers["Authorization"] = f"Bearer {self.key}"
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        data = json.dumps(body).encode() if body is not None else None
+        url = (base or self.web) + path
+        req = urllib.request.Request(url, method=method, data=data, headers=headers)  # noqa: S310 - http only
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our own server
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def post_message(self, body: dict, key: str, deadline: float) -> dict:
+        """POST until it is answered (a refused or timed-out request on a loaded machine is retried; the
+        Idempotency-Key makes a retry return the message the first one made, never a second one)."""
+        while True:
+            try:
+                status, answer = self.request("POST", "/v1/messages", body, idempotency_key=key)
+            except OSError:
+                status, answer = 0, {}
+            if status in (200, 201):
+                return answer
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"POST /v1/messages not accepted: {status} {answer}")
+            time.sleep(0.5)
+
+    def messages(self) -> list[dict]:
+        """Every message of the demo tenant, through the API's cursor pages."""
+        out, cursor = [], ""
+        while True:
+            path = "/v1/messages?page_size=500" + (f"&cursor={cursor}" if cursor else "")
+            status, page = self.request("GET", path, timeout=60)
+            if status != 200:
+                raise RuntimeError(f"GET {path}: {status} {page}")
+            out.extend(page["results"])
+            if not page.get("next"):
+                return out
+            cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(page["next"]).query)["cursor"][0]
+
+    def submissions_by_recipient(self) -> Counter:
+        req = urllib.request.Request(self.sandbox + "/_sandbox/submissions?since=0")  # noqa: S310
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
+            rows = json.loads(resp.read())
+        return Counter(row[3] for row in rows)
+
+    def stop(self, timeout: float = 30) -> float:
+        """SIGTERM to the run's process group (as Ctrl-C in its terminal); seconds until it exited."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        elapsed = time.monotonic() - started
+        self._log.close()
+        return elapsed
+
+
+def hogs_start(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that spin on a core each, as another tenant of the machine would."""
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)
+    ]
+
+
+def hogs_stop(hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(hog.pid, signal.SIGKILL)
+        hog.wait(10)
+
+
+class Sender(threading.Thread):
+    """POSTs ``rate`` messages a second for ``seconds`` on a fixed timetable (a late one is sent at once,
+    not skipped), each to its own recipient."""
+
+    def __init__(self, run: EmbeddedRun, rate: float, seconds: float, senders: int, first: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.run_, self.rate, self.seconds, self.senders, self.first = run, rate, seconds, senders, first
+        self.accepted: list[dict] = []
+        self.post_seconds: list[float] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            start = time.monotonic()
+            n = round(self.rate * self.seconds)
+            for i in range(n):
+                due = start + i / self.rate
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)
+                k = self.first + i
+                t0 = time.monotonic()
+                body = {"to": recipient(k), "from": sender(k % self.senders), "body": f"soak {k}"}
+                answer = self.run_.post_message(body, f"soak-{k}", deadline=t0 + 120)
+                self.post_seconds.append(time.monotonic() - t0)
+                self.accepted.append({"id": answer["id"], "to": body["to"]})
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+
+def _seconds(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def outcome(run: EmbeddedRun, accepted: list[dict], settle_seconds: float) -> dict:
+    """Wait (up to ``settle_seconds``) for every accepted message to be final; then count."""
+    ids = {a["id"] for a in accepted}
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        by_id = {m["id"]: m for m in run.messages() if m["id"] in ids}
+        pending = [i for i in ids if by_id.get(i, {}).get("status") not in FINAL]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    submitted = run.submissions_by_recipient()
+    statuses = Counter(by_id.get(i, {}).get("status", "missing") for i in ids)
+    lags = [
+        lag for m in by_id.values() if (lag := _seconds(m["due_at"], m["timestamps"]["sent_at"])) is not None
+    ]
+    return {
+        "accepted": len(ids),
+        "statuses": dict(statuses),
+        "lost": len(ids) - statuses.get("delivered", 0),
+        "duplicated": sum(1 for a in accepted if submitted.get(a["to"], 0) > 1),
+        "never_submitted": sum(1 for a in accepted if submitted.get(a["to"], 0) == 0),
+        "lag_p50": _pct(lags, 50),
+        "lag_p99": _pct(lags, 99),
+        "lag_max": max(lags) if lags else float("nan"),
+    }
+
+
+def soak(*, minutes: float, rate: float, hogs: int, senders: int, settle_seconds: float = 600) -> dict:
+    run = EmbeddedRun()
+    hog_procs = hogs_start(hogs)
+    try:
+        started = time.monotonic()
+        run.start()
+        print(f"embedded run up in {time.monotonic() - started:.1f} s (var {run.var})", flush=True)
+        sender_thread = Sender(run, rate, minutes * 60, senders)
+        sender_thread.start()
+        while sender_thread.is_alive():
+            sender_thread.join(60)
+            with contextlib.suppress(Exception):
+                print(f"  {len(sender_thread.accepted)} accepted, restarts {run.restarts()}", flush=True)
+        if sender_thread.error is not None:
+            raise sender_thread.error
+        result = outcome(run, sender_thread.accepted, settle_seconds)
+        result["restarts"] = run.restarts()
+        result["children_alive"] = {n: c["pid"] is not None for n, c in run.status()["children"].items()}
+        posts = sender_thread.post_seconds
+        result["post_p50"], result["post_p99"] = _pct(posts, 50), _pct(posts, 99)
+        result["load_average"] = os.getloadavg()
+    finally:
+        hogs_stop(hog_procs)
+        result_stop = run.stop()
+    result["stop_seconds"] = result_stop
+    result["log"] = str(run.log_path)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.embedded", description=__doc__.split("\n")[0])
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--rate", type=float, default=5, help="messages per second")
+    p.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="busy processes (default: 1 a core)")
+    p.add_argument("--senders", type=int, default=10, help="From numbers the messages rotate over")
+    args = p.parse_args(argv)
+    r = soak(minutes=args.minutes, rate=args.rate, hogs=args.hogs, senders=args.senders)
+    print(f"embedded run, {args.minutes:g} min at {args.rate:g} msg/s, {args.hogs} CPU hogs")
+    print(
+        f"  load average at the end  {r['load_average'][0]:.1f} / {r['load_average'][1]:.1f} / "
+        f"{r['load_average'][2]:.1f}"
+    )
+    print(f"  process restarts         {sum(r['restarts'].values())}  {r['restarts']}")
+    print(f"  children alive at end    {r['children_alive']}")
+    print(f"  messages accepted        {r['accepted']}   final statuses {r['statuses']}")
+    print(f"  lost                     {r['lost']}   (never submitted: {r['never_submitted']})")
+    print(f"  duplicated               {r['duplicated']}")
+    print(
+        f"  lag sent_at - due_at     p50 {r['lag_p50']:.2f} s, p99 {r['lag_p99']:.2f} s, "
+        f"max {r['lag_max']:.2f} s"
+    )
+    print(f"  POST /v1/messages        p50 {r['post_p50'] * 1000:.0f} ms, p99 {r['post_p99'] * 1000:.0f} ms")
+    print(f"  stopped (SIGTERM) in     {r['stop_seconds']:.1f} s")
+    print(f"  log                      {r['log']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""The README's first command kept alive: ``./deploy/run-embedded.sh`` (SQLite, the filesystem broker, the
+sandbox, gunicorn, a celery worker and beat under deploy/embedded.py's supervisor), driven over HTTP as a
+user drives it, with the faults that used to stop it.
+
+Every test states each message's expected end: delivered, with exactly one submission stored by the
+sandbox for its recipient (each message has a recipient of its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from bench.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+# Recovery windows short enough for a test (production's are minutes to an hour): a task a killed worker
+# held is published again after 5 s, a submission whose answer it never read is looked up after a few
+# seconds, and a message left at `sent` because its delivery receipt found the web down (the sandbox,
+# like Twilio by default, does not retry a refused status callback) is looked up after 10 s.
+FAST = {
+    "SMSGW_STATUS_LOOKUP_AFTER_SECONDS": "10",
+    "SMSGW_STATUS_LOOKUP_INTERVAL": "2",
+    "SMSGW_QUEUED_RECOVERY_SECONDS": "5",
+    "SMSGW_SENDING_LEASE_SECONDS": "5",
+    "TWILIO_TIMEOUT_SECONDS": "3",
+    "SMSGW_RECONCILE_FIRST_LOOK_SECONDS": "1",
+    "SMSGW_RECONCILE_ABSENT_GRACE_SECONDS": "3",
+}
+
+
+@pytest.fixture
+def embedded():
+    runs: list[EmbeddedRun] = []
+
+    def start(env: dict | None = None) -> EmbeddedRun:
+        run = EmbeddedRun(env=env)
+        runs.append(run)
+        run.start()
+        return run
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+def _assert_each_delivered_once(run: EmbeddedRun, result: dict) -> None:
+    assert result["statuses"] == {"delivered": result["accepted"]}, (result, run.log()[-6000:])
+    assert result["duplicated"] == 0, result
+    assert result["never_submitted"] == 0, result
+
+
+def _alive(pid: int | None) -> bool:
+    try:
+        return pid is not None and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_embedded_run_under_cpu_load_on_every_core_delivers_every_message_once_and_no_process_exits(
+    embedded,
+):
+    """kombu#1551 stopped the worker (and with it the whole run) within minutes on a loaded machine: a
+    message file opened while still empty. Here every core is kept busy by other processes and a message
+    is sent every second for 2.5 minutes."""
+    hogs = hogs_start(os.cpu_count() or 2)
+    try:
+        run = embedded()
+        pids = {name: c["pid"] for name, c in run.status()["children"].items()}
+        sender = Sender(run, rate=2, seconds=150, senders=4)
+        sender.start()
+        sender.join(400)
+        assert not sender.is_alive() and sender.error is None, sender.error
+    finally:
+        hogs_stop(hogs)
+    result = outcome(run, sender.accepted, settle_seconds=180)
+    assert result["accepted"] == 300
+    _assert_each_delivered_once(run, result)
+    assert run.restarts() == {"sandbox": 0, "web": 0, "worker": 0, "beat": 0}, run.log()[-6000:]
+    assert all(_alive(pid) for pid in pids.values()), pids
+    assert "Unrecoverable error" not in run.log()
+
+
+def test_bad_files_in_the_embedded_broker_folder_are_set_aside_and_the_worker_sends_the_next_message(
+    embedded,
+):
+    run = embedded()
+    worker = run.status()["children"]["worker"]["pid"]
+    out = run.var / "broker" / "out"
+    # Named to sort first in their queues' folder listing, so the worker meets them before the message.
+    bad = {
+        "0_empty.send.transactional.msg": b"",
+        "0_truncated.send.transactional.msg": b'{"body": "eyJpZHMiOiBbMSwgMl19", "content-type": "applic',
+        "0_invalid.sweep.msg": b"this is not json",
+    }
+    for name, content in bad.items():
+        (out / name).write_bytes(content)
+    first = run.post_message(
+        {"to": "+14155550111", "body": "after bad files"}, "bad-files-1", time.monotonic() + 60
+    )
+
+    def set_aside() -> bool:
+        return sorted(p.name for p in (run.var / "broker" / "bad").iterdir()) == sorted(bad)
+
+    wait_for(set_aside, 120, "the bad files to be set aside")
+    result = outcome(run, [{"id": first["id"], "to": "+14155550111"}], settle_seconds=120)
+    _assert_each_delivered_once(run, result)
+    assert run.status()["children"]["worker"]["pid"] == worker and _alive(worker)
+    assert run.restarts()["worker"] == 0
+    log = run.log()
+    assert log.count("broker: discarded a filesystem message") >= 1
+    assert "Unrecoverable error" not in log
+
+
+@pytest.mark.parametrize("child", ["worker", "sandbox", "beat", "web"])
+def test_an_embedded_child_killed_with_sigkill_is_restarted_and_every_message_is_delivered_once(
+    embedded, child
+):
+    run = embedded(FAST)
+    before = run.status()["children"][child]["pid"]
+    sender = Sender(run, rate=4, seconds=30, senders=8)
+    sender.start()
+    wait_for(lambda: len(sender.accepted) >= 40, 120, "40 messages accepted before the kill")
+    os.killpg(before, signal.SIGKILL)
+
+    def restarted() -> int | None:
+        c = run.status()["children"][child]
+        return c["pid"] if c["restarts"] == 1 and c["pid"] != before and _alive(c["pid"]) else None
+
+    after = wait_for(restarted, 120, f"{child} to be started again")
+    assert f"{child} exited (signal 9)" in run.log()
+    sender.join(300)
+    assert not sender.is_alive() and sender.error is None, sender.error
+    result = outcome(run, sender.accepted, settle_seconds=240)
+    assert result["accepted"] == 120
+    _assert_each_delivered_once(run, result)
+    # only the killed child was restarted, once
+    assert run.restarts() == {n: (1 if n == child else 0) for n in ("sandbox", "web", "worker", "beat")}
+    assert _alive(after)
+    tree = [psutil.Process(run.proc.pid), *psutil.Process(run.proc.pid).children(recursive=True)]
+    # Ctrl-C (SIGTERM to the group) still stops every process, pool children included, within 30 s.
+    assert run.stop(timeout=30) < 30
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
