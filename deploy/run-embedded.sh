@@ -25,7 +25,7 @@ stop() { trap - INT TERM EXIT; kill -TERM "${pids[@]}" 2>/dev/null || true; wait
 trap stop INT TERM EXIT
 
 $PY -m delivery.sandbox --host 127.0.0.1 --port "$SANDBOX_PORT" & pids+=($!)
-.venv/bin/gunicorn smsgw.wsgi --bind "127.0.0.1:$WEB_PORT" --workers 2 --access-logfile - \
+.venv/bin/gunicorn smsgw.wsgi --bind "127.0.0.1:$WEB_PORT" --workers 2 --access-logfile - --no-control-socket \
     --logger-class smsgw.gunicorn_logging.RedactingLogger & pids+=($!)
 # Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second (they
 # poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
