@@ -154,6 +154,7 @@ def gunicorn(
             str(threads),
             "--worker-class",
             worker_class,
+            "--no-control-socket",  # not one socket per host for every gunicorn (README "Production")
         ],
         env,
         ready_marker="Booting worker",

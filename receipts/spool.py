@@ -29,10 +29,11 @@ from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import transaction
 
 from delivery.providers.base import CallbackData
 from receipts.ingest import receipt_ingest
+from smsgw import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +45,14 @@ DRAIN_BATCH_SIZE = 500
 # A temporary file this old belongs to a write that died before its rename: it never became a receipt.
 STALE_TMP_SECONDS = 3600
 # Lost-connection errors: the database did not answer. Anything else (a constraint, bad data) is a bug
-# that spooling would only repeat at every drain.
-DB_UNAVAILABLE = (OperationalError, InterfaceError)
+# that spooling would only repeat at every drain. The same classes the API answers 503 for.
+DB_UNAVAILABLE = unavailable.DB_UNAVAILABLE
+connection_drop = unavailable.connection_drop
 FORMAT = 1
 
 
 class SpoolUnavailable(OSError):
     """The spool could not be written (disk full, read-only, permissions)."""
-
-
-def connection_drop() -> None:
-    """Close a connection the database dropped, so the next use connects afresh instead of failing on
-    it (outside a transaction only: one we are inside of is its owner's to end)."""
-    if not connection.in_atomic_block:
-        with contextlib.suppress(Exception):
-            connection.close()
 
 
 def spool_dir() -> Path:

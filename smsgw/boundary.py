@@ -138,11 +138,17 @@ class StrictJSONParser(JSONParser):
 
 
 def envelope(
-    status: int, message: str, *, code: str | None = None, fields: dict | None = None
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    fields: dict | None = None,
+    extra: dict | None = None,
 ) -> JsonResponse:
     error: dict = {"code": code or _CODES.get(status, "error"), "message": message}
     if fields:
         error["fields"] = fields
+    error.update(extra or {})  # e.g. database_unavailable: retry_after (smsgw.unavailable)
     return JsonResponse({"error": error}, status=status, json_dumps_params={"separators": (",", ":")})
 
 

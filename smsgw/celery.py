@@ -2,6 +2,7 @@ import os
 
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init, worker_process_init
+from kombu.utils.objects import cached_property
 
 from smsgw.transports import transports_register
 
@@ -10,7 +11,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 # publish, bad messages set aside instead of stopping the worker, two Redis fault fixes).
 transports_register()
 
-app = Celery("smsgw")
+
+class App(Celery):
+    @cached_property
+    def Beat(self):
+        """``celery beat`` with a stop that cannot hang on the database (smsgw.beat says why)."""
+        return self.subclass_with_self("smsgw.beat:Beat")
+
+
+app = App("smsgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -1,10 +1,13 @@
-"""One JSON error shape for the whole API: {"error": {"code", "message", "fields": {field: [msgs]}}}."""
+"""One JSON error shape for the whole API: {"error": {"code", "message", "fields": {field: [msgs]}}}.
+A database that does not answer is a 503 ``database_unavailable`` with Retry-After (smsgw.unavailable)."""
 
 from __future__ import annotations
 
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from smsgw import unavailable
 
 
 class Conflict(exceptions.APIException):
@@ -27,6 +30,9 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
 
 
 def api_exception_handler(exc, context):
+    database_error = exc if unavailable.is_unavailable(exc) else None
+    if database_error is not None:
+        exc = unavailable.DatabaseUnavailable()
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -50,7 +56,10 @@ def api_exception_handler(exc, context):
         if isinstance(exc, Conflict):
             body["status"] = exc.current_status
         body.update(getattr(exc, "extra", None) or {})  # e.g. quota_exceeded: quota, limit, used, resets_at
-    return Response({"error": body}, status=response.status_code, headers=_headers(response))
+    answer = Response({"error": body}, status=response.status_code, headers=_headers(response))
+    if database_error is not None:
+        unavailable.unavailable_noted(context["request"], database_error, answer)
+    return answer
 
 
 # Headers an error response keeps from DRF's own (RateLimit-*: limits.ratelimit, also set by its middleware).

@@ -3,7 +3,8 @@ operation can give, and the page shape of cursor-paginated lists.
 
 ``ApiAutoSchema`` (REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]) adds to each operation the errors that follow
 from its shape, so a view declares only the ones particular to it (409, 422, 403, the quota 429):
-- 401 and 429 (``rate_limited``) on every authenticated operation;
+- 401, 429 (``rate_limited``) and 503 (``database_unavailable``) on every authenticated operation (the
+  API key is looked up in the database);
 - 400 where there is a request body, a query parameter or a request header to get wrong;
 - 404 where the path names an object by id;
 - 413 and 415 where there is a request body.
@@ -37,7 +38,7 @@ class ErrorDetail(serializers.Serializer):
     code = serializers.CharField(
         help_text="Machine-readable: invalid, malformed_request, not_authenticated, authentication_failed, "
         "permission_denied, not_found, conflict, idempotency_key_reused, request_too_large, "
-        "unsupported_media_type, quota_exceeded, rate_limited, ..."
+        "unsupported_media_type, quota_exceeded, rate_limited, database_unavailable, ..."
     )
     message = serializers.CharField(help_text="For a person; for a 400, names the first field to correct.")
     status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
@@ -49,6 +50,9 @@ class ErrorDetail(serializers.Serializer):
     )
     resets_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
+    )
+    retry_after = serializers.IntegerField(
+        required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
     )
 
     def get_fields(self):
@@ -200,14 +204,28 @@ QUOTA_OR_RATE_LIMITED = error(
     ),
     _RATE_LIMITED,
 )
+DATABASE_UNAVAILABLE = error(
+    503,
+    "The database is unavailable (an outage, a restart, a failover): wait `Retry-After` seconds (also "
+    "`retry_after`) and send the same request again. Nothing was stored, unless the connection was lost "
+    "while the request's changes were being committed: a message or campaign sent again with the same "
+    "`Idempotency-Key` is stored at most once either way.",
+    _example(
+        "Database unavailable",
+        503,
+        "database_unavailable",
+        "The database is unavailable; retry in 5 s.",
+        retry_after=5,
+    ),
+)
 
-# Every answer to a key carries the key's rate-limit state; a 429 also says when to come back.
+# Every answer to a key carries the key's rate-limit state; a 429 or a 503 also says when to come back.
 RATE_LIMIT_HEADERS = [
     OpenApiParameter(
         "Retry-After",
         int,
         OpenApiParameter.HEADER,
-        response=[429],
+        response=[429, 503],
         description="Seconds to wait (a quota refusal sends it only when waiting helps).",
     ),
     OpenApiParameter(
@@ -277,6 +295,7 @@ class ApiAutoSchema(AutoSchema):
         if self._authenticated():
             errors[401] = UNAUTHENTICATED
             errors[429] = RATE_LIMITED
+            errors[503] = DATABASE_UNAVAILABLE
         if re.search(r"\{\w*id\}", self.path):
             errors[404] = NOT_FOUND
         if has_body:

@@ -152,6 +152,9 @@ else:
             "tcp_user_timeout": env_int("SMSGW_DB_TCP_USER_TIMEOUT_MS", 15000, minimum=1000),
         }
     )
+# While the database does not answer, a request that needs it is a 503 with this Retry-After
+# (smsgw.unavailable): about one connect timeout, the time a restart or a failover usually takes.
+DB_RETRY_AFTER_SECONDS = env_int("SMSGW_DB_RETRY_AFTER_SECONDS", 5, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

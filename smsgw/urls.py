@@ -70,3 +70,6 @@ urlpatterns = [
     path("metrics", observability.metrics, name="metrics"),
     path("admin/", admin.site.urls),
 ]
+
+# A database that does not answer is a 503 with Retry-After, wherever it was needed (smsgw.unavailable).
+handler500 = "smsgw.unavailable.server_error"

@@ -102,7 +102,15 @@ def start_web(
     pipeline.env.update(env)
     web = processes.Proc(
         "web",
-        [str(BIN / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)],
+        [
+            str(BIN / "gunicorn"),
+            "smsgw.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--no-control-socket",  # gunicorn's default is one socket per host: tests run several
+        ],
         {**pipeline.env, **(web_only or {})},
         ready_marker="Booting worker",
     )

@@ -1,7 +1,9 @@
 """A TCP proxy in front of the shared PostgreSQL server (or any TCP service), so a test can take it away
 from one process (point its DATABASE_URL here, then ``down()``) without touching the server others use.
-``netns`` puts the listening socket in another network namespace (tests.integration.split_host), so
-processes there reach a service of this host through it."""
+``stall()`` keeps every connection open and forwards nothing: a server that stopped answering without
+going away (a frozen host, a server stopped mid-query), which no connection error reveals. ``netns`` puts
+the listening socket in another network namespace (tests.integration.split_host), so processes there
+reach a service of this host through it."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ class DatabaseProxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self.stalled_reads = 0  # chunks a client sent while stalled (held, not forwarded)
         threading.Thread(target=self._accept, name="db-proxy", daemon=True).start()
 
     def down(self) -> None:
@@ -33,10 +38,17 @@ class DatabaseProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+        self._flowing.set()  # pumps held by a stall wake up to find their sockets closed
+
+    def stall(self) -> None:
+        """Nothing is forwarded either way until ``up()``; connections stay open and new ones are
+        accepted (the kernel still acknowledges what clients send, so they just wait for an answer)."""
+        self._flowing.clear()
 
     def up(self) -> None:
         with self._lock:
             self._up = True
+        self._flowing.set()
 
     def close(self) -> None:
         self._closed = True
@@ -68,6 +80,10 @@ class DatabaseProxy:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                if not self._flowing.is_set():
+                    with self._lock:
+                        self.stalled_reads += 1
+                    self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

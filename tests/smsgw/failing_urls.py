@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.urls import path
 
 from scheduling.models import Message
+from smsgw.urls import handler500  # noqa: F401 - the project's, as Django finds it in ROOT_URLCONF
 from smsgw.urls import urlpatterns as real_urlpatterns
 
 

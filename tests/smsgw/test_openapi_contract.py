@@ -400,15 +400,16 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             assert op["security"] == [{"ApiKey": []}], (path, method)
-            for code in ("401", "429"):
+            for code in ("401", "429", "503"):
                 assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
-            assert set(op["responses"]["429"]["headers"]) == {
-                "Retry-After",
-                "RateLimit-Limit",
-                "RateLimit-Remaining",
-                "RateLimit-Reset",
-                "RateLimit-Policy",
-            }
+            for code in ("429", "503"):  # 503: the database is unavailable (smsgw.unavailable)
+                assert set(op["responses"][code]["headers"]) == {
+                    "Retry-After",
+                    "RateLimit-Limit",
+                    "RateLimit-Remaining",
+                    "RateLimit-Reset",
+                    "RateLimit-Policy",
+                }
             if "requestBody" in op:
                 assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
             if "{public_id}" in path or "{webhook_id}" in path:
