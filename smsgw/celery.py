@@ -1,7 +1,16 @@
+import logging
 import os
+import signal
+import threading
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    celeryd_init,
+    worker_process_init,
+    worker_shutting_down,
+)
 from kombu.utils.objects import cached_property
 
 from smsgw.transports import transports_register
@@ -44,6 +53,30 @@ def _own_process_group(**_kwargs) -> None:
     (cold shutdown, time limits), and the kernel kills them if the parent dies (Celery sets
     PR_SET_PDEATHSIG to SIGKILL). systemd units use KillMode=mixed for the same reason."""
     os.setpgid(0, 0)
+
+
+@worker_shutting_down.connect
+def _warm_shutdown_bounded(how=None, **_kwargs) -> None:
+    """A warm shutdown (SIGTERM) that has not ended after ``SMSGW_WORKER_STOP_SECONDS`` becomes a cold one,
+    as a second Ctrl-C would make it. Celery waits for every running task without a limit, and a task
+    blocked on a database that accepts packets but never answers (a frozen server, a stalled proxy: no
+    error reaches the connection) would hold the stop until the service manager's SIGKILL (seen: more
+    than 45 s). Cold, the pool's children are terminated; their tasks were not acknowledged (acks_late)
+    and the rows they held are taken again by the sweep's recovery, so nothing is lost."""
+    if how != "Warm":
+        return
+    from django.conf import settings
+
+    def cold() -> None:
+        logging.getLogger("smsgw.celery").warning(
+            "worker: warm shutdown still waiting for running tasks after %g s; shutting down cold",
+            settings.WORKER_STOP_SECONDS,
+        )
+        os.kill(os.getpid(), signal.SIGQUIT)  # Celery's cold shutdown
+
+    timer = threading.Timer(settings.WORKER_STOP_SECONDS, cold)
+    timer.daemon = True
+    timer.start()
 
 
 @after_setup_logger.connect

@@ -306,6 +306,9 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours.
 CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 140_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A warm shutdown (SIGTERM) still waiting for running tasks after this long becomes a cold one
+# (smsgw.celery): every process stops within 30 s of SIGTERM, whatever its tasks wait on.
+WORKER_STOP_SECONDS = env_float("SMSGW_WORKER_STOP_SECONDS", 22.0, minimum=1.0)
 # Task events (received, started, succeeded, failed) for Flower and `celery events`: on in production.
 # Published to the broker's event exchange; with no monitor listening, Redis drops them.
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("SMSGW_CELERY_EVENTS", PRODUCTION)

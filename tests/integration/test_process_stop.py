@@ -205,3 +205,42 @@ def test_sandbox_stops_within_30s_of_sigterm_to_its_group(pipeline):
     took = sigterm_group_and_time(sandbox)
     print(f"sandbox stop: {took:.2f} s")
     assert took < STOP_DEADLINE_S
+
+
+def test_worker_stops_within_30s_of_sigterm_while_its_task_waits_on_the_database_without_end(pipeline):
+    """A warm shutdown waits for running tasks without a limit, and a task whose query never returns (here:
+    the sweep's, behind a lock the test holds until the worker is gone; in production a server that
+    accepts packets and never answers) held it until the service manager's SIGKILL. After
+    SMSGW_WORKER_STOP_SECONDS the worker shuts down cold (smsgw.celery)."""
+    import psycopg
+
+    _postgres_only()
+    db = connection.settings_dict
+    locker = psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"] or "postgres",
+        dbname=db["NAME"],
+    )
+    try:
+        env = {**pipeline.env, "SMSGW_LOG_TICKS": "1", "SMSGW_WORKER_STOP_SECONDS": "8"}
+        worker = processes.celery_worker("locked", env, queues="sweep")
+        pipeline.procs.append(worker)
+        _beat_running(pipeline, "ticks")
+        worker.wait_for("Task scheduling.sweep", timeout=60)
+        locker.execute("LOCK TABLE scheduling_message IN ACCESS EXCLUSIVE MODE")
+        wait_for(
+            lambda: locker.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE NOT l.granted AND c.relname = 'scheduling_message'"
+            ).fetchone()[0],
+            30,
+            "the sweep's query to wait for the lock",
+        )
+        took = sigterm_group_and_time(worker)
+        locker.rollback()  # held until the worker is gone: nothing else lets its query finish
+    finally:
+        locker.close()
+    print(f"worker stop while its task's query never returns: {took:.2f} s")
+    assert took < STOP_DEADLINE_S, worker.log()[-3000:]
+    assert "shutting down cold" in worker.log()
