@@ -3,11 +3,15 @@ import os
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init, worker_process_init
 
+from smsgw.observability.consumers import QueueConsumerHeartbeat
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 
 app = Celery("smsgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Every worker of this app records the queues it consumes (/readyz, /metrics: smsgw.observability.queues).
+app.steps["worker"].add(QueueConsumerHeartbeat)
 
 
 @celeryd_init.connect
