@@ -47,17 +47,22 @@ def _task_names(modules: dict[Path, ast.Module]) -> dict[str, str]:
     names = {}
     for tree in modules.values():
         for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for deco in node.decorator_list:
-                if isinstance(deco, ast.Call) and getattr(deco.func, "id", getattr(deco.func, "attr", "")) in (
-                    "shared_task",
-                    "task",
-                ):
+            decorators = node.decorator_list if isinstance(node, ast.FunctionDef) else []
+            for deco in decorators:
+                if isinstance(deco, ast.Call) and _called(deco) in ("shared_task", "task"):
                     for kw in deco.keywords:
                         if kw.arg == "name" and isinstance(kw.value, ast.Constant):
                             names[node.name] = kw.value.value
     return names
+
+
+def _called(call: ast.Call) -> str:
+    """The called name: ``f`` of ``f(...)`` and of ``x.f(...)``."""
+    return getattr(call.func, "id", None) or getattr(call.func, "attr", "")
+
+
+def _params(function: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
 
 
 class QueueResolver:
@@ -73,18 +78,22 @@ class QueueResolver:
     def resolve(self, expr: ast.AST, depth: int = 0) -> set[str]:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return {expr.value}
-        if isinstance(expr, ast.Call) and getattr(expr.func, "id", None) == "send_queue":
+        if isinstance(expr, ast.Call) and _called(expr) == "send_queue":
             return {send_queue(p) for p in Priority.values}
         if isinstance(expr, ast.Name) and depth < 5:
             found = self._parameter(expr)
             if found is not None:
                 function, index = found
                 values: set[str] = set()
-                calls = [c for c in ast.walk(self.tree) if isinstance(c, ast.Call) and self._calls(c, function)]
+                calls = [
+                    c for c in ast.walk(self.tree) if isinstance(c, ast.Call) and _called(c) == function.name
+                ]
                 for call in calls:
                     arg = self._argument(call, function, index)
                     if arg is None:
-                        self.unresolved.append(f"{_where(self.path, call)}: {function.name}() without its queue")
+                        self.unresolved.append(
+                            f"{_where(self.path, call)}: {function.name}() without a queue"
+                        )
                     else:
                         values |= self.resolve(arg, depth + 1)
                 if calls:
@@ -96,18 +105,14 @@ class QueueResolver:
         node = self.parents.get(name)
         while node is not None:
             if isinstance(node, ast.FunctionDef):
-                params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+                params = _params(node)
                 return (node, params.index(name.id)) if name.id in params else None
             node = self.parents.get(node)
         return None
 
     @staticmethod
-    def _calls(call: ast.Call, function: ast.FunctionDef) -> bool:
-        return getattr(call.func, "id", None) == function.name
-
-    @staticmethod
     def _argument(call: ast.Call, function: ast.FunctionDef, index: int) -> ast.AST | None:
-        params = [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+        params = _params(function)
         for kw in call.keywords:
             if kw.arg == params[index]:
                 return kw.value
@@ -138,7 +143,7 @@ def _publishes() -> tuple[dict[str, set[str]], list[str], list[str]]:
             else:
                 task = task_names.get(getattr(call.func.value, "id", ""))
                 if task is None:
-                    continue  # not a task of ours (e.g. str.s is no such thing, but a name we do not know)
+                    continue  # a method of something that is not one of our tasks
             if queue is not None:
                 sites[_where(path, call)] = resolver.resolve(queue)
             elif task in routes:
@@ -159,11 +164,12 @@ def test_every_publish_names_a_routed_queue():
 
 
 def test_every_route_and_beat_entry_names_a_routed_queue():
+    entries = settings.CELERY_BEAT_SCHEDULE
+    assert [n for n, e in entries.items() if "queue" not in e.get("options", {})] == [], "beat entries"
     routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
-    beat = {entry["options"]["queue"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    beat = {entry["options"]["queue"] for entry in entries.values()}
     assert routed <= ROUTED, routed - ROUTED
     assert beat <= ROUTED, beat - ROUTED
-    assert all("queue" in e["options"] for e in settings.CELERY_BEAT_SCHEDULE.values())
 
 
 def test_the_send_queues_are_one_per_priority_class():
