@@ -46,6 +46,12 @@ def consumed_queues(worker) -> list[str]:
 
 class QueueConsumerHeartbeat(bootsteps.StartStopStep):
     label = "smsgw queue consumer heartbeat"
+    # Started once the pool has forked its first children: a thread running while a process forks is
+    # the fork-with-threads hazard (a lock held by the thread stays held in the child). Later forks (a
+    # child replaced at its memory limit) can still meet the thread, which is why it takes no lock a
+    # child reuses: its own database connection, and the logging lock only when a beat fails (logging
+    # re-creates its locks in a forked child).
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker, **kwargs):
         super().__init__(worker, **kwargs)
