@@ -15,7 +15,8 @@ reconnecting) it looks again every second rather than every beat, so a new worke
 of its first fetch. ``celery control add_consumer`` / ``cancel_consumer`` show at the next beat. On a
 warm or cold shutdown the worker's rows are marked stopped (after its task consumer stopped: Celery's
 Consumer step is always the last to start and the first to stop); a worker killed outright is noticed
-when its rows go stale.
+when its rows go stale. A worker that consumes but is slow or stuck still counts: that is a backlog, which
+the lateness figures (due age, receipts lag, webhook outbox age) and their alerts report.
 """
 
 from __future__ import annotations
