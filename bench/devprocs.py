@@ -13,10 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from smsgw.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-ALL_QUEUES = "sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns"
-SEND_QUEUES = "send.transactional,send.bulk,reconcile"
+ALL_QUEUES = ",".join(ROUTED_QUEUES)
+SEND_QUEUES = ",".join((SEND_TRANSACTIONAL, SEND_BULK, RECONCILE))
 
 
 def free_port() -> int:

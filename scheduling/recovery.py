@@ -33,6 +33,7 @@ from django.db import connection
 
 from scheduling.models import Message, Priority, Status
 from smsgw import broker
+from smsgw.queues import SEND_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ _last_check = 0.0
 
 def send_queue(priority: str) -> str:
     """The queue a priority's send tasks are published to (scheduling.release) and counted in (here)."""
-    return f"send.{priority}"
+    return SEND_PREFIX + priority
 
 
 def stale_split(rows: list[dict], now: datetime) -> tuple[list[dict], list[tuple[dict, datetime]], dict]:

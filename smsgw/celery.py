@@ -15,6 +15,8 @@ from kombu.utils.objects import cached_property
 
 from smsgw.transports import transports_register
 
+from smsgw.observability.consumers import QueueConsumerHeartbeat
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 # Before any connection: kombu's filesystem and Redis schemes resolve to smsgw's transports (atomic
 # publish, bad messages set aside instead of stopping the worker, two Redis fault fixes).
@@ -31,6 +33,8 @@ class App(Celery):
 app = App("smsgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Every worker of this app records the queues it consumes (/readyz, /metrics: smsgw.observability.queues).
+app.steps["worker"].add(QueueConsumerHeartbeat)
 
 
 @celeryd_init.connect

@@ -7,6 +7,12 @@ Readiness also reports sweep liveness, the time since any process last completed
 the API still accepts and schedules, and pulling every web process out of the load balancer because a
 worker host stalled would turn a delay into an outage. ``/readyz?sweep=1`` (for a sweep worker's own
 check, or a deploy gate) answers 503 when the sweep is stale too; the alert is on the metric.
+
+It reports every routed queue too (smsgw.observability.queues): messages ready, live consumers, and how
+long it has had work waiting with no consumer; ``queues.unconsumed`` names those past
+SMSGW_QUEUE_UNCONSUMED_SECONDS. For the same reason as the sweep, a queue without a consumer does not make
+the web unready (the API still accepts; the missing worker is what to fix, and the SmsgwQueueUnconsumed
+alert says which); ``/readyz?queues=1`` (a deploy gate, a worker host's check) answers 503 then.
 """
 
 from __future__ import annotations
@@ -51,15 +57,51 @@ def _sweep() -> dict:
     return {"age_seconds": None if age is None else round(age, 1), "stale": stale}
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
+def _queues() -> dict:
+    from smsgw.observability.queues import queue_states_observe
+
+    try:
+        states = queue_states_observe()
+    except Exception as exc:  # the database check reports the database
+        return {"error": type(exc).__name__, "unconsumed": []}
+    threshold = settings.QUEUE_UNCONSUMED_SECONDS
+    return {
+        "unconsumed": [s.name for s in states if (s.unconsumed_seconds or 0.0) > threshold],
+        "by_queue": {
+            s.name: {
+                "ready": s.ready,
+                "consumers": s.consumers,
+                "unconsumed_seconds": _rounded(s.unconsumed_seconds),
+            }
+            for s in states
+        },
+    }
+
+
+def _asked(request, name: str) -> bool:
+    return request.GET.get(name) in ("1", "true", "yes")
+
+
 def readyz(request):
     db_error, broker_error = _database(), _broker()
     body = {
         "database": db_error or connection.vendor,
         "broker": broker_error or "ok",
         "sweep": _sweep() if db_error is None else {"stale": True},
+        "queues": (
+            _queues()
+            if db_error is None and broker_error is None
+            else {"error": "database" if db_error else "broker", "unconsumed": []}
+        ),
     }
     ready = db_error is None and broker_error is None
-    if request.GET.get("sweep") in ("1", "true", "yes") and body["sweep"]["stale"]:
+    if _asked(request, "sweep") and body["sweep"]["stale"]:
+        ready = False
+    if _asked(request, "queues") and body["queues"]["unconsumed"]:
         ready = False
     body["status"] = "ok" if ready else "unavailable"
     return JsonResponse(body, status=200 if ready else 503)

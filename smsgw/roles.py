@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-log = logging.getLogger(__name__)
+from smsgw.queues import SEND_PREFIX
 
-SEND_QUEUE_PREFIX = "send."
+log = logging.getLogger(__name__)
 
 
 def _public_base_url_problem() -> str | None:
@@ -38,7 +38,7 @@ def _public_base_url_problem() -> str | None:
 def worker_problems(queues: Iterable[str]) -> list[str]:
     """Configuration problems of a Celery worker consuming ``queues``."""
     problems = []
-    if any(q.startswith(SEND_QUEUE_PREFIX) for q in queues) and (problem := _public_base_url_problem()):
+    if any(q.startswith(SEND_PREFIX) for q in queues) and (problem := _public_base_url_problem()):
         problems.append(problem)
     return problems
 

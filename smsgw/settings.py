@@ -27,6 +27,19 @@ Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 METRICS_TOKEN = env_str("SMSGW_METRICS_TOKEN", "")
 # /readyz: a sweep pass older than this is reported stale (and /readyz?sweep=1 answers 503).
 SWEEP_STALE_SECONDS = env_int("SMSGW_SWEEP_STALE_SECONDS", 60, minimum=5)
+# Queue consumers (smsgw.observability.queues): each worker's main process records the queues it consumes
+# this often; a consumer not heard from for the stale time (three beats by default: one late beat on a
+# loaded host is not a death) is gone. /readyz and /metrics report a queue with messages ready and no
+# consumer; past SMSGW_QUEUE_UNCONSUMED_SECONDS /readyz lists it (and /readyz?queues=1 answers 503).
+QUEUE_CONSUMER_HEARTBEAT_SECONDS = env_float("SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
+QUEUE_CONSUMER_STALE_SECONDS = env_float(
+    "SMSGW_QUEUE_CONSUMER_STALE_SECONDS", 3 * QUEUE_CONSUMER_HEARTBEAT_SECONDS, minimum=1.0
+)
+if QUEUE_CONSUMER_STALE_SECONDS <= QUEUE_CONSUMER_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        "SMSGW_QUEUE_CONSUMER_STALE_SECONDS must be longer than SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS"
+    )
+QUEUE_UNCONSUMED_SECONDS = env_int("SMSGW_QUEUE_UNCONSUMED_SECONDS", 60, minimum=1)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")

@@ -10,3 +10,33 @@ class Heartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class QueueConsumer(models.Model):
+    """A Celery worker node consuming a queue, as its main process last said (smsgw.observability.consumers):
+    ``seen_at`` is refreshed every SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS while it consumes; ``stopped``
+    is set, with ``seen_at`` then the time it stopped, when it stops consuming the queue (a warm shutdown,
+    a cancelled queue). A row not refreshed for SMSGW_QUEUE_CONSUMER_STALE_SECONDS is a worker that died
+    without saying so. In the database, not per host, so every web process gives the same answer."""
+
+    hostname = models.CharField(max_length=255)  # the Celery node name (-n name@host)
+    queue = models.CharField(max_length=255)
+    seen_at = models.DateTimeField()
+    stopped = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hostname", "queue"], name="queue_consumer_node")]
+
+    def __str__(self) -> str:
+        return f"{self.hostname} {self.queue}"
+
+
+class UnconsumedQueue(models.Model):
+    """When a scrape or a readiness probe first saw this queue with messages ready and no live consumer;
+    deleted by the first one that sees it consumed or empty (smsgw.observability.queues)."""
+
+    queue = models.CharField(max_length=255, primary_key=True)
+    since = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.queue} since {self.since:%Y-%m-%d %H:%M:%S}"

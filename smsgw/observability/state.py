@@ -26,6 +26,7 @@ from delivery.models import ProviderCircuit
 from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.models import Message, Priority, Status
 from smsgw.observability.models import Heartbeat
+from smsgw.observability.queues import queue_states_observe
 
 EXACT_BELOW = 10_000
 ACTIVE = (Status.SCHEDULED, Status.QUEUED, Status.SENDING, Status.SENT)  # each has a partial index
@@ -116,6 +117,7 @@ class StateCollector:
             yield from self._receipts_webhooks(cur, now)
         yield from self._circuits()
         yield from self._sweep(now)
+        yield from _queues(now)
 
     def _messages(self, cur, now):
         by_status = GaugeMetricFamily(
@@ -218,6 +220,35 @@ class StateCollector:
         age.add_metric([], _age(now, at) if at else -1.0)
         yield last
         yield age
+
+
+def _queues(now):
+    ready = GaugeMetricFamily(
+        "smsgw_queue_ready_messages",
+        "Messages ready in each routed broker queue (a passive declare; none while the broker does not "
+        "answer). Reserved, unacknowledged ones are not counted.",
+        labels=["queue"],
+    )
+    consumers = GaugeMetricFamily(
+        "smsgw_queue_consumers",
+        "Celery worker nodes consuming each routed queue (their heartbeats, any host).",
+        labels=["queue"],
+    )
+    unconsumed = GaugeMetricFamily(
+        "smsgw_queue_unconsumed_seconds",
+        "How long each routed queue has had messages ready and no consumer (0 while consumed or empty; "
+        "none while the broker does not answer).",
+        labels=["queue"],
+    )
+    for state in queue_states_observe(now=now):
+        consumers.add_metric([state.name], state.consumers)
+        if state.ready is not None:
+            ready.add_metric([state.name], state.ready)
+        if state.unconsumed_seconds is not None:
+            unconsumed.add_metric([state.name], state.unconsumed_seconds)
+    yield ready
+    yield consumers
+    yield unconsumed
 
 
 def sweep_age_seconds(now: datetime | None = None) -> float | None:

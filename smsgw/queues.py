@@ -1,0 +1,30 @@
+"""The Celery queues smsgw publishes to, in one list.
+
+Every process that must run for the gateway to work is a worker on some of these queues, so the list is
+what the deploy examples are held to: tests/smsgw/test_queues.py fails when a task route, a beat entry or
+a literal ``queue=`` in a publish names a queue that is not here, and when the README's production block,
+deploy/Procfile or the systemd instance examples start no worker for one of them (a queue with no worker
+is silent: its tasks wait for ever, e.g. every campaign stays ``creating``). Readiness and /metrics report
+each of them (smsgw.observability.queues). No Django import: the settings read it.
+"""
+
+from __future__ import annotations
+
+SWEEP = "sweep"  # the sweep and the schedule materializer (beat ticks)
+SEND_PREFIX = "send."  # one send queue per priority class (scheduling.recovery.send_queue)
+SEND_TRANSACTIONAL = SEND_PREFIX + "transactional"
+SEND_BULK = SEND_PREFIX + "bulk"
+RECONCILE = "reconcile"  # provider look-ups, holds and circuit probes, campaign control, housekeeping
+RECEIPTS = "receipts"
+WEBHOOKS = "webhooks"
+CAMPAIGNS = "campaigns"  # campaign creation jobs (making a campaign's messages)
+
+ROUTED_QUEUES: tuple[str, ...] = (
+    SWEEP,
+    SEND_TRANSACTIONAL,
+    SEND_BULK,
+    RECONCILE,
+    RECEIPTS,
+    WEBHOOKS,
+    CAMPAIGNS,
+)
