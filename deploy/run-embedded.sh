@@ -31,5 +31,7 @@ A process that dies is started again (its line says so). Press Ctrl-C to stop.
 "
 # The sandbox, gunicorn, one celery worker on every queue and celery beat, kept running by a small
 # supervisor (deploy/embedded.py): a child that dies is restarted with a backoff; Ctrl-C stops them all.
+# The worker consumes every queue the code routes to (smsgw/queues.py, the one list).
+QUEUES=$($PY -c 'from smsgw.queues import ROUTED_QUEUES; print(",".join(ROUTED_QUEUES))')
 exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandbox-port "$SANDBOX_PORT" \
-  --queues sweep,send.transactional,send.bulk,reconcile,receipts,webhooks,campaigns --banner "$BANNER"
+  --queues "$QUEUES" --banner "$BANNER"

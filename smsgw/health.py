@@ -104,4 +104,8 @@ def readyz(request):
     if _asked(request, "queues") and body["queues"]["unconsumed"]:
         ready = False
     body["status"] = "ok" if ready else "unavailable"
-    return JsonResponse(body, status=200 if ready else 503)
+    response = JsonResponse(body, status=200 if ready else 503)
+    # A probe polls every few seconds: its 503 says why in the body and in /metrics. Without this mark
+    # django.request logged an ERROR line per probe (django.utils.log.log_response skips a marked one).
+    response._has_been_logged = True
+    return response

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from bench.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
+from smsgw.queues import ROUTED_QUEUES
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -91,6 +92,8 @@ def test_bad_files_in_the_embedded_broker_folder_are_set_aside_and_the_worker_se
 ):
     run = embedded()
     worker = run.status()["children"]["worker"]["pid"]
+    argv = psutil.Process(worker).cmdline()
+    assert argv[argv.index("-Q") + 1].split(",") == list(ROUTED_QUEUES)  # every queue has its consumer
     out = run.var / "broker" / "out"
     # Named to sort first in their queues' folder listing, so the worker meets them before the message.
     bad = {

@@ -3,6 +3,7 @@ liveness reported (and required with ?sweep=1)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -48,3 +49,10 @@ def test_readyz_is_unavailable_when_the_broker_cannot_be_reached(client):
         app.conf.broker_write_url = old
     assert response.status_code == 503
     assert response.json()["status"] == "unavailable" and response.json()["broker"] != "ok"
+
+
+def test_a_readiness_probe_answered_503_writes_no_error_line(client, caplog):
+    """A probe polls every few seconds; its 503 says why in its body (and /metrics), not in the log."""
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client.get("/readyz?sweep=1").status_code == 503
+    assert not [r for r in caplog.records if r.name == "django.request"]
