@@ -199,10 +199,10 @@ def test_uncertain_accepted_submission_is_reconciled_to_sent_without_resending(
     assert len(stored) == 1 and msg.status == Status.SENT and msg.provider_message_id == stored[0].sid
     assert msg.attempts.get().outcome == AttemptOutcome.RECONCILED_FOUND
     assert "reconciled_found" in kinds(msg)
-    # The provider's date_created has whole seconds (it precedes the attempt's start by up to 1 s):
-    # no timeline shows a send before its attempt or its due time.
+    # The provider stored it after the attempt started, and shows that instant in whole seconds (floored):
+    # up to 1 s before the start; no timeline shows a send before its attempt or its due time.
     attempt = msg.attempts.get()
-    assert stored[0].date_created <= attempt.started_at
+    assert attempt.started_at - timedelta(seconds=1) <= stored[0].date_created <= timezone.now()
     assert msg.sent_at >= attempt.started_at and msg.sent_at >= msg.due_at
 
 
