@@ -13,9 +13,8 @@ from celery.signals import (
 )
 from kombu.utils.objects import cached_property
 
-from smsgw.transports import transports_register
-
 from smsgw.observability.consumers import QueueConsumerHeartbeat
+from smsgw.transports import transports_register
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 # Before any connection: kombu's filesystem and Redis schemes resolve to smsgw's transports (atomic
