@@ -267,11 +267,23 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     var = Path(args.var_dir)
     sandbox = [sys.executable, "-m", "delivery.sandbox", "--host", "127.0.0.1"]
     sandbox += ["--port", str(args.sandbox_port), "--state-file", str(var / "sandbox-messages.jsonl")]
-    web = [str(venv / "gunicorn"), "smsgw.wsgi", "--bind", f"127.0.0.1:{args.web_port}", "--workers", "2"]
-    web += ["--access-logfile", "-", "--logger-class", "smsgw.gunicorn_logging.RedactingLogger"]
     # Nothing here uses gunicorn's control socket, and its default path is one per host (a second
     # gunicorn on the host would take it over).
-    web += ["--graceful-timeout", "20", "--no-control-socket"]
+    web = [
+        str(venv / "gunicorn"),
+        "smsgw.wsgi",
+        "--no-control-socket",
+        "--bind",
+        f"127.0.0.1:{args.web_port}",
+        "--workers",
+        "2",
+        "--graceful-timeout",
+        "20",
+        "--access-logfile",
+        "-",
+        "--logger-class",
+        "smsgw.gunicorn_logging.RedactingLogger",
+    ]
     # Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second
     # (they poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
     worker = [str(venv / "celery"), "-A", "smsgw", "worker", "--loglevel", "INFO", "--concurrency", "4"]
