@@ -41,6 +41,7 @@ import bisect
 import logging
 from collections import OrderedDict, deque
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -72,6 +73,10 @@ def bucket_key(provider: str, account: str, kind: str, value: str = "") -> str:
     return f"{provider}|{account}|{kind}|{value}"[:200]
 
 
+@overload
+def _epoch(value: datetime) -> float: ...
+@overload
+def _epoch(value: datetime | None) -> float | None: ...
 def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
@@ -275,7 +280,7 @@ def fair_order(candidates: list[Candidate]) -> list[Candidate]:
             out.append(bulk_next)
             bulk_next = next(bulk, None)
             credit = max(0.0, credit - 1.0)
-        else:
+        elif tx_next is not None:
             out.append(tx_next)
             tx_next = next(tx, None)
     return out
@@ -426,9 +431,10 @@ def _account_gate(
 
     limit_rows = [account_limit, account_tx, *sender_limits.values(), *tenant_limits.values()]
     line_rows = [*shares.values(), *sender_lines.values(), *tenant_lines.values()]
-    for item in [*limit_rows, *line_rows]:
+    items: list[_Limit | _Line] = [*limit_rows, *line_rows]
+    for item in items:
         item.save(now)
-    _rows_save(list({id(i.row): i.row for i in [*limit_rows, *line_rows]}.values()))
+    _rows_save(list({id(i.row): i.row for i in items}.values()))
 
 
 def _rows_save(rows: list[RateBucket]) -> None:
