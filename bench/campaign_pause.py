@@ -19,7 +19,7 @@ from django.utils import timezone
 from bench import core
 from bench.pacing import _reset_capacity
 from delivery.models import Attempt, SenderCapacity
-from delivery.sandbox.process import DEFAULT_ACCOUNT_SID
+from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling import campaign_control
 from scheduling.campaign_progress import progress_add, progress_read
 from scheduling.models import Campaign, CampaignCounter

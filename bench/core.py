@@ -171,7 +171,7 @@ def _cpu_by_kind(worker_pids: list[int]) -> dict[str, float]:
             else "rabbitmq"
             if "beam" in proc.info["name"]
             else "sandbox"
-            if "delivery.sandbox" in cmd
+            if "-m sandbox" in cmd
             else "beat"
             if " beat " in cmd
             else "web"
@@ -207,7 +207,7 @@ class Topology:
         sandbox_args: list[str] | None = None,
         control_port: int | None = None,
     ):
-        from delivery.sandbox.process import SandboxProcess
+        from sandbox.process import SandboxProcess
 
         # The sandbox stands for the provider, which runs on its own machines: here it shares two cores
         # with everything measured, so it runs at a higher priority where that is allowed (root), or

@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 from django.db import connection
 
 from bench import core, devprocs
-from delivery.sandbox.callbacks import twilio_signature
 from receipts.models import ReceiptEvent
+from sandbox.callbacks import twilio_signature
 
 AUTH_TOKEN = "bench-auth-token"
 ACCOUNT_SID = "AC" + "0" * 32

@@ -7,7 +7,7 @@ migrating; it imports nothing of the project (only the standard library), so it 
   start does not spin. Nothing else is touched: the others keep running. A restart loses no message: the
   database is the source of truth (a task the dead worker held is published again by the sweep's
   recovery of stale ``queued`` rows), and the sandbox keeps its store in a journal
-  (delivery.sandbox.journal).
+  (sandbox.journal).
 * **Ctrl-C or SIGTERM stops everything within 30 s**: SIGTERM to every child's process group at once
   (each child runs in a session of its own, so a terminal's Ctrl-C reaches only this process, which then
   stops them in order), the sandbox last so the worker's last submissions get their answers, and
@@ -265,7 +265,7 @@ class Supervisor:
 def children_embedded(args: argparse.Namespace) -> list[Child]:
     venv = Path(sys.executable).parent
     var = Path(args.var_dir)
-    sandbox = [sys.executable, "-m", "delivery.sandbox", "--host", "127.0.0.1"]
+    sandbox = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1"]
     sandbox += ["--port", str(args.sandbox_port), "--state-file", str(var / "sandbox-messages.jsonl")]
     # Nothing here uses gunicorn's control socket, and its default path is one per host (a second
     # gunicorn on the host would take it over).

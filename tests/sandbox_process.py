@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from delivery.sandbox.process import SandboxProcess as _BaseSandboxProcess
-from delivery.sandbox.process import unused_port
+from sandbox.process import SandboxProcess as _BaseSandboxProcess
+from sandbox.process import unused_port
 
 __all__ = ["SandboxProcess", "unused_port"]
 

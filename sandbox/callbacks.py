@@ -50,13 +50,13 @@ from urllib.parse import urlencode
 import aiohttp
 from yarl import URL
 
-from delivery.sandbox.lifecycle import dlr_done_date
+from sandbox.lifecycle import dlr_done_date
 
 if TYPE_CHECKING:
-    from delivery.sandbox.lifecycle import SandboxMessage
-    from delivery.sandbox.server import SandboxState
+    from sandbox.lifecycle import SandboxMessage
+    from sandbox.server import SandboxState
 
-logger = logging.getLogger("delivery.sandbox.callbacks")
+logger = logging.getLogger("sandbox.callbacks")
 
 API_VERSION = "2010-04-01"
 CONNECTIONS = 64  # callback POSTs in flight at once (and sockets); the rest wait in the queue
@@ -189,7 +189,7 @@ class StatusCallbackHook:
             self._schedule(chain)
 
     def message_restored(self, message: SandboxMessage) -> int:
-        """A message read back from the journal after a restart (delivery.sandbox.journal): plan the
+        """A message read back from the journal after a restart (sandbox.journal): plan the
         callbacks it may still be owed. Which ones the dead process had sent is not known, so every
         status change of the last ``RESTORED_CALLBACK_WINDOW`` seconds is sent again now (a duplicate
         callback is what Twilio's own retries produce too) and the later ones at their time. Returns

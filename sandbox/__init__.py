@@ -7,9 +7,9 @@ ValidityPeriod, opt-outs and Twilio-ordered, signed status callbacks, and inject
 429, 400, timeouts, accepted-then-hung requests, callback faults) configured at start or at runtime
 through ``/_sandbox/``.
 
-Run it with ``python -m delivery.sandbox --port 8081``. This package must never import Django.
+Run it with ``python -m sandbox --port 8081``. This package must never import Django.
 """
 
-from delivery.sandbox.server import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SandboxConfig, build_app, main
+from sandbox.server import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SandboxConfig, build_app, main
 
 __all__ = ["DEFAULT_ACCOUNT_SID", "DEFAULT_AUTH_TOKEN", "SandboxConfig", "build_app", "main"]

@@ -19,9 +19,9 @@ import json
 import logging
 import os
 
-from delivery.sandbox.lifecycle import INF, SandboxMessage
+from sandbox.lifecycle import INF, SandboxMessage
 
-logger = logging.getLogger("delivery.sandbox")
+logger = logging.getLogger("sandbox")
 
 # Fields written for each message (SandboxMessage's slots); instants are wall-clock seconds.
 _FIELDS = (

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from delivery.sandbox.lifecycle import TRIAL_PREFIX, count_segments, rfc2822, service_sender
-from delivery.sandbox.server import BadRequest, Refused, SandboxState
+from sandbox.lifecycle import TRIAL_PREFIX, count_segments, rfc2822, service_sender
+from sandbox.server import BadRequest, Refused, SandboxState
 
 FROM = "+15005550006"
 OTHER = "+15005550007"

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
 DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
 _LISTENING = re.compile(r"sandbox listening on (http://\S+)(?: control (http://\S+))?")
@@ -83,7 +83,7 @@ class SandboxProcess:
                 *self.command_prefix,
                 sys.executable,
                 "-m",
-                "delivery.sandbox",
+                "sandbox",
                 "--host",
                 self.host,
                 "--port",

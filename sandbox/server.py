@@ -65,8 +65,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from delivery.sandbox.callbacks import StatusCallbackHook, parse_retry_policy, retry_policy_set
-from delivery.sandbox.lifecycle import (
+from sandbox.callbacks import StatusCallbackHook, parse_retry_policy, retry_policy_set
+from sandbox.lifecycle import (
     ERROR_MESSAGES,
     INF,
     TRIAL_PREFIX,
@@ -77,7 +77,7 @@ from delivery.sandbox.lifecycle import (
     service_sender,
 )
 
-logger = logging.getLogger("delivery.sandbox")
+logger = logging.getLogger("sandbox")
 
 __all__ = [
     "SandboxConfig",
@@ -437,7 +437,7 @@ class SandboxState:
         self.seed = seed
         self._service_senders: dict[str, str] = {}
         self.callbacks = StatusCallbackHook(self)
-        self.journal = None  # delivery.sandbox.journal.Journal with --state-file
+        self.journal = None  # sandbox.journal.Journal with --state-file
         self._restored: list[SandboxMessage] = []
         # the server's listeners (``Listeners``), when it runs them itself; None in process (unit tests)
         self.listeners: Listeners | None = None
@@ -720,11 +720,11 @@ class SandboxState:
         self.account_window.add(message)
 
     def journal_open(self, path: str) -> int:
-        """Keep the store in ``path`` (delivery.sandbox.journal): the messages already there are loaded
+        """Keep the store in ``path`` (sandbox.journal): the messages already there are loaded
         (their lifecycles as fixed at their create) and every new one is appended. Returns how many were
         loaded. Call before serving; their owed status callbacks are planned once the loop runs
         (``journal_callbacks``)."""
-        from delivery.sandbox.journal import Journal
+        from sandbox.journal import Journal
 
         journal = Journal(path)
         restored = journal.load() if os.path.getsize(path) else []
@@ -1470,7 +1470,7 @@ def _flag_kind(name: str) -> Any:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = SandboxConfig()
     p = argparse.ArgumentParser(
-        prog="python -m delivery.sandbox", description="Sandbox SMS provider speaking Twilio's API."
+        prog="python -m sandbox", description="Sandbox SMS provider speaking Twilio's API."
     )
     p.add_argument("--host", default=_env("SANDBOX_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("SANDBOX_PORT", 8081)), help="0 = any free port")
@@ -1500,7 +1500,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--state-file",
         default=_env("SANDBOX_STATE_FILE", None),
-        help="keep the message store in this file across restarts (delivery.sandbox.journal); default: "
+        help="keep the message store in this file across restarts (sandbox.journal); default: "
         "memory only (env SANDBOX_STATE_FILE)",
     )
     return p.parse_args(argv)
