@@ -1,6 +1,6 @@
 """Benchmarks and the process harness: tooling, not product code.
 
-``manage.py bench <scenario>`` runs the scenarios (``core``: burst, steady, pending, ingest; ``faults``;
+``python -m bench <scenario>`` runs the scenarios (``core``: burst, steady, pending, ingest; ``faults``;
 ``pacing``; ``receipts``; ``schedules``; ``baseline``, the Celery ETA reference the burst is compared
 with); ``devprocs`` starts the gateway's own processes (celery worker, beat,
 gunicorn) as real subprocesses for them and for the integration tests. Nothing in smsgw/, scheduling/,

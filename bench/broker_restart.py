@@ -1,4 +1,4 @@
-"""``manage.py bench broker-restart`` (issue 9, defect 4): N messages due at once drained twice in one run
+"""``python -m bench broker-restart`` (issue 9, defect 4): N messages due at once drained twice in one run
 on the same processes, with a private redis-server as the broker: first fault-free, then with that Redis
 killed (SIGKILL) when about 30% are sent and started again, empty, after ``down_seconds``. The workers
 and beat reconnect by themselves; the sweep notices the lost tasks (scheduling.recovery: the epoch key

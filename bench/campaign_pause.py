@@ -1,4 +1,4 @@
-"""``manage.py bench campaign_pause``: a campaign of N messages (1M by default) due now, paced sends through
+"""``python -m bench campaign_pause``: a campaign of N messages (1M by default) due now, paced sends through
 real processes (sandbox, sweeper, send workers, beat); after some seconds of sending it is paused. Prints
 how long after the pause call returned the provider still got submissions (target <= 2 s), and how long
 reading the campaign's progress takes while all N exist and sending runs (target <= 50 ms): the counter

@@ -1,4 +1,4 @@
-"""Benchmark scenarios (SPEC §10, lifecycle issue). Run through ``manage.py bench``; they print figures
+"""Benchmark scenarios. Run through ``python -m bench``; they print figures
 and never assert. They need PostgreSQL (DATABASE_URL) and a real broker (CELERY_BROKER_URL), and they
 start their own sandbox, beat and workers as real processes, exactly as production runs them."""
 

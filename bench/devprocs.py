@@ -140,7 +140,7 @@ def gunicorn(
 ) -> Proc:
     """The web server as production runs it (README, "Production"). ``worker_class`` defaults to
     SMSGW_WEB_WORKER_CLASS, else gthread: unlike sync it keeps client connections alive, so a worker
-    does not accept and close a connection per request (measured with ``manage.py bench ingest``: about
+    does not accept and close a connection per request (measured with ``python -m bench ingest``: about
     10% more requests/s than sync at the same worker count). The Proc records the class used."""
     worker_class = worker_class or env.get("SMSGW_WEB_WORKER_CLASS") or "gthread"
     proc = Proc(

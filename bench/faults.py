@@ -1,4 +1,4 @@
-"""``manage.py bench faults``: the same burst twice in one run, on the same processes, first with a
+"""``python -m bench faults``: the same burst twice in one run, on the same processes, first with a
 fault-free sandbox and then with a share of requests timing out (nothing stored, the answer too late)
 and a share accepted and then hung (stored, the answer too late). Prints both throughputs, lags, the
 ratio faulty / fault-free, and what the sandbox saw; asserts nothing.

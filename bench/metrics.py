@@ -1,4 +1,4 @@
-"""``manage.py bench metrics``: the cost of one /metrics scrape with a large table. Loads N pending
+"""``python -m bench metrics``: the cost of one /metrics scrape with a large table. Loads N pending
 messages (most scheduled for tomorrow, a due backlog, some queued, sending and sent) plus terminal ones,
 VACUUM ANALYZEs as autovacuum would, then times full scrapes (the state collector's queries and the
 multiprocess event files, rendered to text). Like ``bench.core`` it prints figures, asserts nothing and

@@ -1,4 +1,4 @@
-"""Benchmarks for sending within provider and tenant limits (``manage.py bench paced|adaptive|fairness|
+"""Benchmarks for sending within provider and tenant limits (``python -m bench paced|adaptive|fairness|
 outage|limiter``). Each starts its own sandbox (enforcing the limits like the provider), sweeper, send
 workers and beat as real processes, prints figures and asserts nothing."""
 

@@ -1,4 +1,4 @@
-"""Benchmarks for the return path (run through ``manage.py bench receipts``): signed callbacks accepted
+"""Benchmarks for the return path (run through ``python -m bench receipts``): signed callbacks accepted
 per second at the endpoint through gunicorn, processed per second by the `receipts` worker, and the
 receipt lag (processed minus received). Prints figures; asserts nothing."""
 

@@ -1,5 +1,5 @@
 """Benchmark scenarios for recurring schedules (the recurring-schedules issue), run through
-``manage.py bench``: materializer throughput with many active schedules, the materializer's cost when
+``python -m bench``: materializer throughput with many active schedules, the materializer's cost when
 nothing is due, and the occurrence preview. Like ``bench.core`` they print figures, assert nothing,
 and need PostgreSQL (they empty the message and schedule tables)."""
 

@@ -2,7 +2,7 @@
 whichever process or host answers the scrape and need no process to have seen the change.
 
 Cost is what bounds this module (target: a scrape in under 100 ms with 1,000,000 pending messages,
-``manage.py bench metrics``). count(*) over a million rows of a partial index still reads a million
+``python -m bench metrics``). count(*) over a million rows of a partial index still reads a million
 index entries, so a count is exact only while it is small: on PostgreSQL every count carries a LIMIT of
 EXACT_BELOW rows (the work stays bounded even when the statistics are stale), and a count that reaches
 it is replaced by the planner's estimate (EXPLAIN, no rows read; from ANALYZE statistics, which

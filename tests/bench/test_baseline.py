@@ -1,4 +1,4 @@
-"""The Celery ETA baseline's bookkeeping (the timed run itself is ``manage.py bench burst``)."""
+"""The Celery ETA baseline's bookkeeping (the timed run itself is ``python -m bench burst``)."""
 
 import os
 

@@ -1,6 +1,6 @@
-"""manage.py bench <scenario> ... — prints figures, asserts nothing. The scenarios live in the top-level
-``bench`` package (tooling, not product code); they are imported inside handle() so that loading the
-command list never imports them, nor psutil, which only the dev install has."""
+"""``python -m bench <scenario> ...`` (bench/__main__.py) — prints figures, asserts nothing. The command's
+options and dispatch; the scenarios are the modules beside it, imported inside handle() so that
+``--help`` needs neither them nor psutil."""
 
 import json
 
