@@ -15,6 +15,9 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 
 .venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet .
+# The layers point one way (pyproject.toml, [tool.importlinter]).
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 
