@@ -59,10 +59,11 @@ def test_paced_messages_are_submitted_at_their_slots_not_at_once(adapter, sandbo
     sending.send_batch([m.pk for m in msgs], not_before=slots)
     created = {row[3]: row[0] for row in sandbox.submissions(0)}  # [created_unix, sender, segments, to]
     arrivals = [created[m.to] for m in msgs]
+    # Each submission reaches the provider at or after its own slot, so the five span at least the 0.6 s
+    # their slots do (sent at once, the last four would arrive early). The gaps between arrivals are not
+    # asserted: on a loaded machine one request can be late and the next on time.
     for arrived, slot in zip(arrivals, slots, strict=True):
-        assert arrived >= slot - 0.005, "never before its slot"
-    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert min(gaps) > 0.1, f"the spacing reaches the provider: {gaps}"
+        assert arrived >= slot - 0.005, f"never before its slot: {arrived - slot:+.3f} s"
 
 
 def test_a_paced_batch_that_reaches_the_worker_late_keeps_its_spacing(adapter, sandbox, tenant):

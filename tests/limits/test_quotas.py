@@ -137,10 +137,17 @@ def test_a_message_uses_the_quota_of_the_local_day_it_is_due():
     assert dict(QuotaWindow.objects.values_list("day", "booked")) == {today: 1, today + timedelta(days=1): 1}
 
 
+def later_today(share: float) -> str:
+    """A moment still in today's local window: ``share`` of the time left until local midnight (a fixed
+    "in an hour" is tomorrow's window after 23:00 in New York)."""
+    now = timezone.now()
+    return (now + (local_midnight_after(1) - now) * share).isoformat()
+
+
 def test_rescheduling_into_a_full_day_is_refused_and_changes_nothing():
     api = client_for(daily_message_quota=1)
     tomorrow = post(api, 0, send_at=tomorrow_noon_local()).json()
-    moving = post(api, 1, send_at=(timezone.now() + timedelta(hours=1)).isoformat()).json()
+    moving = post(api, 1, send_at=later_today(0.4)).json()
 
     resp = api.patch(f"/v1/messages/{moving['id']}", {"send_at": tomorrow_noon_local()}, format="json")
 
@@ -151,7 +158,7 @@ def test_rescheduling_into_a_full_day_is_refused_and_changes_nothing():
     # And the other way round the booking moves with it: today's place is free again.
     back = api.patch(
         f"/v1/messages/{tomorrow['id']}",
-        {"send_at": (timezone.now() + timedelta(hours=2)).isoformat()},
+        {"send_at": later_today(0.7)},
         format="json",
     )
     assert back.status_code == 429  # today is still full (the moving message stayed there)
@@ -159,7 +166,7 @@ def test_rescheduling_into_a_full_day_is_refused_and_changes_nothing():
     assert (
         api.patch(
             f"/v1/messages/{tomorrow['id']}",
-            {"send_at": (timezone.now() + timedelta(hours=2)).isoformat()},
+            {"send_at": later_today(0.7)},
             format="json",
         ).status_code
         == 200
