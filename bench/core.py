@@ -1,4 +1,4 @@
-"""Benchmark scenarios. Run through ``python -m bench``; they print figures
+"""Benchmark scenarios (docs/running-benchmarks.md). Run through ``python -m bench``; they print figures
 and never assert. They need PostgreSQL (DATABASE_URL) and a real broker (CELERY_BROKER_URL), and they
 start their own sandbox, beat and workers as real processes, exactly as production runs them."""
 
@@ -357,7 +357,7 @@ def burst(
         )
         result["baseline_celery_eta_noop"] = base
         rate, base_rate = result["throughput_msg_s"], base["throughput_tasks_s"]
-        # Target (issue 9): >= 1.5, the gateway drains a burst faster than bare ETA tasks run.
+        # Target (docs/benchmarks.md): >= 1.5, the gateway drains a burst faster than bare ETA tasks run.
         result["ratio_gateway_to_baseline"] = round(rate / base_rate, 3) if rate and base_rate else None
     return result
 
@@ -644,7 +644,7 @@ def _healthz_summary(post: dict, health: dict) -> dict:
             "latency_ms_p50": health["p50_ms"],
             "latency_ms_p99": health["p99_ms"],
         },
-        # Target (issue 9): >= 0.2, an accepted message costs at most five health checks.
+        # Target (docs/benchmarks.md): >= 0.2, an accepted message costs at most five health checks.
         "ratio_post_to_healthz": round(post_rate / health_rate, 3) if health_rate else None,
     }
 

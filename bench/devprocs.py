@@ -138,7 +138,7 @@ def celery_beat(name: str, env: dict[str, str]) -> Proc:
 def gunicorn(
     env: dict[str, str], *, port: int, workers: int = 4, threads: int = 1, worker_class: str | None = None
 ) -> Proc:
-    """The web server as production runs it (README, "Production"). ``worker_class`` defaults to
+    """The web server as production runs it (docs/deploy.md, "Production"). ``worker_class`` defaults to
     SMSGW_WEB_WORKER_CLASS, else gthread: unlike sync it keeps client connections alive, so a worker
     does not accept and close a connection per request (measured with ``python -m bench ingest``: about
     10% more requests/s than sync at the same worker count). The Proc records the class used."""
@@ -156,7 +156,7 @@ def gunicorn(
             str(threads),
             "--worker-class",
             worker_class,
-            "--no-control-socket",  # not one socket per host for every gunicorn (README "Production")
+            "--no-control-socket",  # not one socket per host for every gunicorn (docs/deploy.md)
         ],
         env,
         ready_marker="Booting worker",

@@ -73,7 +73,7 @@ def faults(
         "broker": core._broker(),
         "fault_free": clean,
         "faulty": faulty,
-        # Target (issue 9): >= 0.90.
+        # Target (docs/benchmarks.md, "Faults and the send path"): >= 0.90.
         "ratio_faulty_to_fault_free": ratio("throughput_msg_s"),
         "ratio_unfaulted_messages": ratio("unfaulted_throughput_msg_s"),
     }

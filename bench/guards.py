@@ -1,5 +1,5 @@
 """What the suppression list and the destination guards cost at a paced burst (``python -m bench guards``,
-issue 12 §3: at most 5% of the burst's throughput with a 1,000,000-entry suppression list).
+target at most 5% of the burst's throughput with a 1,000,000-entry suppression list).
 
 The paced scenario (bench.pacing.paced) twice in one run, the same messages and rates:
 

@@ -1,4 +1,5 @@
-"""``python -m bench soak`` (issue 9, memory creep): a steady load for many minutes on real processes
+"""``python -m bench soak`` (docs/benchmarks.md, memory creep): a steady load for many minutes on
+real processes
 (sandbox, sweeper, beat, send workers; with receipts, gunicorn and a receipts worker too, the sandbox
 posting its status callbacks to it), the resident memory of every process sampled each minute, pool
 child PIDs recorded every few seconds (a child replaced past CELERY_WORKER_MAX_MEMORY_PER_CHILD shows as

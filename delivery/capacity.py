@@ -1,7 +1,8 @@
 """Capacity configuration: how many segments per second a sender, a provider account and a tenant may send.
 
 Providers limit throughput per sender, counted in segments (a 3-segment SMS costs 3), and per account.
-Twilio's defaults for US/Canada (its rate-limit and queueing articles, see the README): a long code 1
+Twilio's defaults for US/Canada (its rate-limit and queueing articles, see docs/limits.md,
+"Sending within limits"): a long code 1
 segment/s, a toll-free number 3, a short code 100 ("over 100"), and 2,000 messages/s across an account
 (error 63017). A messaging service's rate is the sum of its senders', which we cannot see: its default
 is a setting. Each default is a setting (``SMSGW_RATE_*``); a sender or account can be given its own

@@ -1,4 +1,4 @@
-"""Destination permissions (issue 12 §3): which numbers a tenant may send to at all. Checked at acceptance
+"""Destination permissions (docs/guards.md): which numbers a tenant may send to at all. Checked at acceptance
 (scheduling.services, scheduling.schedules: a 400 naming ``to``, nothing stored) and again at execution
 (delivery.screening: a message whose destination became refused is cancelled, never submitted).
 

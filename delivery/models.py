@@ -1,4 +1,5 @@
-"""Delivery's records: one Attempt row per provider call, committed before the call is made (SPEC §5.3);
+"""Delivery's records: one Attempt row per provider call, committed before the call is made
+(docs/architecture.md, "Send worker");
 holds on a provider account, sender or destination after an account fault; duplicate submissions found
 after the fact; and opt-outs the provider reported."""
 

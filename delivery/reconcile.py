@@ -1,4 +1,5 @@
-"""Reconciling sends whose outcome is unknown (SPEC §5.3): a retry only when the provider cannot have it.
+"""Reconciling sends whose outcome is unknown (docs/architecture.md, "Uncertain submissions"): a retry
+only when the provider cannot have it.
 
 A `sending` message whose lease expired had an attempt that may or may not have reached the provider:
 the worker died mid-call, or the call timed out. Sending again blindly could deliver twice, so the

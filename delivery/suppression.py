@@ -1,4 +1,5 @@
-"""The tenant's suppression list (issue 12 §2): who opted out, from which sender, and the one place that
+"""The tenant's suppression list (docs/guards.md, "Opt-outs"): who opted out, from which sender, and the one
+place that
 adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call these.
 
 A recipient who texts STOP to a sender opts out of that sender (a From number, or the messaging service

@@ -1,4 +1,4 @@
-"""The velocity guard against SMS pumping (issue 12 §3): a release gate (scheduling.release) that holds
+"""The velocity guard against SMS pumping (docs/guards.md): a release gate (scheduling.release) that holds
 a tenant's sends for review when, within one fixed window (SMSGW_VELOCITY_WINDOW_SECONDS),
 
 * more than ``velocity_prefix_max`` messages go to one destination prefix (the first

@@ -21,6 +21,16 @@ fi
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 
+# The docs site (docs/, mkdocs.yml) builds with every link and anchor resolved: strict turns each warning
+# into a failure. Built into a temporary folder, with no network (no fonts or plugins fetched). Not with
+# --quiet: it hides the warnings, and then strict has none to fail on; the log is shown when it fails.
+DOCS_SITE="$(mktemp -d)"
+if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$DOCS_SITE/site" >"$DOCS_SITE/build.log" 2>&1; then
+  cat "$DOCS_SITE/build.log" >&2
+  exit 1
+fi
+rm -rf "$DOCS_SITE"
+
 # Production settings pass Django's deployment checklist (TLS behind a proxy, HSTS, secure cookies) and
 # every other system check without a warning. Nothing connects to these; they only load the settings.
 SMSGW_ENV=production DATABASE_URL=postgres://postgres@127.0.0.1:5432/smsgw \

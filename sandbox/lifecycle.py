@@ -1,6 +1,6 @@
 """A sandbox message and its lifecycle, fixed when it is created and read off the clock afterwards.
 
-Twilio's sources for each rule (see the README's "Fidelity" list):
+Twilio's sources for each rule (see docs/twilio.md, the "Fidelity" list):
 
 * Initial status: ``queued`` when ``From`` was given, ``accepted`` for a Messaging Service send without
   one (Twilio docs, "Outbound Message Status in Status Callbacks" and the message-resource status table).

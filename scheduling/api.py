@@ -1,4 +1,4 @@
-"""Tenant API for messages (SPEC §7). One thin view per endpoint; rules live in services/selectors."""
+"""Tenant API for messages (docs/api.md). One thin view per endpoint; rules live in services/selectors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Campaign control: pause, resume, cancel, and noticing that a campaign is complete (issue 12 §1).
+"""Campaign control: pause, resume, cancel, and noticing that a campaign is complete (docs/campaigns.md,
+"Campaigns: pause, resume, cancel, progress").
 
 Pause and cancel change the Campaign row only; the release step and the send claim then keep its
 messages from the provider (scheduling.campaign_gate). The work that does touch messages runs in bounded

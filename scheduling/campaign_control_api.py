@@ -1,4 +1,5 @@
-"""POST /v1/campaigns/{id}/pause, /resume, /cancel (SPEC §7). Thin views over
+"""POST /v1/campaigns/{id}/pause, /resume, /cancel (docs/campaigns.md, "Campaigns: pause, resume,
+cancel, progress"). Thin views over
 scheduling.campaign_control; every answer carries the campaign's progress by status, read from its
 counters."""
 

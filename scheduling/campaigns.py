@@ -1,4 +1,4 @@
-"""Accepting a campaign (SPEC §7, issue 12 §1): everything request-level is checked here, synchronously,
+"""Accepting a campaign (docs/campaigns.md): everything request-level is checked here, synchronously,
 and a bad value is a 400 naming its field with nothing stored. The recipient list is then stored as
 received in CampaignUpload chunks and the campaign in ``creating``; the creation job
 (``scheduling.campaign_make``, a Celery task published after commit) makes the messages.

@@ -1,4 +1,4 @@
-"""Tenant API for campaigns (SPEC §7, issue 12 §1): create (JSON or a CSV upload) and the reads. One thin
+"""Tenant API for campaigns (docs/campaigns.md): create (JSON or a CSV upload) and the reads. One thin
 view per endpoint; the rules live in ``scheduling.campaigns`` (writes) and ``scheduling.campaign_selectors``.
 Pause, resume and cancel are served next to these by their own module."""
 

@@ -231,7 +231,7 @@ def new_schedule_id() -> str:
 
 
 class Schedule(models.Model):
-    """A recurring definition (SPEC §3), separate from its executions: each occurrence becomes an
+    """A recurring definition (docs/scheduling.md), separate from its executions: each occurrence becomes an
     ordinary Message, made ahead of time within a rolling horizon by ``scheduling.materialize``.
 
     The definition columns hold the current version; every change is also kept as an immutable
@@ -331,7 +331,7 @@ def new_campaign_id() -> str:
 
 
 class Campaign(models.Model):
-    """A bulk send (SPEC §7): many recipients sharing a time and a body or template. Every recipient
+    """A bulk send (docs/campaigns.md): many recipients sharing a time and a body or template. Every recipient
     becomes an ordinary Message linked here, made in bounded batches by the one message-birth path.
     Progress is read from CampaignCounter (sharded counters kept by the transitions), never from a
     count over the message table."""

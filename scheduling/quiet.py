@@ -1,4 +1,5 @@
-"""Quiet hours (SPEC §6): a send whose due time falls inside the recipient's local quiet window moves to
+"""Quiet hours (docs/scheduling.md, "Quiet hours"): a send whose due time falls inside the
+recipient's local quiet window moves to
 the window's end, and the move is recorded on the message.
 
 A window is a local time-of-day range ``[start, end)`` in the recipient's timezone; ``start > end``
@@ -116,7 +117,8 @@ class QuietWindow:
 
     def end_after(self, instant: datetime) -> datetime:
         """The UTC instant at which the window containing ``instant`` ends. The local end time is
-        resolved like any local time (SPEC §6): inside a DST gap it moves forward by the gap; when it
+        resolved like any local time (docs/api.md, `dst_policy`): inside a DST gap it moves forward by the
+        gap; when it
         occurs twice, the first reading that is still after ``instant`` is used."""
         local = self._local(instant)
         day: date = local.date()

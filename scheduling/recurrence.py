@@ -1,4 +1,4 @@
-"""Expanding a schedule's rule in local wall time and resolving each occurrence to UTC (SPEC §6).
+"""Expanding a schedule's rule in local wall time and resolving each occurrence to UTC (docs/scheduling.md).
 
 Why local wall time: "every weekday at 08:30 Europe/Berlin" must stay 08:30 on both sides of a DST
 change, so the rule is expanded on naive local datetimes (what the user means) and each occurrence is

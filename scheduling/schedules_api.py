@@ -1,4 +1,4 @@
-"""Tenant API for recurring schedules and the tenant's quiet hours (SPEC §7). One thin view per
+"""Tenant API for recurring schedules and the tenant's quiet hours (docs/scheduling.md). One thin view per
 endpoint; the rules live in ``scheduling.schedules`` (writes) and ``scheduling.schedule_selectors``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resolving a requested send time to a UTC instant (SPEC §6).
+"""Resolving a requested send time to a UTC instant (docs/api.md, `send_at` and `dst_policy`).
 
 A scheduled send is requested either as
 

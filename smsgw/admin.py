@@ -58,7 +58,7 @@ class TenantForm(forms.ModelForm):
             "quiet_hours_start",
             "quiet_hours_end",
             "quiet_hours_exempt_transactional",
-            # Destination guards (README "Destination guards"): delivery.guards, delivery.velocity.
+            # Destination guards (docs/guards.md): delivery.guards, delivery.velocity.
             "country",
             "allowed_countries",
             "deny_prefixes",

@@ -3,7 +3,8 @@
 Behind the TLS proxy (SMSGW_TLS=proxy, production's default) every request arrives from the proxy, so
 REMOTE_ADDR would lock out a username for everyone at once. The proxy appends the address it saw to
 X-Forwarded-For; the rightmost entry is that one (entries to its left are whatever the client sent,
-and a client can forge them). One proxy hop is assumed, as for X-Forwarded-Proto (README "TLS")."""
+and a client can forge them). One proxy hop is assumed, as for X-Forwarded-Proto
+(docs/deploy.md, "Production mode and TLS")."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ class Tenant(models.Model):
     quiet_hours_start = models.TimeField(null=True, blank=True)
     quiet_hours_end = models.TimeField(null=True, blank=True)
     quiet_hours_exempt_transactional = models.BooleanField(default=False, db_default=False)
-    # Destination guards (delivery.guards, README "Destination guards"): the tenant's own country (ISO
+    # Destination guards (delivery.guards, docs/guards.md): the tenant's own country (ISO
     # 3166 alpha-2; empty = from default_from, else SMSGW_DEFAULT_COUNTRY) and the countries it may
     # send to (empty = its own country only); E.164 prefixes (digits) denied on top of the shipped list,
     # and shipped prefixes this tenant is exempt from.

@@ -1,7 +1,7 @@
 """The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
 also acts on messages, schedules, campaigns, holds (provider and review holds), circuits, webhook
 deliveries and sender rates; `admin` also manages tenants, API keys, periodic tasks, admin users and
-login lockouts. A person gets a role by being `is_staff` and in one group (README "Operator console").
+login lockouts. A person gets a role by being `is_staff` and in one group (docs/admin.md, "Who may do what").
 Nobody but a superuser deletes messages or their history: no role has those permissions, and the admin
 refuses them to everyone anyway.
 

@@ -641,7 +641,7 @@ if not (len(DEFAULT_COUNTRY) == 2 and DEFAULT_COUNTRY.isalpha()):
 DENY_PREFIXES_FILE = env_str("SMSGW_DENY_PREFIXES_FILE", "")
 DENY_PREFIXES = env_list("SMSGW_DENY_PREFIXES", [])
 # Velocity: fixed windows of this length; a tenant's own values (smsgw.models.Tenant) override the
-# maxima. 0 = the rule is off (the default: turn it on per tenant or here, README "Destination guards").
+# maxima. 0 = the rule is off (the default: turn it on per tenant or here, docs/guards.md).
 VELOCITY_WINDOW_SECONDS = env_int("SMSGW_VELOCITY_WINDOW_SECONDS", 3600, minimum=60)
 VELOCITY_PREFIX_DIGITS = env_int("SMSGW_VELOCITY_PREFIX_DIGITS", 7, minimum=2)
 VELOCITY_PREFIX_MAX = env_int("SMSGW_VELOCITY_PREFIX_MAX", 0, minimum=0)

@@ -6,7 +6,8 @@ whether it has it. That question only has a stable answer if nothing of the requ
 Twilio after we stopped waiting. A normal close() leaves the unacknowledged bytes of the POST in the
 kernel's send queue, which keeps retransmitting them for up to ~15 minutes (tcp_retries2): across a
 network partition, the POST arrived after the link came back, after the reconciler had looked, found
-nothing and resent (issue 7: 36 of 50 uncertain submissions sent twice). So every provider socket is
+nothing and resent (measured: 36 of 50 uncertain submissions sent twice; docs/architecture.md,
+"Uncertain submissions"). So every provider socket is
 created with:
 
 * ``SO_LINGER`` on with a 0 s timeout: close() discards the send queue and sends RST instead of FIN, so

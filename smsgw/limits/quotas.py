@@ -1,4 +1,4 @@
-"""Tenant quotas at acceptance (SPEC §7, issue 10 §1).
+"""Tenant quotas at acceptance (docs/limits.md, "Tenant limits: quotas and API rate limits").
 
 * ``daily_message_quota``: segments (what a provider bills) per quota window, the tenant's local day in
   its ``default_timezone`` (00:00 to 24:00 local). A message is booked against the window of the day it is

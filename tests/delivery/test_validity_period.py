@@ -1,5 +1,5 @@
 """The ValidityPeriod and StatusCallback every submission carries, read back from what the sandbox received
-(README, "How it works", send worker step 2): ``ValidityPeriod = clamp(ceil(expires_at - attempt start),
+(docs/architecture.md, "How it works", send worker step 2): ``ValidityPeriod = clamp(ceil(expires_at - attempt start),
 1, 36000)`` seconds, stored on the Attempt too, and a StatusCallback naming the message and attempt when
 SMSGW_PUBLIC_BASE_URL is set. And the sandbox really drops a message whose validity passes while it is
 queued there (Twilio 30036)."""

@@ -37,7 +37,7 @@ def test_poison_on_the_bulk_queue_is_discarded_once_and_both_send_pools_go_on(
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     connection.close()
-    # As production runs them: one pool per priority class (README "Production").
+    # As production runs them: one pool per priority class (docs/deploy.md, "Production").
     tx = pipeline.worker("tx", queues="sweep,send.transactional,reconcile,receipts,webhooks,campaigns")
     bulk = pipeline.worker("bulk", queues="send.bulk")
     pipeline.beat()

@@ -35,7 +35,7 @@ def _ctl(*args: str) -> str:
 @pytest.fixture
 def rabbit_url():
     """Load the shipped definitions into the local RabbitMQ, as an operator would, and give the
-    passwordless smsgw user a password (README: rabbitmqctl change_password)."""
+    passwordless smsgw user a password (docs/deploy.md: rabbitmqctl change_password)."""
     _ctl("import_definitions", str(DEFINITIONS))
     password = secrets.token_hex(12)
     _ctl("change_password", "smsgw", password)

@@ -1,4 +1,4 @@
-"""Every gunicorn command the project ships (deploy/, the README, bench/, tests/) runs without gunicorn's
+"""Every gunicorn command the project ships (deploy/, docs/, bench/, tests/) runs without gunicorn's
 control socket, or with one of its own. gunicorn 25.1+ opens one by default at a path per user
 ($XDG_RUNTIME_DIR/gunicorn.ctl, else ~/.gunicorn/gunicorn.ctl; gunicorn/config.py ``ControlSocket``):
 a second gunicorn on the host (another instance, a staging stack, a test) unlinks and takes over the
@@ -22,7 +22,7 @@ TEXT_FILES = ("*.md", "*.sh", "*.service", "Procfile", "*.py", "*.toml", "*.yml"
 EXPECTED = {
     "deploy/Procfile",
     "deploy/systemd/smsgw-web.service",
-    "README.md",
+    "docs/deploy.md",
     "bench/devprocs.py",
     "tests/integration/conftest.py",
 }

@@ -1,5 +1,5 @@
 """One list of queues (smsgw.queues.ROUTED_QUEUES), held to what the code publishes and to what the deploy
-examples run: a queue the code routes to with no worker line in the README's production block, the
+examples run: a queue the code routes to with no worker line in docs/deploy.md's production block, the
 Procfile or the systemd examples leaves its tasks waiting for ever (every campaign ``creating``), and a
 publish to a queue missing from the list would be one readiness and /metrics never look at."""
 
@@ -208,7 +208,7 @@ def _sh_blocks(text: str) -> list[str]:
 
 
 def _worker_queues(lines: str) -> set[str]:
-    """The queues of every ``celery ... worker -Q a,b`` line (the README's ``$W -Q ...`` shorthand too)."""
+    """The queues of every ``celery ... worker -Q a,b`` line (docs/deploy.md's ``$W -Q ...`` shorthand too)."""
     queues = set()
     for line in lines.splitlines():
         if line.lstrip().startswith("#"):
@@ -226,8 +226,8 @@ def _instances(text: str) -> set[str]:
     return queues
 
 
-README = (ROOT / "README.md").read_text()
-PRODUCTION = _section(README, "## Production")
+DEPLOY = (ROOT / "docs" / "deploy.md").read_text()
+PRODUCTION = _section(DEPLOY, "## Production")
 
 
 def test_the_readme_production_block_runs_a_worker_for_every_routed_queue():
