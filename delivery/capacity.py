@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import phonenumbers
@@ -35,7 +36,7 @@ _SERVICE = re.compile(r"MG[0-9a-fA-F]{32}")
 _SHORT_CODE = re.compile(r"\d{3,8}")
 _ALPHANUMERIC = re.compile(r"[A-Za-z0-9 ]{1,11}")
 
-_cache: dict[tuple, tuple[float, object]] = {}
+_cache: dict[tuple, tuple[float, Rate]] = {}
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def default_rate(kind: str) -> float:
     return float(settings.SENDER_RATE_DEFAULTS[kind])
 
 
-def _cached(key: tuple, load):
+def _cached(key: tuple, load: Callable[[], Rate]) -> Rate:
     now = time.monotonic()
     hit = _cache.get(key)
     if hit is not None and hit[0] > now:

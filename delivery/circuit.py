@@ -195,7 +195,9 @@ def _close(row: ProviderCircuit, now: datetime) -> None:
     row.next_probe_at = None
     row.updated_at = now
     row.save()
-    log.warning("provider circuit closed for %s/%s after %s", row.provider, row.account, now - row.opened_at)
+    # opened_at is nullable: only _count opens a circuit and it sets it, but a row is not checked for that.
+    open_for = now - row.opened_at if row.opened_at is not None else "an unknown time"
+    log.warning("provider circuit closed for %s/%s after %s", row.provider, row.account, open_for)
 
 
 def circuit_close(provider: str, account: str, *, actor: str = "system") -> int:

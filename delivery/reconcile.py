@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
@@ -183,7 +184,8 @@ def _owned_elsewhere(msg: Message, provider: str, sids: list[str]) -> set[str]:
         .exclude(message_id=msg.pk)
         .values_list("provider_message_id", flat=True)
     )
-    return owned
+    # provider_message_id__in=sids matches no NULL, which the stubs' row type (str | None) cannot know.
+    return cast("set[str]", owned)
 
 
 def _found(msg: Message, attempt: Attempt | None, found: ProviderMessage, lookup: dict, now: datetime) -> str:

@@ -14,6 +14,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,6 +31,13 @@ from smsgw.observability import events
 log = logging.getLogger(__name__)
 
 _TENANT_FIELDS = ("country", "allowed_countries", "deny_prefixes", "deny_exempt_prefixes", "default_from")
+
+
+class _Row(TypedDict):
+    id: int
+    tenant_id: int
+    to: str
+    suppressed: bool
 
 
 @dataclass
@@ -51,7 +59,7 @@ _JSON_FIELDS = ("allowed_countries", "deny_prefixes", "deny_exempt_prefixes")
 _TENANT_SQL = ", ".join(f't."{f}"::text' if f in _JSON_FIELDS else f't."{f}"' for f in _TENANT_FIELDS)
 
 
-def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Tenant]]:
+def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Tenant]]:
     source = 'FROM "scheduling_message" m'
     if rules:
         source = f'{source} JOIN "{Tenant._meta.db_table}" t ON t."id" = m."tenant_id"'
@@ -62,7 +70,7 @@ def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int,
     with connection.cursor() as cur:
         cur.execute(sql, [PgInts(message_ids), Status.QUEUED])
         fetched = cur.fetchall()
-    rows = [{"id": r[0], "tenant_id": r[1], "to": r[2], "suppressed": r[3]} for r in fetched]
+    rows: list[_Row] = [{"id": r[0], "tenant_id": r[1], "to": r[2], "suppressed": r[3]} for r in fetched]
     tenants: dict[int, Tenant] = {}
     if rules:
         for r in fetched:
@@ -74,7 +82,7 @@ def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int,
     return rows, tenants
 
 
-def _rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Tenant]]:
+def _rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Tenant]]:
     """The batch's queued rows, each with whether a suppression entry covers it (its tenant and number,
     and its sender or none: the unique index's prefix), and (``rules``) their tenants' current rules,
     read fresh: a permission changed a second ago applies to this batch. On PostgreSQL one statement,
@@ -84,7 +92,7 @@ def _rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Te
     covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
         Q(sender="") | Q(sender=OuterRef("from_number")) | Q(sender=OuterRef("messaging_service_sid"))
     )
-    rows = list(
+    rows: list[_Row] = list(
         Message.objects.filter(pk__in=message_ids, status=Status.QUEUED)
         .annotate(suppressed=Exists(covering))
         .values("id", "tenant_id", "to", "suppressed")
@@ -96,8 +104,8 @@ def _rows(message_ids: list[int], rules: bool) -> tuple[list[dict], dict[int, Te
     return rows, tenants
 
 
-def _refused(rows: list[dict], tenants: dict[int, Tenant]) -> dict[int, guards.Refusal]:
-    by_tenant: dict[int, list[dict]] = {}
+def _refused(rows: list[_Row], tenants: dict[int, Tenant]) -> dict[int, guards.Refusal]:
+    by_tenant: dict[int, list[_Row]] = {}
     for r in rows:
         by_tenant.setdefault(r["tenant_id"], []).append(r)
     out: dict[int, guards.Refusal] = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
+from typing import TypedDict, cast
 
 from django.conf import settings
 from django.db.models import Q
@@ -47,9 +48,15 @@ def _delay(tries: int) -> timedelta:
     return min(timedelta(seconds=settings.STATUS_LOOKUP_AFTER_SECONDS * 2 ** max(tries - 1, 0)), MAX_DELAY)
 
 
-def stale_sent_due(now: datetime, limit: int) -> list[dict]:
+class StaleSent(TypedDict):
+    id: int
+    provider: str
+    provider_message_id: str
+
+
+def stale_sent_due(now: datetime, limit: int) -> list[StaleSent]:
     cutoff = now - timedelta(seconds=settings.STATUS_LOOKUP_AFTER_SECONDS)
-    return list(
+    rows = list(
         Message.objects.filter(status=Status.SENT, sent_at__lte=cutoff, provider_message_id__isnull=False)
         .filter(
             Q(status_lookup__isnull=True)
@@ -58,6 +65,8 @@ def stale_sent_due(now: datetime, limit: int) -> list[dict]:
         .order_by("sent_at")
         .values("id", "provider", "provider_message_id")[:limit]
     )
+    # provider_message_id__isnull=False: never None here, which the stubs' row type cannot know.
+    return cast("list[StaleSent]", rows)
 
 
 def _claim(message_id: int, now: datetime) -> int | None:

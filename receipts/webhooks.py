@@ -101,12 +101,14 @@ def webhook_target(url: str) -> tuple[str, int, str]:
         raise WebhookUrlError(f"host {host!r} does not resolve") from exc
     if not infos:
         raise WebhookUrlError(f"host {host!r} does not resolve")
+    # An AF_INET/AF_INET6 sockaddr starts with the address text (typeshed's sockaddr also allows other
+    # families' ints); str() of it is the same text.
     if not settings.WEBHOOK_ALLOW_PRIVATE:
         for info in infos:
-            address = ipaddress.ip_address(info[4][0].split("%")[0])
+            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
             if not address_is_public(address):
                 raise WebhookUrlError(f"host {host!r} resolves to a non-public address ({address})")
-    return host, port, infos[0][4][0]
+    return host, port, str(infos[0][4][0])
 
 
 def webhook_url_check(url: str) -> None:
@@ -266,6 +268,7 @@ def _post_pinned(url: str, host: str, port: int, address: str, body: bytes, head
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     timeout = urllib3.Timeout(total=settings.WEBHOOK_TIMEOUT_SECONDS)
+    pool: urllib3.HTTPConnectionPool
     if parts.scheme == "https":
         pool = urllib3.HTTPSConnectionPool(
             address, port, server_hostname=host, assert_hostname=host, timeout=timeout, retries=False

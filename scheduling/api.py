@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import (
@@ -47,7 +48,7 @@ class StrictSerializer(strict_input.JsonTypedSerializer):
         return super().to_internal_value(data)
 
 
-_message_fields = {
+_message_fields: dict[str, serializers.Field] = {
     "to": serializers.CharField(max_length=32, help_text="Recipient in E.164, e.g. +14155550100."),
     "body": serializers.CharField(max_length=1600, trim_whitespace=False),
     "from": serializers.CharField(
@@ -79,11 +80,18 @@ _message_fields = {
         max_length=64, required=False, help_text="IANA zone the quiet window is evaluated in."
     ),
 }
-MessageCreateInput = type("MessageCreateInput", (StrictSerializer,), dict(_message_fields))
-MessageUpdateInput = type(
-    "MessageUpdateInput",
-    (StrictSerializer,),
-    {k: type(f)(**{**f._kwargs, "required": False}) for k, f in _message_fields.items()},
+# Built with type() because "from" is a keyword and cannot be written as a class attribute. DRF keeps a
+# field's constructor arguments in its private _kwargs (Field.__new__), which the stubs leave out.
+MessageCreateInput = cast(
+    "type[StrictSerializer]", type("MessageCreateInput", (StrictSerializer,), dict(_message_fields))
+)
+MessageUpdateInput = cast(
+    "type[StrictSerializer]",
+    type(
+        "MessageUpdateInput",
+        (StrictSerializer,),
+        {k: type(f)(**{**f._kwargs, "required": False}) for k, f in _message_fields.items()},  # type: ignore[attr-defined]
+    ),
 )
 
 
@@ -442,6 +450,7 @@ class MessagesApi(APIView):
         qs = selectors.message_list(tenant=request.user.tenant, params=request.query_params)
         paginator = MessageCursor()
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
         return paginator.get_paginated_response([message_data(m) for m in page])
 
 

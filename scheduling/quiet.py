@@ -57,9 +57,10 @@ def parse_clock(value, field: str) -> time:
     """``"21:00"`` or ``"21:00:00"`` (24-hour local clock time)."""
     if isinstance(value, time):
         return value.replace(microsecond=0, tzinfo=None)
-    if not isinstance(value, str) or not _CLOCK_RE.fullmatch(value.strip()):
+    match = _CLOCK_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
         raise QuietHoursError(field, f"{value!r} is not a clock time such as 21:00 (24-hour HH:MM)")
-    hours, minutes, seconds = _CLOCK_RE.fullmatch(value.strip()).groups()
+    hours, minutes, seconds = match.groups()
     return time(int(hours), int(minutes), int(seconds or 0))
 
 
@@ -215,7 +216,7 @@ def tenant_quiet_window(tenant, *, override, recipient_timezone, priority) -> Qu
 def quiet_fields(window: QuietWindow | None, due_at: datetime) -> dict:
     """The Message columns for a send due at ``due_at`` under ``window``: the window copied onto the
     message and, when ``due_at`` falls inside it, the moved ``due_at`` and ``quiet_deferred_from``."""
-    fields = {
+    fields: dict[str, time | datetime | str | None] = {
         "quiet_start": None,
         "quiet_end": None,
         "quiet_timezone": "",
@@ -249,7 +250,7 @@ def quiet_details(message) -> dict:
     window = stored_window(message)
     if window is None:
         return {}
-    details = {"quiet_hours": window.as_dict()}
+    details: dict[str, dict | str] = {"quiet_hours": window.as_dict()}
     if message.quiet_deferred_from is not None:
         details["quiet_hours_note"] = window.describe_move(message.quiet_deferred_from, message.due_at)
     return details

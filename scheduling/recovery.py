@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import connection
@@ -34,6 +35,9 @@ from django.db import connection
 from scheduling.models import Message, Priority, Status
 from smsgw import broker
 from smsgw.queues import SEND_PREFIX
+
+if TYPE_CHECKING:
+    import redis
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +139,7 @@ def _mark(now: datetime, priority: str | None, why: str, *, published_before: da
         return cur.rowcount
 
 
-_epoch: dict[str, object] = {}
+_epoch: dict[str, redis.Redis] = {}
 
 
 def _redis_restarted() -> bool:

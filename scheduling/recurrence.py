@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal, cast
 from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
@@ -66,14 +67,21 @@ def _rebuild_with_stop(self, year, month):
     return _rebuild(self, year, month)
 
 
-du._iterinfo.rebuild = _rebuild_with_stop
+# Patches dateutil's private per-month rebuild, which its stubs type as a plain method.
+du._iterinfo.rebuild = _rebuild_with_stop  # type: ignore[method-assign]
 
 
 def _stop_at(rule: du.rrule, last: datetime) -> du.rrule:
     # A YEARLY search rebuilds once per year with DTSTART's month, not the month it has reached, so
     # only the year can be compared there.
-    rule._smsgw_stop = (last.year, 12 if rule._freq == du.YEARLY else last.month)
+    # Our marker attribute and dateutil's private _freq are not in the stubs.
+    rule._smsgw_stop = (last.year, 12 if rule._freq == du.YEARLY else last.month)  # type: ignore[attr-defined]
     return rule
+
+
+def _frequency(rule: ParsedRule) -> Literal[0, 1, 2, 3, 4, 5, 6]:
+    # ParsedRule.freq is one of dateutil's FREQ constants (rrules.FREQS), typed as a plain int.
+    return cast("Literal[0, 1, 2, 3, 4, 5, 6]", rule.freq)
 
 
 def _iterate(rule: du.rrule) -> Iterator[datetime]:
@@ -152,7 +160,7 @@ class Recurrence:
             with contextlib.suppress(OverflowError):
                 bound = min(bound, rule.until.astimezone(self.zone).replace(tzinfo=None) + UNTIL_SLACK)
         try:
-            base = du.rrule(rule.freq, dtstart=start, interval=rule.interval, wkst=rule.wkst, **kwargs)
+            base = du.rrule(_frequency(rule), dtstart=start, interval=rule.interval, wkst=rule.wkst, **kwargs)
         except ValueError as exc:  # e.g. HOURLY;INTERVAL=5;BYHOUR=3 can never be reached from start
             raise RuleError("rrule", f"can never fire from this start: {exc}") from None
         if rule.count is not None:
@@ -239,7 +247,7 @@ class Recurrence:
         # readings (fold=0/1) agree exists once and needs no DST decision. Anything else goes to
         # resolve_local. Saves re-validating the zone name for every occurrence of a batch.
         offset = local.replace(tzinfo=self.zone).utcoffset()
-        if offset == local.replace(tzinfo=self.zone, fold=1).utcoffset():
+        if offset is not None and offset == local.replace(tzinfo=self.zone, fold=1).utcoffset():
             return ResolvedTime(
                 due_at=(local - offset).replace(tzinfo=UTC), local_time=local, timezone=self.tz_name
             )

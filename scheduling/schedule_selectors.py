@@ -49,11 +49,12 @@ def _preview_params(params) -> tuple[int, datetime]:
     after = timezone.now()
     if params.get("after"):
         try:
-            after = parse_datetime(params["after"])
+            parsed = parse_datetime(params["after"])
         except ValueError:  # well formed but impossible, e.g. month 13
-            after = None
-        if after is None or after.tzinfo is None or not instant_in_range(after):
+            parsed = None
+        if parsed is None or parsed.tzinfo is None or not instant_in_range(parsed):
             raise field_error("after", "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
+        after = parsed
     return int(raw), after
 
 

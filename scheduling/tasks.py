@@ -46,14 +46,14 @@ def campaign_make(campaign_id: int) -> None:
 def campaign_cancel(campaign_id: int) -> None:
     _, done = campaign_control.cancel_pending(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
     if not done:
-        campaign_cancel.apply_async(args=[campaign_id], queue="reconcile")
+        campaign_cancel.apply_async(args=(campaign_id,), queue="reconcile")
 
 
 @shared_task(name="scheduling.campaign_release", ignore_result=True)
 def campaign_release(campaign_id: int) -> None:
     _, done = campaign_control.waiting_release(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
     if not done:
-        campaign_release.apply_async(args=[campaign_id], queue="reconcile")
+        campaign_release.apply_async(args=(campaign_id,), queue="reconcile")
 
 
 @shared_task(name="scheduling.campaigns_tick", ignore_result=True)

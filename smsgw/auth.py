@@ -30,22 +30,28 @@ class ApiPrincipal:
         return f"apikey:{self.api_key.prefix}"
 
 
+def _column(field) -> str:
+    # A concrete field always has a column (Field.get_attname_column); the stubs allow None for the rest.
+    assert field.column is not None
+    return field.column
+
+
 @cache
 def _key_query(alias: str, vendor: str):
     """One SELECT for the key and its tenant, built once per database: the same row
     ``ApiKey.objects.select_related("tenant").filter(prefix=...)`` reads, without building the query
-    on every request. Returns (sql, converters per column, number of key columns)."""
+    on every request. Returns (sql, converters per column, the key's and the tenant's field names)."""
     connection = connections[alias]
     qn = connection.ops.quote_name
     key_fields = ApiKey._meta.concrete_fields
     tenant_fields = Tenant._meta.concrete_fields
-    columns = [f"k.{qn(f.column)}" for f in key_fields] + [f"t.{qn(f.column)}" for f in tenant_fields]
+    columns = [f"k.{qn(_column(f))}" for f in key_fields] + [f"t.{qn(_column(f))}" for f in tenant_fields]
     # Only column and table names from the models go into the text; the prefix is a parameter.
     sql = (
         f"SELECT {', '.join(columns)} FROM {qn(ApiKey._meta.db_table)} k "  # noqa: S608
-        f"JOIN {qn(Tenant._meta.db_table)} t ON t.{qn(Tenant._meta.pk.column)} = "
-        f"k.{qn(ApiKey._meta.get_field('tenant').column)} "
-        f"WHERE k.{qn(ApiKey._meta.get_field('prefix').column)} = %s"
+        f"JOIN {qn(Tenant._meta.db_table)} t ON t.{qn(_column(Tenant._meta.pk))} = "
+        f"k.{qn(_column(ApiKey._meta.get_field('tenant')))} "
+        f"WHERE k.{qn(_column(ApiKey._meta.get_field('prefix')))} = %s"
     )
     # The converters the ORM's compiler would apply (e.g. JSON text -> dict, SQLite's datetime strings).
     converters = []
@@ -53,14 +59,14 @@ def _key_query(alias: str, vendor: str):
         col = field.get_col(alias_)
         funcs = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
         converters.append((col, funcs))
-    return sql, converters, len(key_fields)
+    return sql, converters, tuple(f.attname for f in key_fields), tuple(f.attname for f in tenant_fields)
 
 
 def key_lookup(prefix: str, using: str = "default") -> ApiKey | None:
     """The key with this prefix, its tenant loaded, straight from the database (never cached: a revoked
     key or a disabled tenant stops working on the next request)."""
     connection = connections[using]
-    sql, converters, n_key = _key_query(using, connection.vendor)
+    sql, converters, key_names, tenant_names = _key_query(using, connection.vendor)
     with connection.cursor() as cur:
         cur.execute(sql, [prefix])
         row = cur.fetchone()
@@ -70,8 +76,9 @@ def key_lookup(prefix: str, using: str = "default") -> ApiKey | None:
     for i, (col, funcs) in enumerate(converters):
         for func in funcs:
             values[i] = func(values[i], col, connection)
-    key = ApiKey.from_db(using, None, values[:n_key])
-    ApiKey.tenant.field.set_cached_value(key, Tenant.from_db(using, None, values[n_key:]))
+    n_key = len(key_names)
+    key = ApiKey.from_db(using, key_names, values[:n_key])
+    ApiKey.tenant.field.set_cached_value(key, Tenant.from_db(using, tenant_names, values[n_key:]))
     return key
 
 

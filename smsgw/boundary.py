@@ -275,5 +275,5 @@ class ApiBoundaryMiddleware:
         # Django logs an error response once (django.request); without this the replacement, which it
         # has not seen, is logged a second time.
         if getattr(response, "_has_been_logged", False):
-            replacement._has_been_logged = True
+            replacement._has_been_logged = True  # type: ignore[attr-defined]  # private mark, not in the stubs
         return replacement

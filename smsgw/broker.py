@@ -33,7 +33,9 @@ def queue_depths(names: list[str]) -> dict[str, int | None]:
                         _close(channel)
                         channel = conn.channel()
                     try:
-                        depths[name] = int(channel.queue_declare(queue=name, passive=True).message_count)
+                        # Every transport's channel declares queues; the stubs' StdChannel does not list it.
+                        declared = channel.queue_declare(queue=name, passive=True)  # type: ignore[attr-defined]
+                        depths[name] = int(declared.message_count)
                     except conn.channel_errors:  # NOT_FOUND: no such queue, so nothing waits in it
                         depths[name] = 0
             finally:

@@ -9,7 +9,7 @@ import mimetypes
 from pathlib import Path
 
 import drf_spectacular_sidecar
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest
 from django.urls import path, reverse
 from django.views.decorators.http import require_safe
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
@@ -60,7 +60,7 @@ class SwaggerView(SpectacularSwaggerView):
 
 
 @require_safe
-def docs_asset(request: HttpRequest, name: str) -> HttpResponse:
+def docs_asset(request: HttpRequest, name: str) -> FileResponse:
     content_type, _ = mimetypes.guess_type(name)
     response = FileResponse((ASSETS_DIR / name).open("rb"), content_type=content_type or "text/plain")
     response["Cache-Control"] = f"public, max-age={ASSET_MAX_AGE}"

@@ -17,6 +17,8 @@ alert says which); ``/readyz?queues=1`` (a deploy gate, a worker host's check) a
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
@@ -88,7 +90,7 @@ def _asked(request, name: str) -> bool:
 
 def readyz(request):
     db_error, broker_error = _database(), _broker()
-    body = {
+    body: dict[str, Any] = {
         "database": db_error or connection.vendor,
         "broker": broker_error or "ok",
         "sweep": _sweep() if db_error is None else {"stale": True},
@@ -107,5 +109,5 @@ def readyz(request):
     response = JsonResponse(body, status=200 if ready else 503)
     # A probe polls every few seconds: its 503 says why in the body and in /metrics. Without this mark
     # django.request logged an ERROR line per probe (django.utils.log.log_response skips a marked one).
-    response._has_been_logged = True
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's private mark, not in the stubs
     return response

@@ -43,7 +43,8 @@ def _current_task():
     try:
         from celery import current_task
 
-        task = current_task._get_current_object()
+        # current_task is a celery.local.Proxy; the stubs type it as the Task it stands for.
+        task = current_task._get_current_object()  # type: ignore[attr-defined]
     except Exception:  # no Celery, or outside a task
         return None
     return task if task is not None and getattr(task, "request", None) is not None else None

@@ -62,4 +62,6 @@ class StrictCursorPagination(CursorPagination):
             raise field_error(self.cursor_query_param, INVALID_CURSOR)
         if position is not None and not (_DIGITS.fullmatch(position) and int(position) <= _INT64_MAX):
             raise field_error(self.cursor_query_param, INVALID_CURSOR)
-        return Cursor(offset=int(offset), reverse=reverse == "1", position=position)
+        # DRF keeps the position as the text it encodes (_get_position_from_instance returns str); the
+        # stubs type it as int.
+        return Cursor(offset=int(offset), reverse=reverse == "1", position=position)  # type: ignore[arg-type]

@@ -57,7 +57,12 @@ def json_type_errors(fields: Mapping[str, serializers.Field], data: Mapping) -> 
             continue
         if not _fits(kind, value):
             errors[name] = [MUST_BE[kind]]
-        elif kind == "array" and (child := _kind(field.child)) and not all(_fits(child, v) for v in value):
+        elif (
+            kind == "array"
+            and isinstance(field, serializers.ListField)  # always, for "array"; narrows for .child
+            and (child := _kind(field.child))
+            and not all(_fits(child, v) for v in value)
+        ):
             errors[name] = [f"each item {MUST_BE[child]}"]
     return errors
 

@@ -17,9 +17,13 @@ far: smsgw.transports sets them aside.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from celery import signals
 from celery.worker.consumer import Consumer as CeleryConsumer
+
+if TYPE_CHECKING:
+    from celery.events.dispatcher import EventDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,10 @@ def _task_name(message) -> str:
 
 
 class Consumer(CeleryConsumer):
+    # Set by Celery's Consumer (__init__ and its Events step); celery-types does not declare them.
+    connection_errors: tuple[type[BaseException], ...]
+    event_dispatcher: EventDispatcher | None
+
     def _discarded(self, message, reason: str, exc: BaseException | None) -> None:
         from smsgw.observability.events import broker_discarded_count
 
