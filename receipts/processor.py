@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -128,11 +129,41 @@ def _load(sids: set[str]) -> dict[tuple[str, str], dict]:
     }
 
 
+@dataclass
+class _Batch:
+    """A claimed batch of receipts as it is worked through: what is finished, what waits, the notes and
+    the moves to write."""
+
+    done: list[ReceiptEvent] = field(default_factory=list)
+    waiting: list[ReceiptEvent] = field(default_factory=list)
+    notes: list[tuple[int, str, str, dict]] = field(default_factory=list)
+    # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
+    moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    move_receipt: dict[int, ReceiptEvent] = field(default_factory=dict)
+    move_details: dict[int, dict] = field(default_factory=dict)
+    opt_outs: list[OptOutSignal] = field(default_factory=list)
+    provider_failed: list[tuple[str, str, str]] = field(default_factory=list)
+
+
 def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     by_sid = _load({r.provider_message_id for r in receipts})
-    done: list[ReceiptEvent] = []
-    waiting: list[ReceiptEvent] = []
-    notes: list[tuple[int, str, str, dict]] = []
+    batch = _Batch()
+    pending = _match(receipts, by_sid, batch, now)
+    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
+    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
+    for receipt in pending:
+        _decide(receipt, by_sid[(receipt.provider, receipt.provider_message_id)], batch, now)
+    _write(batch, now)
+
+
+def _match(
+    receipts: list[ReceiptEvent], by_sid: dict[tuple[str, str], dict], batch: _Batch, now: datetime
+) -> list[ReceiptEvent]:
+    """The receipts whose message is known (``by_sid`` gains those found by their hints); the others
+    are recorded as duplicates, superseded, unknown or orphaned, or wait to be tried again."""
+    done, waiting, notes = batch.done, batch.waiting, batch.notes
     found_sids: set[str] = set()
     pending: list[ReceiptEvent] = []
     for receipt in receipts:
@@ -177,67 +208,62 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
                 waiting.append(receipt)
     if found_sids:
         by_sid.update(_load(found_sids))
+    return pending
 
-    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
-    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
-    # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
-    moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = defaultdict(list)
-    move_receipt: dict[int, ReceiptEvent] = {}
-    move_details: dict[int, dict] = {}
-    opt_outs: list[OptOutSignal] = []
-    provider_failed: list[tuple[str, str, str]] = []
-    for receipt in pending:
-        msg = by_sid[(receipt.provider, receipt.provider_message_id)]
-        receipt.message_id = msg["id"]
-        current = msg["status"]
-        details = _details(receipt)
-        if receipt.normalized_status == "":
-            receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
-            done.append(receipt)
-            continue
-        if msg["id"] in move_receipt:
-            notes.append(
-                (msg["id"], "receipt", current, {**details, "note": "already at or past this status"})
-            )
-            receipt.outcome = ReceiptOutcome.RECORDED
-            done.append(receipt)
-            continue
-        effect = _effect(receipt, msg)
-        if effect is None:
-            why = (
-                "informational status"
-                if receipt.normalized_status not in TARGET
-                else "already at or past this status"
-            )
-            notes.append((msg["id"], "receipt", current, {**details, "note": why}))
-            receipt.outcome = ReceiptOutcome.RECORDED
-            done.append(receipt)
-            continue
-        kind, target, values, extra_details = effect
-        if receipt.normalized_status in ("failed", "canceled"):
-            # The provider never handed this attempt on: it was refused after all, whether the message
-            # is sent again or ends failed here.
-            provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
-        if values.get("reason_code") == "opted_out":
-            opt_outs.append(
-                OptOutSignal(
-                    tenant_id=msg["tenant_id"],
-                    to=msg["to"],
-                    from_number=msg["from_number"],
-                    messaging_service_sid=msg["messaging_service_sid"],
-                    provider=receipt.provider,
-                    error_code=receipt.error_code,
-                    message_id=msg["id"],
-                    created_at=now,
-                )
-            )
-        moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
-        move_receipt[msg["id"]] = receipt
-        move_details[msg["id"]] = {**details, "source": _source(receipt), **extra_details}
-        msg["status"] = target  # later receipts in this batch compare against the new state
-        msg["version"] += 1
 
-    for (current, target, kind, columns), items in moves.items():
+def _decide(receipt: ReceiptEvent, msg: dict, batch: _Batch, now: datetime) -> None:
+    """A known message's receipt: a timeline note, or a move (delivery.outcomes.RECEIPT_MOVES)."""
+    receipt.message_id = msg["id"]
+    current = msg["status"]
+    details = _details(receipt)
+    if receipt.normalized_status == "":
+        receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
+        batch.done.append(receipt)
+        return
+    if msg["id"] in batch.move_receipt:
+        note = {**details, "note": "already at or past this status"}
+        batch.notes.append((msg["id"], "receipt", current, note))
+        receipt.outcome = ReceiptOutcome.RECORDED
+        batch.done.append(receipt)
+        return
+    effect = _effect(receipt, msg)
+    if effect is None:
+        why = (
+            "informational status"
+            if receipt.normalized_status not in TARGET
+            else "already at or past this status"
+        )
+        batch.notes.append((msg["id"], "receipt", current, {**details, "note": why}))
+        receipt.outcome = ReceiptOutcome.RECORDED
+        batch.done.append(receipt)
+        return
+    kind, target, values, extra_details = effect
+    if receipt.normalized_status in ("failed", "canceled"):
+        # The provider never handed this attempt on: it was refused after all, whether the message
+        # is sent again or ends failed here.
+        batch.provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
+    if values.get("reason_code") == "opted_out":
+        batch.opt_outs.append(
+            OptOutSignal(
+                tenant_id=msg["tenant_id"],
+                to=msg["to"],
+                from_number=msg["from_number"],
+                messaging_service_sid=msg["messaging_service_sid"],
+                provider=receipt.provider,
+                error_code=receipt.error_code,
+                message_id=msg["id"],
+                created_at=now,
+            )
+        )
+    batch.moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
+    batch.move_receipt[msg["id"]] = receipt
+    batch.move_details[msg["id"]] = {**details, "source": _source(receipt), **extra_details}
+    msg["status"] = target  # later receipts in this batch compare against the new state
+    msg["version"] += 1
+
+
+def _write(batch: _Batch, now: datetime) -> None:
+    for (current, target, kind, columns), items in batch.moves.items():
         moved = set(
             transitions.transition_versioned(
                 items,
@@ -246,32 +272,32 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
                 kind=kind,
                 per_row_columns=columns,
                 set_fields={} if target == Status.QUEUED else {"run_after": None},
-                details=move_details.get,
+                details=batch.move_details.get,
                 now=now,
             )
         )
         for mid, _, _ in items:
-            receipt = move_receipt[mid]
+            receipt = batch.move_receipt[mid]
             if mid in moved:
                 receipt.outcome = ReceiptOutcome.APPLIED
-                done.append(receipt)
+                batch.done.append(receipt)
             else:  # the message changed under us (another processor, a late submit record): try again
                 receipt.next_try_at = now
-                waiting.append(receipt)
-    for provider, sid, code in provider_failed:
+                batch.waiting.append(receipt)
+    for provider, sid, code in batch.provider_failed:
         # The attempt the provider failed stays on record as refused, so later receipts for its sid are
         # told apart from a real second submission (receipts.unknown), even after an operator replay.
         Attempt.objects.filter(provider=provider, provider_message_id=sid).update(
             outcome=AttemptOutcome.REJECTED, provider_code=code
         )
-    transitions.events_record_many([n for n in notes if n[0] is not None], now=now)
-    if opt_outs:
-        OptOutSignal.objects.bulk_create(opt_outs)
-        suppression.from_provider_signals(opt_outs)
-    for receipt in done:
+    transitions.events_record_many([n for n in batch.notes if n[0] is not None], now=now)
+    if batch.opt_outs:
+        OptOutSignal.objects.bulk_create(batch.opt_outs)
+        suppression.from_provider_signals(batch.opt_outs)
+    for receipt in batch.done:
         receipt.processed_at = now
-    ReceiptEvent.objects.bulk_update(done, ["processed_at", "outcome", "message_id", "tries"])
-    ReceiptEvent.objects.bulk_update(waiting, ["next_try_at", "tries", "message_id"])
+    ReceiptEvent.objects.bulk_update(batch.done, ["processed_at", "outcome", "message_id", "tries"])
+    ReceiptEvent.objects.bulk_update(batch.waiting, ["next_try_at", "tries", "message_id"])
 
 
 def _source(receipt: ReceiptEvent) -> str:
