@@ -36,6 +36,8 @@ REASON_OPTED_OUT = "opted_out"
 REASON_GAVE_UP = "retries_exhausted"
 REASON_UNCERTAIN = "submission_uncertain"
 REASON_CANCELED = "provider_canceled"
+REASON_FAILED = "provider_failed"
+REASON_UNDELIVERED = "provider_undelivered"
 
 # A receipt's resend (back to `queued`) applies only to a message the provider still had.
 REQUEUE_FROM = (Status.SENT, Status.SENDING)
@@ -113,26 +115,39 @@ def receipt_move(normalized_status: str, error_class: ErrorClass | None) -> Move
     return RECEIPT_MOVES.get((normalized_status, error_class))
 
 
-Q, F, T = Status.QUEUED, Status.FAILED, AttemptOutcome.TRANSIENT_ERROR
+QUEUED, FAILED, ATTEMPT_TRANSIENT = Status.QUEUED, Status.FAILED, AttemptOutcome.TRANSIENT_ERROR
+
+# Each move: Move(timeline kind, target status, charged, delay, reason code, attempt outcome, ...).
 
 # --- Submissions (delivery.sending) ---
 SENT = Move("sent", Status.SENT, True, Delay.NONE, "", AttemptOutcome.ACCEPTED)
 UNCERTAIN = Move(
     "attempt_uncertain", Status.SENDING, True, Delay.RECONCILE, REASON_UNCERTAIN, AttemptOutcome.UNCERTAIN
 )
-THROTTLED = Move("throttled", Q, False, Delay.THROTTLE, REASON_THROTTLED, AttemptOutcome.THROTTLED)
-HELD = Move("held", Q, False, Delay.HOLD, REASON_HELD, AttemptOutcome.ACCOUNT_FAULT)
-WAIT_PROVIDER = Move("retry_scheduled", Q, False, Delay.UNAVAILABLE, REASON_RETRY, T)
-WAIT_CIRCUIT = Move("provider_unavailable", Q, False, Delay.CIRCUIT, REASON_UNAVAILABLE, T)
-GAVE_UP = Move("failed", F, True, Delay.NONE, REASON_GAVE_UP, T, dead_letter=True)
-RETRY = Move("retry_scheduled", Q, True, Delay.RETRY, REASON_RETRY, T, otherwise=GAVE_UP)
-REJECTED = Move("failed", F, True, Delay.NONE, REASON_REJECTED, AttemptOutcome.REJECTED, dead_letter=True)
+THROTTLED = Move("throttled", QUEUED, False, Delay.THROTTLE, REASON_THROTTLED, AttemptOutcome.THROTTLED)
+HELD = Move("held", QUEUED, False, Delay.HOLD, REASON_HELD, AttemptOutcome.ACCOUNT_FAULT)
+WAIT_PROVIDER = Move("retry_scheduled", QUEUED, False, Delay.UNAVAILABLE, REASON_RETRY, ATTEMPT_TRANSIENT)
+WAIT_CIRCUIT = Move(
+    "provider_unavailable", QUEUED, False, Delay.CIRCUIT, REASON_UNAVAILABLE, ATTEMPT_TRANSIENT
+)
+GAVE_UP = Move("failed", FAILED, True, Delay.NONE, REASON_GAVE_UP, ATTEMPT_TRANSIENT, dead_letter=True)
+RETRY = Move("retry_scheduled", QUEUED, True, Delay.RETRY, REASON_RETRY, ATTEMPT_TRANSIENT, otherwise=GAVE_UP)
+REJECTED = Move(
+    "failed", FAILED, True, Delay.NONE, REASON_REJECTED, AttemptOutcome.REJECTED, dead_letter=True
+)
 OPTED_OUT = Move(
-    "failed", F, True, Delay.NONE, REASON_OPTED_OUT, AttemptOutcome.REJECTED, dead_letter=True, opt_out=True
+    "failed",
+    FAILED,
+    True,
+    Delay.NONE,
+    REASON_OPTED_OUT,
+    AttemptOutcome.REJECTED,
+    dead_letter=True,
+    opt_out=True,
 )
 # The reason code is left empty when the campaign was cancelled rather than paused: the release step
 # decides on its committed state.
-CAMPAIGN_WAIT = Move("campaign_paused", Q, False, Delay.NOW, REASON_PAUSED, T)
+CAMPAIGN_WAIT = Move("campaign_paused", QUEUED, False, Delay.NOW, REASON_PAUSED, ATTEMPT_TRANSIENT)
 
 CLASSES: tuple[ErrorClass | None, ...] = (None, *ErrorClass)
 
@@ -158,16 +173,16 @@ SUBMIT_MOVES: dict[tuple[str, ErrorClass | None], Move] = {
 # resend may get past go back to `queued` (off the failed sid), if the message is still sent/sending.
 R_SENT = Move("sent", Status.SENT, True, Delay.NONE, None)
 R_DELIVERED = Move("delivered", Status.DELIVERED, True, Delay.NONE, None)
-R_UNDELIVERED = Move("undelivered", Status.UNDELIVERED, True, Delay.NONE, "provider_undelivered")
+R_UNDELIVERED = Move("undelivered", Status.UNDELIVERED, True, Delay.NONE, REASON_UNDELIVERED)
 R_UNDELIVERED_OPTED_OUT = Move(
     "undelivered", Status.UNDELIVERED, True, Delay.NONE, REASON_OPTED_OUT, opt_out=True
 )
-R_FAILED = Move("failed", F, True, Delay.NONE, "provider_failed")
-R_FAILED_OPTED_OUT = Move("failed", F, True, Delay.NONE, REASON_OPTED_OUT, opt_out=True)
-R_THROTTLED = Move("throttled", Q, False, Delay.THROTTLE, REASON_THROTTLED, otherwise=R_FAILED)
-R_HELD = Move("held", Q, False, Delay.HOLD, REASON_HELD, otherwise=R_FAILED)
-R_RETRY = Move("retry_scheduled", Q, True, Delay.RETRY, REASON_RETRY, otherwise=R_FAILED)
-R_CANCELED = Move("failed", F, True, Delay.NONE, REASON_CANCELED)
+R_FAILED = Move("failed", FAILED, True, Delay.NONE, REASON_FAILED)
+R_FAILED_OPTED_OUT = Move("failed", FAILED, True, Delay.NONE, REASON_OPTED_OUT, opt_out=True)
+R_THROTTLED = Move("throttled", QUEUED, False, Delay.THROTTLE, REASON_THROTTLED, otherwise=R_FAILED)
+R_HELD = Move("held", QUEUED, False, Delay.HOLD, REASON_HELD, otherwise=R_FAILED)
+R_RETRY = Move("retry_scheduled", QUEUED, True, Delay.RETRY, REASON_RETRY, otherwise=R_FAILED)
+R_CANCELED = Move("failed", FAILED, True, Delay.NONE, REASON_CANCELED)
 
 RECEIPT_MOVES: dict[tuple[str, ErrorClass | None], Move] = {
     **_rows("sent", R_SENT),

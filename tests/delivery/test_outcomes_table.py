@@ -82,7 +82,12 @@ def test_submit_rows():
         )
     # A 5xx is the provider's failure: not charged; while the circuit is open it waits for the circuit.
     m = move_for(Outcome.TRANSIENT, ErrorClass.TRANSIENT, 503)
-    assert (m.kind, m.charged, m.delay, m.reason_code) == ("retry_scheduled", False, Delay.UNAVAILABLE, "provider_error")
+    assert (m.kind, m.charged, m.delay, m.reason_code) == (
+        "retry_scheduled",
+        False,
+        Delay.UNAVAILABLE,
+        "provider_error",
+    )
     m = move_for(Outcome.TRANSIENT, ErrorClass.TRANSIENT, 503, circuit_open=True)
     assert (m.kind, m.charged, m.delay, m.reason_code) == (
         "provider_unavailable",
@@ -175,12 +180,16 @@ def test_delays(settings):
     assert delays.receipt_retry_delay(1) == timedelta(seconds=1)
     assert delays.receipt_retry_delay(50) == timedelta(seconds=60)
     now = timezone.now()
-    decision = delays.retry_decide(attempt_number=1, now=now, first_due=now, expires_at=now + timedelta(hours=1))
+    decision = delays.retry_decide(
+        attempt_number=1, now=now, first_due=now, expires_at=now + timedelta(hours=1)
+    )
     assert decision.retry and now + timedelta(seconds=1) <= decision.run_after <= now + timedelta(seconds=2)
 
 
 @pytest.mark.django_db
-def test_a_batch_mixing_charged_and_uncharged_retries_records_each_as_its_row_says(adapter, sandbox, settings):
+def test_a_batch_mixing_charged_and_uncharged_retries_records_each_as_its_row_says(
+    adapter, sandbox, settings
+):
     """A 5xx (the provider's failure, not charged) and a transient code the provider answered (charged)
     land in one batch, in either order: both are rescheduled, each with its own attempt count."""
     settings.RETRY_BASE_SECONDS = 0.0
@@ -194,7 +203,9 @@ def test_a_batch_mixing_charged_and_uncharged_retries_records_each_as_its_row_sa
                 rule["error_code"] = 30008  # transient in Twilio's table
             sandbox.config(rules=[*sandbox_rules(msgs), rule])
             msg = message(tenant, to=to)
-            transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
+            transitions.transition(
+                msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued"
+            )
             msgs.append((msg, rule))
         sending.send_batch([m.pk for m, _ in msgs])
         for msg, rule in msgs:

@@ -21,7 +21,10 @@ def test_the_gates_and_their_order_are_pinned():
 def test_the_gates_resolve_to_the_functions_in_that_order(settings):
     settings.PACING_ENABLED = True
     assert release.release_gates() == [velocity.velocity_gate, pacing.release_gate, execution.quota_gate]
-    assert [release._resolve(p) for p in release.RELEASE_TICKS] == [circuit.circuit_tick, velocity.counters_prune]
+    assert [release._resolve(p) for p in release.RELEASE_TICKS] == [
+        circuit.circuit_tick,
+        velocity.counters_prune,
+    ]
 
 
 def test_pacing_off_releases_without_the_capacity_gate(settings):
