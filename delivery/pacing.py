@@ -49,7 +49,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from delivery import capacity, circuit
+from delivery import capacity, circuit, delays
 from delivery.models import RateBucket
 from delivery.providers import get_adapter
 from scheduling.release import Candidate, Decision, Park
@@ -309,7 +309,7 @@ def _account_gate(
 
     state = circuit.circuit_state(provider, account)
     if state.is_open:  # nothing goes but the probe, which circuit_tick sends from the waiting messages
-        until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+        until = now + timedelta(seconds=delays.circuit_park_delay())
         text = f"provider unavailable (circuit open since {state.opened_at:%H:%M:%S} UTC); waiting"
         for c in ordered:
             park = Park(until, REASON_UNAVAILABLE, text, "provider_unavailable", {"circuit": "open"})

@@ -39,10 +39,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from delivery.delays import retry_decide
 from delivery.models import Attempt, AttemptOutcome
 from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import ProviderAdapter, ProviderMessage
-from delivery.retry import retry_decide
 from scheduling import transitions
 from scheduling.models import Message, Status
 

@@ -4,7 +4,8 @@ One task carries a batch of ids, but every message keeps its own CAS, attempt ro
 timeline. Two short transactions per batch (claim + attempts; outcomes) instead of several per SMS.
 
 What happens after the provider answers is decided by the error class (``ErrorClass``), never by a
-provider's codes:
+provider's codes; the rules are one table, ``delivery.outcomes.SUBMIT_MOVES``, and every delay is computed
+in ``delivery.delays``. In short:
 
 * accepted -> ``sent``;
 * throttled (429, a full sender queue) -> ``queued`` again after a backoff (Retry-After when given); the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,13 +31,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import campaign_watch, circuit, inflight, pacing, screening, suppression
+from delivery import campaign_watch, circuit, delays, inflight, outcomes, pacing, screening, suppression
 from delivery import holds as holds_service
 from delivery.attempts import attempts_finish, attempts_start
-from delivery.models import Attempt, AttemptOutcome, OptOutSignal
+from delivery.models import Attempt, OptOutSignal
+from delivery.outcomes import Delay, provider_failure
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
-from delivery.retry import retry_decide
 from scheduling import campaign_gate, release, transitions
 from scheduling.models import Message, Status
 from scheduling.release import Park
@@ -68,14 +68,6 @@ CLAIM_RETURNING = (
     "priority",  # metrics: throughput and schedule lag by class
     "campaign_id",  # a paused campaign's paced messages are checked again at their slot
 )
-
-# Machine-readable reasons (Message.reason_code) set by the send worker.
-REASON_THROTTLED = "provider_throttled"
-REASON_RETRY = "provider_error"
-REASON_REJECTED = "provider_rejected"
-REASON_OPTED_OUT = "opted_out"
-REASON_GAVE_UP = "retries_exhausted"
-REASON_UNCERTAIN = "submission_uncertain"
 
 
 @dataclass
@@ -291,16 +283,6 @@ def _halted_skipped(ids: set[int], now: datetime) -> None:
     campaign_gate.cancel_rows([r for r in rows if halted.get(r["campaign_id"]) == "cancelled"], now)
 
 
-def provider_failure(res: SubmitResult) -> bool:
-    """A failure that says the provider is unavailable (not the message's): a timeout, a connection
-    error, a 5xx. These open the circuit and, while it is open, cost the message no attempt."""
-    if res.outcome == Outcome.UNCERTAIN:
-        return True
-    if res.outcome != Outcome.TRANSIENT or res.error_class == ErrorClass.THROTTLED:
-        return False
-    return res.http_status is None or res.http_status >= 500 or res.http_status == 408
-
-
 def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[SubmitResult]):
     """Tell the circuit breaker how the provider answered, and lower the rate of whatever it throttled
     (AIMD), before the outcomes are recorded (they depend on the circuit's state)."""
@@ -347,7 +329,7 @@ def _admission_filter(
     probing: set[int] = set()
     for row in rows:
         if circuit_open and row["reason_code"] != circuit.REASON_PROBE:
-            until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
+            until = now + timedelta(seconds=delays.circuit_park_delay())
             text = "provider unavailable (circuit open); waiting"
             parks.append((row, Park(until, circuit.REASON_UNAVAILABLE, text, "provider_unavailable", {})))
             continue
@@ -381,34 +363,23 @@ def _admission_filter(
     return allowed, parks, probes
 
 
-def throttle_delay(*, uncharged_calls: int, retry_after: float | None = None) -> float:
-    """Backoff after the provider throttled a message: exponential in the throttles it met so far, with
-    jitter, never sooner than the provider's Retry-After (Twilio sends none with 20429)."""
-    exponent = min(max(uncharged_calls, 0), 16)
-    cap = min(settings.THROTTLE_MAX_DELAY_SECONDS, settings.THROTTLE_BASE_SECONDS * 2**exponent)
-    delay = random.uniform(cap / 2, cap) if cap > 0 else 0.0
-    return max(delay, retry_after or 0.0)
-
-
-def _throttle_delay(row: dict, res: SubmitResult) -> float:
-    # provider_calls - attempt_count: this message's earlier uncharged calls (throttles, holds)
-    uncharged = row["provider_calls"] - row["attempt_count"]
-    return throttle_delay(uncharged_calls=uncharged, retry_after=res.retry_after)
-
-
-def _unavailable_delay(row: dict, res: SubmitResult) -> float:
-    """Backoff after the provider failed for its own reasons: exponential (from SMSGW_RETRY_BASE_SECONDS,
-    capped by SMSGW_RETRY_MAX_DELAY_SECONDS) in this message's earlier uncharged calls, full jitter, never
-    sooner than a Retry-After."""
-    uncharged = max(0, row["provider_calls"] - row["attempt_count"])
-    cap = min(settings.RETRY_MAX_DELAY_SECONDS, settings.RETRY_BASE_SECONDS * 2 ** min(uncharged, 16))
-    delay = random.uniform(cap / 2, cap) if cap > 0 else 0.0
-    return max(delay, res.retry_after or 0.0)
-
-
 def _reason(res: SubmitResult) -> str:
     title = f" ({res.error_title})" if res.error_title else ""
     return f"{res.http_status or 'network'} {res.error_code}{title} {res.error_message}".strip()[:200]
+
+
+@dataclass
+class _Recorded:
+    """A group of answers sorted into the statements that record them."""
+
+    sent: list[tuple[int, int, dict]] = field(default_factory=list)
+    uncertain: list[tuple[int, int, dict]] = field(default_factory=list)
+    # (kind, to_status) -> [(id, version, per-row values)]: every per-row value set names the same columns
+    moves: dict[tuple[str, str], list[tuple[int, int, dict]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    details: dict[int, dict] = field(default_factory=dict)
+    opt_outs: list[OptOutSignal] = field(default_factory=list)
 
 
 def outcomes_record(
@@ -419,254 +390,185 @@ def outcomes_record(
     *,
     provider_down: bool = False,
 ) -> None:
-    """Record each answer. ``provider_down``: the account's circuit is open, so a failure of the
-    provider's own (timeout, connection error, 5xx) waits for it without costing the message an attempt."""
+    """Record each answer, as the table says (delivery.outcomes.SUBMIT_MOVES). ``provider_down``: the
+    account's circuit is open, so a failure of the provider's own (timeout, connection error, 5xx) waits
+    for it without costing the message an attempt."""
     now = timezone.now()
-    sent, uncertain = [], []
-    # (kind, to_status) -> [(id, version, per-row values)]: every per-row value set names the same columns
-    moves: dict[tuple[str, str], list[tuple[int, int, dict]]] = defaultdict(list)
-    details: dict[int, dict] = {}
-    opt_outs: list[OptOutSignal] = []
+    batch = _Recorded()
     for row, attempt, res in zip(rows, attempts, results, strict=True):
-        attempt.finished_at = now
-        attempt.http_status = res.http_status
-        attempt.provider_code = res.error_code
-        attempt.error_class = str(res.error_class or "")
-        attempt.provider_message_id = res.provider_message_id
-        attempt.latency_ms = res.latency_ms
-        attempt.response = res.response
-        mid, version = row["id"], row["version"]
-        details[mid] = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
-        if not res.sent and not campaign_watch.running(row.get("campaign_id")):
-            # Held back at its slot because its campaign was paused or cancelled meanwhile (or its state
-            # could not be read): back to waiting, uncharged, and due at once. The release step decides
-            # on the campaign's committed state (parked, cancelled or sent), so a resume in between
-            # cannot leave it parked.
-            attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
-            state = campaign_watch.state(row["campaign_id"])
-            paused = state == "paused"
-            at = min(now, row["expires_at"])
-            moves[("campaign_paused", Status.QUEUED)].append(
-                (
-                    mid,
-                    version,
-                    {
-                        "run_after": at,
-                        "attempt_count": row["attempt_count"] - 1,
-                        "error_code": "",
-                        "reason_code": campaign_gate.REASON_PAUSED if paused else "",
-                        "status_reason": campaign_gate.PAUSED_TEXT
-                        if paused
-                        else f"not sent: campaign {state}",
-                    },
-                )
-            )
-            details[mid] = {
-                "attempt": attempt.number,
-                "reason": "not sent: campaign halted",
-                "charged": False,
-            }
-        elif res.outcome == Outcome.ACCEPTED:
-            attempt.outcome = AttemptOutcome.ACCEPTED
-            sent.append(
-                (
-                    mid,
-                    version,
-                    {"provider_message_id": res.provider_message_id, "provider_status": res.provider_status},
-                )
-            )
-            details[mid] = {"provider_message_id": res.provider_message_id, "attempt": attempt.number}
-        elif res.outcome == Outcome.UNCERTAIN:
-            attempt.outcome = AttemptOutcome.UNCERTAIN
-            uncertain.append((mid, version, {}))
-        elif res.error_class == ErrorClass.THROTTLED:
-            attempt.outcome = AttemptOutcome.THROTTLED
-            at = min(now + timedelta(seconds=_throttle_delay(row, res)), row["expires_at"])
-            moves[("throttled", Status.QUEUED)].append(
-                (
-                    mid,
-                    version,
-                    {
-                        "run_after": at,
-                        "attempt_count": row["attempt_count"] - 1,  # not charged
-                        "error_code": res.error_code,
-                        "reason_code": REASON_THROTTLED,
-                        "status_reason": f"provider throttled: {_reason(res)}; resend at {at:%H:%M:%S}"[:255],
-                    },
-                )
-            )
-            details[mid]["retry_at"] = at.isoformat()
-            details[mid]["charged"] = False
-        elif res.error_class == ErrorClass.ACCOUNT_FAULT:
-            attempt.outcome = AttemptOutcome.ACCOUNT_FAULT
-            hold = holds_service.hold_open_for(
-                provider=adapter.name,
-                account=adapter.account,
-                info=ErrorInfo(ErrorClass.ACCOUNT_FAULT, res.error_title or _reason(res), res.scope),
-                error_code=res.error_code or str(res.http_status or ""),
-                message=row,
-                now=now,
-            )
-            moves[("held", Status.QUEUED)].append(
-                (
-                    mid,
-                    version,
-                    {
-                        "run_after": hold.park_until(now),
-                        "attempt_count": row["attempt_count"] - 1,  # not charged: not the message's fault
-                        "error_code": res.error_code,
-                        "reason_code": holds_service.REASON_HELD,
-                        "status_reason": hold.describe(),
-                    },
-                )
-            )
-            details[mid].update({"hold_id": hold.id, "scope": hold.scope, "charged": False})
-        elif provider_failure(res) and res.outcome == Outcome.TRANSIENT:
-            # The provider is unavailable (5xx, a connection error, a timeout before sending), not the
-            # message wrong: no attempt is charged, so an outage of any length ends a message only by
-            # its validity. Backoff still grows with its earlier failures; while the circuit is open
-            # it waits for the circuit to close instead.
-            attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
-            if provider_down:
-                kind, reason_code = "provider_unavailable", circuit.REASON_UNAVAILABLE
-                until = now + timedelta(seconds=settings.CIRCUIT_PARK_SECONDS)
-                text = f"provider unavailable (circuit open): {_reason(res)}"
-            else:
-                kind, reason_code = "retry_scheduled", REASON_RETRY
-                until = now + timedelta(seconds=_unavailable_delay(row, res))
-                text = f"provider unavailable: {_reason(res)}; retry at {until:%H:%M:%S}"
-            moves[(kind, Status.QUEUED)].append(
-                (
-                    mid,
-                    version,
-                    {
-                        "run_after": min(until, row["expires_at"]),
-                        "attempt_count": row["attempt_count"] - 1,  # not the message's attempt
-                        "error_code": res.error_code,
-                        "reason_code": reason_code,
-                        "status_reason": text[:255],
-                    },
-                )
-            )
-            details[mid].update({"charged": False, "retry_at": min(until, row["expires_at"]).isoformat()})
-        elif res.outcome == Outcome.TRANSIENT:
-            attempt.outcome = AttemptOutcome.TRANSIENT_ERROR
-            decision = retry_decide(
-                attempt_number=row["attempt_count"],
-                now=now,
-                first_due=row["due_at"],
-                expires_at=row["expires_at"],
-                retry_after=res.retry_after,
-            )
-            if decision.retry:
-                moves[("retry_scheduled", Status.QUEUED)].append(
-                    (
-                        mid,
-                        version,
-                        {
-                            "run_after": decision.run_after,
-                            "error_code": res.error_code,
-                            "reason_code": REASON_RETRY,
-                            "status_reason": f"transient: {_reason(res)}; {decision.reason}"[:255],
-                        },
-                    )
-                )
-                details[mid]["retry_at"] = decision.run_after.isoformat()
-            else:
-                moves[("failed", Status.FAILED)].append(
-                    (
-                        mid,
-                        version,
-                        {
-                            "error_code": res.error_code,
-                            "reason_code": REASON_GAVE_UP,
-                            "status_reason": f"{decision.reason}; last: {_reason(res)}"[:255],
-                        },
-                    )
-                )
-                details[mid]["dead_letter"] = True
-        else:  # REJECTED: permanent, or the recipient opted out
-            attempt.outcome = AttemptOutcome.REJECTED
-            opted_out = res.error_class == ErrorClass.OPTED_OUT
-            moves[("failed", Status.FAILED)].append(
-                (
-                    mid,
-                    version,
-                    {
-                        "error_code": res.error_code,
-                        "reason_code": REASON_OPTED_OUT if opted_out else REASON_REJECTED,
-                        "status_reason": f"rejected by provider: {_reason(res)}"[:255],
-                    },
-                )
-            )
-            details[mid]["dead_letter"] = True
-            if opted_out:
-                opt_outs.append(
-                    OptOutSignal(
-                        tenant_id=row["tenant_id"],
-                        to=row["to"],
-                        from_number=row["from_number"],
-                        messaging_service_sid=row["messaging_service_sid"],
-                        provider=adapter.name,
-                        error_code=res.error_code,
-                        message_id=mid,
-                        created_at=now,
-                    )
-                )
-
+        # Held back at its slot because its campaign was paused or cancelled meanwhile (or its state
+        # could not be read)?
+        halted = not res.sent and not campaign_watch.running(row.get("campaign_id"))
+        move = outcomes.submit_move(res, halted=halted, circuit_open=provider_down)
+        _attempt_answered(attempt, res, move, now)
+        _move_add(batch, adapter, row, attempt, res, move, now)
     with transaction.atomic():
         attempts_finish(attempts, finished_at=now)
-        sent_ids = transitions.transition_versioned(
-            sent,
-            from_status=Status.SENDING,
-            to_status=Status.SENT,
-            kind="sent",
-            per_row_columns=("provider_message_id", "provider_status"),
-            set_fields={
-                "sent_at": now,
-                "run_after": None,
-                "error_code": "",
-                "status_reason": "",
-                "reason_code": "",
-            },
-            details=details.get,
-            now=now,
-        )
-        moved: dict[tuple[str, str], list[int]] = {}
-        for (kind, to_status), items in moves.items():
-            extra = {"failed_at": now, "run_after": None} if to_status == Status.FAILED else {}
-            moved[(kind, to_status)] = transitions.transition_versioned(
-                items,
-                from_status=Status.SENDING,
-                to_status=to_status,
-                kind=kind,
-                per_row_columns=tuple(items[0][2]),
-                set_fields=extra,
-                details=details.get,
-                now=now,
-            )
-        transitions.transition_versioned(
-            uncertain,
-            from_status=Status.SENDING,
-            to_status=Status.SENDING,
-            kind="attempt_uncertain",
-            set_fields={
-                "run_after": now + timedelta(seconds=settings.RECONCILE_FIRST_LOOK_SECONDS),
-                "reason_code": REASON_UNCERTAIN,
-                "status_reason": "provider did not answer; will look the message up before any resend",
-            },
-            details=details.get,
-            now=now,
-        )
-        if opt_outs:
-            OptOutSignal.objects.bulk_create(opt_outs)
-            suppression.from_provider_signals(opt_outs)
+        sent_ids, moved = _moves_apply(batch, now)
+        if batch.opt_outs:
+            OptOutSignal.objects.bulk_create(batch.opt_outs)
+            suppression.from_provider_signals(batch.opt_outs)
+    moves, uncertain = batch.moves, batch.uncertain
     _metrics_record(adapter, rows, results, sent_ids, moves, moved, now)
     failed = len(moves.get(("failed", Status.FAILED), []))
     if failed or uncertain:
         public = {r["id"]: r["public_id"] for r in rows}
         ids = [public[mid] for mid, _, _ in [*moves.get(("failed", Status.FAILED), []), *uncertain]]
         log.warning("send batch: %d failed, %d uncertain", failed, len(uncertain), extra={"message_ids": ids})
+
+
+def _attempt_answered(attempt: Attempt, res: SubmitResult, move: outcomes.Move, now: datetime) -> None:
+    attempt.finished_at = now
+    attempt.http_status = res.http_status
+    attempt.provider_code = res.error_code
+    attempt.error_class = str(res.error_class or "")
+    attempt.provider_message_id = res.provider_message_id
+    attempt.latency_ms = res.latency_ms
+    attempt.response = res.response
+    attempt.outcome = move.attempt
+
+
+def _move_add(batch: _Recorded, adapter, row: dict, attempt: Attempt, res: SubmitResult, move, now) -> None:
+    """One answer's move: its column values, its timeline details, and an opt-out signal if it says so."""
+    mid, version = row["id"], row["version"]
+    details = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
+    if move.status == Status.SENT:
+        values = {"provider_message_id": res.provider_message_id, "provider_status": res.provider_status}
+        batch.sent.append((mid, version, values))
+        batch.details[mid] = {"provider_message_id": res.provider_message_id, "attempt": attempt.number}
+        return
+    batch.details[mid] = details
+    if move.status == Status.SENDING:  # uncertain: the reconciler looks it up before any resend
+        batch.uncertain.append((mid, version, {}))
+        return
+    move, run_after, text, extra = _timing(move, adapter, row, res, now)
+    if move.delay == Delay.NOW:
+        details = batch.details[mid] = {"attempt": attempt.number, "reason": "not sent: campaign halted"}
+    values = {"run_after": run_after} if move.status == Status.QUEUED else {}
+    values.update(
+        {
+            "attempt_count": outcomes.attempt_count_after(row["attempt_count"], move),
+            "error_code": extra.pop("error_code", res.error_code),
+            "reason_code": extra.pop("reason_code", move.reason_code),
+            "status_reason": text[:255],
+        }
+    )
+    details.update(extra)
+    if move.status == Status.QUEUED and move.delay not in (Delay.HOLD, Delay.NOW):
+        details["retry_at"] = run_after.isoformat()
+    if not move.charged:
+        details["charged"] = False
+    if move.dead_letter:
+        details["dead_letter"] = True
+    batch.moves[(move.kind, move.status)].append((mid, version, values))
+    if move.opt_out:
+        batch.opt_outs.append(
+            OptOutSignal(
+                tenant_id=row["tenant_id"],
+                to=row["to"],
+                from_number=row["from_number"],
+                messaging_service_sid=row["messaging_service_sid"],
+                provider=adapter.name,
+                error_code=res.error_code,
+                message_id=mid,
+                created_at=now,
+            )
+        )
+
+
+def _timing(move: outcomes.Move, adapter, row: dict, res: SubmitResult, now: datetime):
+    """(the move made, run_after, status text, extra details) for the move's delay (delivery.delays)."""
+    reason, expires = _reason(res), row["expires_at"]
+    if move.delay == Delay.NOW:
+        # Back to waiting, due at once: the release step decides on the campaign's committed state
+        # (parked, cancelled or sent), so a resume in between cannot leave it parked.
+        state = campaign_watch.state(row["campaign_id"])
+        if state == "paused":
+            return move, min(now, expires), campaign_gate.PAUSED_TEXT, {"error_code": ""}
+        return move, min(now, expires), f"not sent: campaign {state}", {"error_code": "", "reason_code": ""}
+    if move.delay == Delay.THROTTLE:
+        wait = delays.throttle_delay(uncharged_calls=delays.uncharged_calls(row), retry_after=res.retry_after)
+        at = min(now + timedelta(seconds=wait), expires)
+        return move, at, f"provider throttled: {reason}; resend at {at:%H:%M:%S}", {}
+    if move.delay == Delay.HOLD:
+        hold = holds_service.hold_open_for(
+            provider=adapter.name,
+            account=adapter.account,
+            info=ErrorInfo(ErrorClass.ACCOUNT_FAULT, res.error_title or reason, res.scope),
+            error_code=res.error_code or str(res.http_status or ""),
+            message=row,
+            now=now,
+        )
+        return move, hold.park_until(now), hold.describe(), {"hold_id": hold.id, "scope": hold.scope}
+    if move.delay == Delay.CIRCUIT:
+        until = now + timedelta(seconds=delays.circuit_park_delay())
+        return move, min(until, expires), f"provider unavailable (circuit open): {reason}", {}
+    if move.delay == Delay.UNAVAILABLE:
+        # The provider is unavailable, not the message wrong: an outage of any length ends a message
+        # only by its validity. Backoff still grows with its earlier failures.
+        uncharged = delays.uncharged_calls(row)
+        wait = delays.unavailable_delay(uncharged_calls=uncharged, retry_after=res.retry_after)
+        until = now + timedelta(seconds=wait)
+        return move, min(until, expires), f"provider unavailable: {reason}; retry at {until:%H:%M:%S}", {}
+    if move.delay == Delay.RETRY:
+        decision = delays.retry_decide(
+            attempt_number=row["attempt_count"],
+            now=now,
+            first_due=row["due_at"],
+            expires_at=expires,
+            retry_after=res.retry_after,
+        )
+        if decision.retry:
+            return move, decision.run_after, f"transient: {reason}; {decision.reason}", {}
+        return move.otherwise, None, f"{decision.reason}; last: {reason}", {}
+    return move, None, f"rejected by provider: {reason}", {}
+
+
+def _moves_apply(batch: _Recorded, now: datetime) -> tuple[list[int], dict[tuple[str, str], list[int]]]:
+    """One compare-and-set statement per move kind (a duplicate task's stale rows move nothing)."""
+    sent_ids = transitions.transition_versioned(
+        batch.sent,
+        from_status=Status.SENDING,
+        to_status=Status.SENT,
+        kind=outcomes.SENT.kind,
+        per_row_columns=("provider_message_id", "provider_status"),
+        set_fields={
+            "sent_at": now,
+            "run_after": None,
+            "error_code": "",
+            "status_reason": "",
+            "reason_code": outcomes.SENT.reason_code,
+        },
+        details=batch.details.get,
+        now=now,
+    )
+    moved: dict[tuple[str, str], list[int]] = {}
+    for (kind, to_status), items in batch.moves.items():
+        extra = {"failed_at": now, "run_after": None} if to_status == Status.FAILED else {}
+        moved[(kind, to_status)] = transitions.transition_versioned(
+            items,
+            from_status=Status.SENDING,
+            to_status=to_status,
+            kind=kind,
+            per_row_columns=tuple(items[0][2]),
+            set_fields=extra,
+            details=batch.details.get,
+            now=now,
+        )
+    transitions.transition_versioned(
+        batch.uncertain,
+        from_status=Status.SENDING,
+        to_status=Status.SENDING,
+        kind=outcomes.UNCERTAIN.kind,
+        set_fields={
+            "run_after": now + timedelta(seconds=delays.reconcile_first_look_delay()),
+            "reason_code": outcomes.UNCERTAIN.reason_code,
+            "status_reason": "provider did not answer; will look the message up before any resend",
+        },
+        details=batch.details.get,
+        now=now,
+    )
+    return sent_ids, moved
 
 
 def _metrics_record(adapter, rows, results, sent_ids, moves, moved, now) -> None:

@@ -245,7 +245,7 @@ def _tenant_decide(tenant_id: int, group: list[Candidate], limits: Limits, now, 
 
 
 def velocity_gate(candidates: list[Candidate], now: datetime) -> Decision:
-    """The release gate (registered first, delivery.apps): which candidates go on to pacing and quotas,
+    """The first release gate (scheduling.release.RELEASE_GATES): which candidates go on to pacing and quotas,
     and which wait for review."""
     decision = Decision()
     if not settings.GUARDS_ENABLED or not candidates:

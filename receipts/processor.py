@@ -6,7 +6,7 @@ its message, or is kept on the timeline as evidence, or, when its provider id is
 message yet (a callback that overtook the submit response), waits and is tried again: never dropped.
 
 What each provider status does (the adapter normalises it; Twilio's 13 statuses in
-delivery.providers.twilio_callbacks):
+delivery.providers.twilio_callbacks; the rules are one table, delivery.outcomes.RECEIPT_MOVES):
 
 * queued / sending (the provider still holds it) -> a timeline note;
 * sent -> ``sent``; delivered (and read) -> ``delivered``; undelivered -> ``undelivered``;
@@ -26,19 +26,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from delivery import delays, outcomes, suppression
 from delivery import holds as holds_service
-from delivery import suppression
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
+from delivery.outcomes import REQUEUE_FROM, Delay
 from delivery.providers import get_adapter
-from delivery.providers.base import LOOKUP_SOURCE, ErrorClass
-from delivery.retry import retry_decide
-from delivery.sending import throttle_delay
+from delivery.providers.base import LOOKUP_SOURCE
 from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling import transitions
@@ -61,13 +61,7 @@ RANK = {
     Status.EXPIRED: 4,
 }
 # Normalised provider status -> the message status it proves. queued/sending/inbound are informational.
-TARGET = {
-    "sent": Status.SENT,
-    "delivered": Status.DELIVERED,
-    "undelivered": Status.UNDELIVERED,
-    "failed": Status.FAILED,
-    "canceled": Status.FAILED,
-}
+TARGET = outcomes.RECEIPT_TARGET
 STAMP = {
     Status.SENT: "sent_at",
     Status.DELIVERED: "delivered_at",
@@ -76,11 +70,6 @@ STAMP = {
 }
 # A carrier's done date is trusted only if it is this close to what we know (its zone is not stated).
 DONE_AT_TOLERANCE = timedelta(minutes=15)
-REQUEUE_FROM = (Status.SENT, Status.SENDING)
-
-
-def _retry_delay(tries: int) -> timedelta:
-    return timedelta(seconds=min(60.0, 0.5 * 2 ** min(tries, 10)))
 
 
 def _claim(now: datetime, limit: int) -> list[ReceiptEvent]:
@@ -140,11 +129,41 @@ def _load(sids: set[str]) -> dict[tuple[str, str], dict]:
     }
 
 
+@dataclass
+class _Batch:
+    """A claimed batch of receipts as it is worked through: what is finished, what waits, the notes and
+    the moves to write."""
+
+    done: list[ReceiptEvent] = field(default_factory=list)
+    waiting: list[ReceiptEvent] = field(default_factory=list)
+    notes: list[tuple[int, str, str, dict]] = field(default_factory=list)
+    # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
+    moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    move_receipt: dict[int, ReceiptEvent] = field(default_factory=dict)
+    move_details: dict[int, dict] = field(default_factory=dict)
+    opt_outs: list[OptOutSignal] = field(default_factory=list)
+    provider_failed: list[tuple[str, str, str]] = field(default_factory=list)
+
+
 def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     by_sid = _load({r.provider_message_id for r in receipts})
-    done: list[ReceiptEvent] = []
-    waiting: list[ReceiptEvent] = []
-    notes: list[tuple[int, str, str, dict]] = []
+    batch = _Batch()
+    pending = _match(receipts, by_sid, batch, now)
+    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
+    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
+    for receipt in pending:
+        _decide(receipt, by_sid[(receipt.provider, receipt.provider_message_id)], batch, now)
+    _write(batch, now)
+
+
+def _match(
+    receipts: list[ReceiptEvent], by_sid: dict[tuple[str, str], dict], batch: _Batch, now: datetime
+) -> list[ReceiptEvent]:
+    """The receipts whose message is known (``by_sid`` gains those found by their hints); the others
+    are recorded as duplicates, superseded, unknown or orphaned, or wait to be tried again."""
+    done, waiting, notes = batch.done, batch.waiting, batch.notes
     found_sids: set[str] = set()
     pending: list[ReceiptEvent] = []
     for receipt in receipts:
@@ -185,71 +204,66 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
                 receipt.outcome = ReceiptOutcome.ORPHANED
                 done.append(receipt)
             else:
-                receipt.next_try_at = now + _retry_delay(receipt.tries)
+                receipt.next_try_at = now + delays.receipt_retry_delay(receipt.tries)
                 waiting.append(receipt)
     if found_sids:
         by_sid.update(_load(found_sids))
+    return pending
 
-    # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
-    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
-    # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
-    moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = defaultdict(list)
-    move_receipt: dict[int, ReceiptEvent] = {}
-    move_details: dict[int, dict] = {}
-    opt_outs: list[OptOutSignal] = []
-    provider_failed: list[tuple[str, str, str]] = []
-    for receipt in pending:
-        msg = by_sid[(receipt.provider, receipt.provider_message_id)]
-        receipt.message_id = msg["id"]
-        current = msg["status"]
-        details = _details(receipt)
-        if receipt.normalized_status == "":
-            receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
-            done.append(receipt)
-            continue
-        if msg["id"] in move_receipt:
-            notes.append(
-                (msg["id"], "receipt", current, {**details, "note": "already at or past this status"})
-            )
-            receipt.outcome = ReceiptOutcome.RECORDED
-            done.append(receipt)
-            continue
-        effect = _effect(receipt, msg)
-        if effect is None:
-            why = (
-                "informational status"
-                if receipt.normalized_status not in TARGET
-                else "already at or past this status"
-            )
-            notes.append((msg["id"], "receipt", current, {**details, "note": why}))
-            receipt.outcome = ReceiptOutcome.RECORDED
-            done.append(receipt)
-            continue
-        kind, target, values, extra_details = effect
-        if receipt.normalized_status in ("failed", "canceled"):
-            # The provider never handed this attempt on: it was refused after all, whether the message
-            # is sent again or ends failed here.
-            provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
-        if values.get("reason_code") == "opted_out":
-            opt_outs.append(
-                OptOutSignal(
-                    tenant_id=msg["tenant_id"],
-                    to=msg["to"],
-                    from_number=msg["from_number"],
-                    messaging_service_sid=msg["messaging_service_sid"],
-                    provider=receipt.provider,
-                    error_code=receipt.error_code,
-                    message_id=msg["id"],
-                    created_at=now,
-                )
-            )
-        moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
-        move_receipt[msg["id"]] = receipt
-        move_details[msg["id"]] = {**details, "source": _source(receipt), **extra_details}
-        msg["status"] = target  # later receipts in this batch compare against the new state
-        msg["version"] += 1
 
-    for (current, target, kind, columns), items in moves.items():
+def _decide(receipt: ReceiptEvent, msg: dict, batch: _Batch, now: datetime) -> None:
+    """A known message's receipt: a timeline note, or a move (delivery.outcomes.RECEIPT_MOVES)."""
+    receipt.message_id = msg["id"]
+    current = msg["status"]
+    details = _details(receipt)
+    if receipt.normalized_status == "":
+        receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
+        batch.done.append(receipt)
+        return
+    if msg["id"] in batch.move_receipt:
+        note = {**details, "note": "already at or past this status"}
+        batch.notes.append((msg["id"], "receipt", current, note))
+        receipt.outcome = ReceiptOutcome.RECORDED
+        batch.done.append(receipt)
+        return
+    effect = _effect(receipt, msg)
+    if effect is None:
+        why = (
+            "informational status"
+            if receipt.normalized_status not in TARGET
+            else "already at or past this status"
+        )
+        batch.notes.append((msg["id"], "receipt", current, {**details, "note": why}))
+        receipt.outcome = ReceiptOutcome.RECORDED
+        batch.done.append(receipt)
+        return
+    kind, target, values, extra_details = effect
+    if receipt.normalized_status in ("failed", "canceled"):
+        # The provider never handed this attempt on: it was refused after all, whether the message
+        # is sent again or ends failed here.
+        batch.provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
+    if values.get("reason_code") == "opted_out":
+        batch.opt_outs.append(
+            OptOutSignal(
+                tenant_id=msg["tenant_id"],
+                to=msg["to"],
+                from_number=msg["from_number"],
+                messaging_service_sid=msg["messaging_service_sid"],
+                provider=receipt.provider,
+                error_code=receipt.error_code,
+                message_id=msg["id"],
+                created_at=now,
+            )
+        )
+    batch.moves[(current, target, kind, tuple(sorted(values)))].append((msg["id"], msg["version"], values))
+    batch.move_receipt[msg["id"]] = receipt
+    batch.move_details[msg["id"]] = {**details, "source": _source(receipt), **extra_details}
+    msg["status"] = target  # later receipts in this batch compare against the new state
+    msg["version"] += 1
+
+
+def _write(batch: _Batch, now: datetime) -> None:
+    for (current, target, kind, columns), items in batch.moves.items():
         moved = set(
             transitions.transition_versioned(
                 items,
@@ -258,32 +272,32 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
                 kind=kind,
                 per_row_columns=columns,
                 set_fields={} if target == Status.QUEUED else {"run_after": None},
-                details=move_details.get,
+                details=batch.move_details.get,
                 now=now,
             )
         )
         for mid, _, _ in items:
-            receipt = move_receipt[mid]
+            receipt = batch.move_receipt[mid]
             if mid in moved:
                 receipt.outcome = ReceiptOutcome.APPLIED
-                done.append(receipt)
+                batch.done.append(receipt)
             else:  # the message changed under us (another processor, a late submit record): try again
                 receipt.next_try_at = now
-                waiting.append(receipt)
-    for provider, sid, code in provider_failed:
+                batch.waiting.append(receipt)
+    for provider, sid, code in batch.provider_failed:
         # The attempt the provider failed stays on record as refused, so later receipts for its sid are
         # told apart from a real second submission (receipts.unknown), even after an operator replay.
         Attempt.objects.filter(provider=provider, provider_message_id=sid).update(
             outcome=AttemptOutcome.REJECTED, provider_code=code
         )
-    transitions.events_record_many([n for n in notes if n[0] is not None], now=now)
-    if opt_outs:
-        OptOutSignal.objects.bulk_create(opt_outs)
-        suppression.from_provider_signals(opt_outs)
-    for receipt in done:
+    transitions.events_record_many([n for n in batch.notes if n[0] is not None], now=now)
+    if batch.opt_outs:
+        OptOutSignal.objects.bulk_create(batch.opt_outs)
+        suppression.from_provider_signals(batch.opt_outs)
+    for receipt in batch.done:
         receipt.processed_at = now
-    ReceiptEvent.objects.bulk_update(done, ["processed_at", "outcome", "message_id", "tries"])
-    ReceiptEvent.objects.bulk_update(waiting, ["next_try_at", "tries", "message_id"])
+    ReceiptEvent.objects.bulk_update(batch.done, ["processed_at", "outcome", "message_id", "tries"])
+    ReceiptEvent.objects.bulk_update(batch.waiting, ["next_try_at", "tries", "message_id"])
 
 
 def _source(receipt: ReceiptEvent) -> str:
@@ -304,60 +318,55 @@ def _details(receipt: ReceiptEvent) -> dict:
 
 
 def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | None:
-    """(timeline kind, target status, per-row column values, extra details) or None for a note."""
+    """(timeline kind, target status, per-row column values, extra details) or None for a note; the
+    move is the table's (delivery.outcomes.RECEIPT_MOVES)."""
     current = msg["status"]
-    target = TARGET.get(receipt.normalized_status)
-    if target is None:
+    if receipt.normalized_status not in TARGET:
         return None
     adapter = get_adapter(receipt.provider)
+    canceled = receipt.normalized_status == "canceled"
+    info = adapter.classify(receipt.error_code) if receipt.error_code and not canceled else None
+    move = outcomes.receipt_move(receipt.normalized_status, info.error_class if info else None)
     values: dict = {"provider_status": receipt.raw_status, "error_code": receipt.error_code}
-    if receipt.normalized_status == "canceled":
-        if (current, Status.FAILED) not in transitions.ALLOWED or RANK[Status.FAILED] <= RANK[current]:
-            return None
-        values.update(
-            {
-                "failed_at": _stamp(receipt, msg),
-                "reason_code": "provider_canceled",
-                "status_reason": "canceled at the provider; never sent",
-            }
-        )
-        return "failed", Status.FAILED, values, {}
-    info = adapter.classify(receipt.error_code) if receipt.error_code else None
-    if target == Status.FAILED and info is not None and current in REQUEUE_FROM:
-        requeue = _requeue(receipt, msg, info, values)
+    if move.status == Status.QUEUED:  # a resend: only while the provider still had the message
+        requeue = _requeue(receipt, msg, info, move, values) if current in REQUEUE_FROM else None
         if requeue is not None:
             return requeue
-    if RANK[target] <= RANK[current] or (current, target) not in transitions.ALLOWED:
+        move = move.otherwise
+    if RANK[move.status] <= RANK[current] or (current, move.status) not in transitions.ALLOWED:
         return None
-    values[STAMP[target]] = _stamp(receipt, msg)
-    if target in (Status.FAILED, Status.UNDELIVERED):
+    values[STAMP[move.status]] = _stamp(receipt, msg)
+    if move.reason_code is not None:
         title = f" ({info.title})" if info else ""
-        opted = info is not None and info.error_class == ErrorClass.OPTED_OUT
-        values["reason_code"] = "opted_out" if opted else f"provider_{target}"
+        values["reason_code"] = move.reason_code
         values["status_reason"] = (
-            f"provider reported {receipt.raw_status} {receipt.error_code}{title}".strip()[:255]
+            "canceled at the provider; never sent"
+            if canceled
+            else f"provider reported {receipt.raw_status} {receipt.error_code}{title}".strip()[:255]
         )
-    return target, target, values, {}
+    return move.kind, move.status, values, {}
 
 
-def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str, str, dict, dict] | None:
+def _requeue(
+    receipt: ReceiptEvent, msg: dict, info, move: outcomes.Move, values: dict
+) -> tuple[str, str, dict, dict] | None:
     """A `failed` the table says to resend: the provider never handed it on (queue overflow, a held
-    account, an unknown transient error), so it goes back to `queued`, off the failed sid."""
+    account, an unknown transient error), so it goes back to `queued`, off the failed sid. None: no
+    retry is left (it ends `failed`)."""
     now = timezone.now()
-    if info.error_class == ErrorClass.THROTTLED:
-        delay = throttle_delay(uncharged_calls=msg["provider_calls"] - msg["attempt_count"])
-        at = min(now + timedelta(seconds=delay), msg["expires_at"])
-        values.update(
-            {
-                "run_after": at,
-                "attempt_count": max(0, msg["attempt_count"] - 1),  # not charged
-                "provider_message_id": None,
-                "reason_code": "provider_throttled",
-                "status_reason": f"provider failed it: {receipt.error_code} ({info.title}); resending"[:255],
-            }
+    failed_it = f"provider failed it: {receipt.error_code} ({info.title})"
+    if move.delay == Delay.RETRY:
+        decision = delays.retry_decide(
+            attempt_number=msg["attempt_count"],
+            now=now,
+            first_due=msg["due_at"],
+            expires_at=msg["expires_at"],
         )
-        return "throttled", Status.QUEUED, values, {"retry_at": at.isoformat(), "charged": False}
-    if info.error_class == ErrorClass.ACCOUNT_FAULT:
+        if not decision.retry:
+            return None
+        run_after, text = decision.run_after, f"{failed_it}; {decision.reason}"[:255]
+        extra: dict = {"retry_at": run_after.isoformat()}
+    elif move.delay == Delay.HOLD:
         hold = holds_service.hold_open_for(
             provider=receipt.provider,
             account=get_adapter(receipt.provider).account,
@@ -366,37 +375,23 @@ def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str,
             message=msg,
             now=now,
         )
-        values.update(
-            {
-                "run_after": hold.park_until(now),
-                "attempt_count": max(0, msg["attempt_count"] - 1),
-                "provider_message_id": None,
-                "reason_code": holds_service.REASON_HELD,
-                "status_reason": hold.describe(),
-            }
-        )
-        return "held", Status.QUEUED, values, {"hold_id": hold.id, "charged": False}
-    if info.error_class == ErrorClass.TRANSIENT:
-        decision = retry_decide(
-            attempt_number=msg["attempt_count"],
-            now=now,
-            first_due=msg["due_at"],
-            expires_at=msg["expires_at"],
-        )
-        if not decision.retry:
-            return None  # falls through to `failed`
-        values.update(
-            {
-                "run_after": decision.run_after,
-                "provider_message_id": None,
-                "reason_code": "provider_error",
-                "status_reason": (
-                    f"provider failed it: {receipt.error_code} ({info.title}); {decision.reason}"[:255]
-                ),
-            }
-        )
-        return "retry_scheduled", Status.QUEUED, values, {"retry_at": decision.run_after.isoformat()}
-    return None
+        run_after, text, extra = hold.park_until(now), hold.describe(), {"hold_id": hold.id}
+    else:  # Delay.THROTTLE
+        delay = delays.throttle_delay(uncharged_calls=delays.uncharged_calls(msg))
+        run_after = min(now + timedelta(seconds=delay), msg["expires_at"])
+        text, extra = f"{failed_it}; resending"[:255], {"retry_at": run_after.isoformat()}
+    values.update(
+        {
+            "run_after": run_after,
+            "attempt_count": outcomes.attempt_count_after(msg["attempt_count"], move),
+            "provider_message_id": None,
+            "reason_code": move.reason_code,
+            "status_reason": text,
+        }
+    )
+    if not move.charged:
+        extra["charged"] = False
+    return move.kind, move.status, values, extra
 
 
 def receipts_process_for(seconds: float, *, idle_sleep: float = 0.05) -> int:

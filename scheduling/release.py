@@ -12,14 +12,16 @@ goes through the same steps in one transaction:
    messages wait (``tenant_disabled``) until it is enabled;
 3. quiet hours, checked against the clock now (a message made due late, or a retry, must not go out at
    night): inside the window it waits for the window's end;
-4. the release gate registered by the delivery app (capacity, fairness, circuit breaker): it says which
-   go now and until when the others wait (``scheduling`` knows nothing of providers);
+4. the release gates, in the order ``RELEASE_GATES`` lists them (velocity review, then capacity,
+   fairness and circuit breaker, then the daily quota): they say which go now and until when the others
+   wait (``scheduling`` knows nothing of providers: the gates are named by dotted path);
 5. the released ones move to ``queued`` and are published after commit; the others stay where they are
    with ``run_after`` at their expected time and the reason, and a timeline entry the first time.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +29,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from scheduling import campaign_gate, recovery, transitions
 from scheduling.models import Message, Status
@@ -109,27 +112,42 @@ class Decision:
 
 
 Gate = Callable[[list[Candidate], datetime], Decision]
-_gates: list[Gate] = []
+
+# "May this message go now?": after the steps of ``due_release`` itself (claimed; the campaign's and the
+# tenant's state; quiet hours), these gates, in this order, each given what the one before released. By
+# dotted path, resolved on first use: scheduling knows nothing of providers or limits.
+RELEASE_GATES: tuple[str, ...] = (
+    # The velocity guard (held for review): first, so it takes no capacity or quota from what goes.
+    "delivery.velocity.velocity_gate",
+    # Capacity, fairness and the circuit breaker, per provider account (pacing slots).
+    "delivery.pacing.release_gate",
+    # The tenant's daily quota: last, it sees exactly the messages about to be handed to the send queues.
+    "smsgw.limits.execution.quota_gate",
+)
+# A gate a setting turns off: SMSGW_PACING=0 releases every due message at once (to measure pacing).
+GATE_SWITCHES = {"delivery.pacing.release_gate": "PACING_ENABLED"}
+# Called once per sweep pass, in this order (database work only): the circuit breaker's probe, the
+# velocity counters' prune.
+RELEASE_TICKS: tuple[str, ...] = ("delivery.circuit.circuit_tick", "delivery.velocity.counters_prune")
 
 
-def release_gate_register(gate: Gate) -> None:
-    """The delivery app registers its capacity gate here at start-up (delivery.apps)."""
-    if gate not in _gates:
-        _gates.append(gate)
+@functools.cache
+def _resolve(path: str) -> Callable:
+    return import_string(path)
 
 
-_ticks: list[Callable[[datetime], object]] = []
-
-
-def release_tick_register(tick: Callable[[datetime], object]) -> None:
-    """Called once per sweep pass (delivery: the circuit breaker's probe, database work only)."""
-    if tick not in _ticks:
-        _ticks.append(tick)
+def release_gates() -> list[Gate]:
+    """The gates in force, in their order."""
+    return [
+        _resolve(path)
+        for path in RELEASE_GATES
+        if path not in GATE_SWITCHES or getattr(settings, GATE_SWITCHES[path])
+    ]
 
 
 def release_ticks(now: datetime) -> None:
-    for tick in _ticks:
-        tick(now)
+    for path in RELEASE_TICKS:
+        _resolve(path)(now)
 
 
 @dataclass
@@ -288,7 +306,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
                 )
             )
         decision = Decision(release=candidates)
-        for gate in _gates:
+        for gate in release_gates():
             earlier, decision = decision, gate(decision.release, now)
             parks += [(by_id[c.id], p) for c, p in decision.park]
             # A later gate (limits: the daily quota) narrows the release; slots and probes carry over.

@@ -95,7 +95,7 @@ INSTALLED_APPS = [
     "scheduling",
     "delivery",
     "receipts",
-    "smsgw.limits",  # after delivery: its release gate runs after the capacity gate
+    "smsgw.limits",  # its release gate's place: scheduling.release.RELEASE_GATES
     "smsgw.observability",
 ]
 
