@@ -9,16 +9,15 @@ import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from delivery import guards, suppression
-from scheduling import quiet, transitions
-from scheduling.models import Message, MessageEvent, Priority, Status
+from scheduling import birth, quiet, transitions
+from scheduling.models import Message, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
@@ -230,88 +229,22 @@ def message_create(
         request_fingerprint=fingerprint,
         **time_fields,
     )
-    try:
-        if quotas.has_quota(tenant):
-            # The booking commits or rolls back with the row: a refused or failed insert books nothing.
-            with transaction.atomic():
-                quotas.acceptance_check(tenant=tenant, due_at=message.due_at, segments=segments, now=now)
-                _message_insert(message, actor=actor, details=_intent_details(message, resolved))
-        else:
-            _message_insert(message, actor=actor, details=_intent_details(message, resolved))
-    except IntegrityError:
+    # The booking commits or rolls back with the row: a refused or failed insert books nothing.
+    with transaction.atomic() if quotas.has_quota(tenant) else nullcontext():
+        births = birth.messages_birth(
+            [(message, _intent_details(message, resolved))],
+            actor=actor,
+            now=timezone.now(),
+            tenants={tenant.pk: tenant},
+            refuse_over_quota=True,
+        )
+    if births.existing:
         if not idempotency_key:
-            raise
+            raise IntegrityError("a new message collided with an existing one")
         # Two requests with the same key raced; the other one committed first.
         existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         return _idempotent_replay(existing, fingerprint), False
     return message, True
-
-
-def _insert_fields(model) -> list:
-    """The columns save() inserts (the primary key is generated and read back)."""
-    meta = model._meta
-    return [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
-
-
-@cache
-def _insert_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str, list, list]:
-    """PostgreSQL: the message row and its "created" event in one statement (a data-modifying CTE), so
-    both commit together, in one round trip. ``names``: the message columns given a value (the others are
-    NULL): psycopg caches a statement's parsing only up to 50 parameters, and a message has more columns
-    than that, most of them NULL at creation (measured: the parsing was a tenth of a request). Built once
-    per set of columns: (sql, message fields, event fields)."""
-    qn = connections[alias].ops.quote_name
-    message_fields = _insert_fields(Message)
-    if names is not None:
-        message_fields = [f for f in message_fields if f.attname in names]
-    message_fk = MessageEvent._meta.get_field("message")
-    event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
-    pk = qn(Message._meta.pk.column)
-    sql = (
-        f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} "  # noqa: S608
-        f"({', '.join(qn(f.column) for f in message_fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(message_fields))}) RETURNING {pk}) "
-        f"INSERT INTO {qn(MessageEvent._meta.db_table)} "
-        f"({qn(message_fk.column)}, {', '.join(qn(f.column) for f in event_fields)}) "
-        f"SELECT m.{pk}, {', '.join(['%s'] * len(event_fields))} FROM m RETURNING {qn(message_fk.column)}"
-    )
-    return sql, message_fields, event_fields
-
-
-def _message_insert(message: Message, *, actor: str, details: dict[str, Any]) -> None:
-    """Store a new message and its "created" event (what ``transitions.event_record`` writes) in one
-    transaction. On PostgreSQL that is one INSERT statement carrying the values the ORM's save() would
-    send (each field's pre_save and get_db_prep_save); elsewhere (SQLite), or when a value is an
-    expression such as a database default, the ORM saves both inside transaction.atomic()."""
-    event = MessageEvent(
-        kind="created",
-        from_status=Status.SCHEDULED,
-        to_status=Status.SCHEDULED,
-        actor=actor,
-        details=details or {},
-        created_at=timezone.now(),
-    )
-    if connection.vendor == "postgresql":
-        _, all_fields, event_fields = _insert_sql(connection.alias)
-        given = [(f, f.pre_save(message, True)) for f in all_fields]
-        given = [(f, v) for f, v in given if v is not None or f.has_db_default()]
-        sql, _, _ = _insert_sql(connection.alias, tuple(f.attname for f, _ in given))
-        pairs = given + [(f, f.pre_save(event, True)) for f in event_fields]
-        if not any(hasattr(v, "resolve_expression") for _, v in pairs):
-            params = [f.get_db_prep_save(v, connection) for f, v in pairs]
-            # One statement is one transaction by itself; inside a caller's transaction a savepoint
-            # keeps a unique violation (an Idempotency-Key race) from breaking the caller's one.
-            atomic = transaction.atomic() if connection.in_atomic_block else nullcontext()
-            with atomic, connection.cursor() as cur:
-                cur.execute(sql, params)
-                message.pk = cur.fetchone()[0]
-            message._state.adding = False
-            message._state.db = connection.alias
-            return
-    with transaction.atomic():
-        message.save()
-        event.message_id = message.pk
-        event.save()
 
 
 def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
