@@ -23,7 +23,7 @@ from scheduling.admin_filters import DateRangeFilter
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.phone import mask, search_forms
 from scheduling.timeutil import TimeResolutionError, parse_timezone
-from smsgw.errors import Conflict
+from smsgw.domain_errors import ConflictError
 
 BODY_PREVIEW_CHARS = 40
 
@@ -376,7 +376,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         for schedule in list(queryset.select_related("tenant").filter(status__in=statuses)):
             try:
                 service(tenant=schedule.tenant, public_id=schedule.public_id, actor=actor)
-            except Conflict:
+            except ConflictError:
                 refused += 1
                 continue
             changed += 1

@@ -20,11 +20,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
-from rest_framework.exceptions import APIException
 
 from scheduling import services
 from scheduling.models import Message, Status
-from smsgw.errors import Conflict
+from smsgw.domain_errors import ConflictError, DomainError, InvalidInput
 
 # One confirmation page lists every selected id as a hidden field and the apply step runs one short
 # transaction per message (about 1 ms each on PostgreSQL): 5,000 stays a few seconds of request time.
@@ -61,7 +60,7 @@ class Operation:
     verb: str  # "Cancel"
     done: str  # "Cancelled"
     eligible: frozenset[str]  # statuses the service accepts
-    apply: Callable[[Message, str, dict], object]  # (message, actor, data) -> raises Conflict/ValidationError
+    apply: Callable[[Message, str, dict], object]  # (message, actor, data) -> raises a DomainError
     # Selected messages already where the action would take them: counted, not touched.
     already: frozenset[str] = field(default_factory=frozenset)
     form: type[forms.Form] | None = None
@@ -115,14 +114,10 @@ def outcome_text(op: Operation, changed: int, already: Counter, refused: Counter
     return "; ".join(parts) + "."
 
 
-def _error_text(exc: APIException) -> str:
-    detail = exc.detail
-    if isinstance(detail, dict):
-        return "; ".join(
-            f"{k}: {' '.join(str(m) for m in v) if isinstance(v, list | tuple) else v}"
-            for k, v in detail.items()
-        )
-    return str(detail)
+def _error_text(exc: DomainError) -> str:
+    if isinstance(exc, InvalidInput):
+        return f"{exc.field}: {exc.message}"
+    return exc.message
 
 
 def run(modeladmin: admin.ModelAdmin, request, queryset, op: Operation):
@@ -174,13 +169,13 @@ def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> tuple[st
             continue
         try:
             op.apply(message, actor, data)
-        except Conflict as exc:
+        except ConflictError as exc:
             if exc.current_status and exc.current_status not in op.eligible:
                 refused[exc.current_status] += 1  # lost a race: it moved on since it was read
             else:
                 errors[_error_text(exc)] += 1  # refused for another reason (a quota failure, an edit race)
             continue
-        except APIException as exc:  # the API's refusals: a time in the past or too far ahead, a quota
+        except DomainError as exc:  # the API's refusals: a time in the past or too far ahead, a quota
             errors[_error_text(exc)] += 1
             continue
         changed += 1

@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from scheduling import admin_bulk, campaign_control
 from scheduling.campaign_progress import progress_read, progress_read_many
 from scheduling.models import Campaign, CampaignError, CampaignStatus
-from smsgw.errors import Conflict
+from smsgw.domain_errors import ConflictError
 
 # Shown in this order in the list (the rest after, alphabetically).
 PROGRESS_ORDER = ("scheduled", "queued", "sending", "sent", "delivered", "undelivered", "failed")
@@ -160,7 +160,7 @@ class CampaignAdmin(admin.ModelAdmin):
         for campaign in list(queryset.select_related("tenant").filter(status__in=statuses)):
             try:
                 change = service(tenant=campaign.tenant, public_id=campaign.public_id, actor=actor)
-            except Conflict:
+            except ConflictError:
                 refused += 1
                 continue
             changed += 1

@@ -1,14 +1,15 @@
-"""The one way a batch of messages is born (STYLE.md "One way a message is born"): the schedule
-materializer and campaigns both hand their rows here, so every such message gets the same insert, its
-"created" event in the same statement, its daily-quota booking and, for a campaign, its progress count,
-all in the caller's transaction.
+"""The one way a message is born, one or many: the tenant API (one message), the schedule materializer
+and campaigns all hand their rows here, so every message gets the same insert, its "created" event in
+the same statement, its quota booking and, for a campaign, its progress count, all in the caller's
+transaction.
 
 A row is ``(message field values by attname, "created" event details)``; the details may be given
-already encoded as JSON text (a campaign builds them from a shared prefix). Rows are inserted with
-INSERT ... ON CONFLICT DO NOTHING: a row whose deterministic key is already there (a schedule's
-occurrence key, a campaign recipient's key) is left untouched and reported as existing, so a re-run or
-a resumed job never makes a second message. The single-message API (``services.message_create``) keeps
-its own one-row statement (see ``services._message_insert``) but validates with the same helpers.
+already encoded as JSON text (a campaign builds them from a shared prefix). The API's one message comes
+as the unsaved ``Message`` itself and goes in by one short statement (``_insert_one``); batches by one
+statement per INSERT_BATCH rows. Either way rows are inserted with INSERT ... ON CONFLICT DO NOTHING: a
+row whose key is already there (an Idempotency-Key, a schedule's occurrence key, a campaign recipient's
+key) is left untouched and reported as existing, so a re-run, a resumed job or a repeated request never
+makes a second message.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 
-from django.db import connection
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import JSONField
 
 from scheduling import campaign_progress
@@ -39,21 +40,36 @@ class Births:
     inserted_public_ids: set[str] = field(default_factory=set, repr=False)
 
 
-def messages_birth(
-    rows: list[tuple[dict, dict]], *, actor: str, now: datetime, tenants: dict[int, Tenant]
-) -> Births:
-    """Insert ``rows`` (``status`` scheduled) with their "created" events, book the daily quota of the
-    rows that went in and add campaign rows to their campaign's ``scheduled`` count. Call inside the
-    caller's transaction: all of it commits or rolls back with the caller's other writes.
+Row = tuple[dict | Message, dict | str]
+FACTS = ("public_id", "tenant_id", "due_at", "segments", "campaign_id")  # what the bookkeeping reads
 
-    Quota: every message made here is booked in the window of the day it is due, even beyond the
-    quota: the schedule or campaign was accepted (and checked) as a whole, and a message due over the
-    quota is deferred or failed at execution by the tenant's policy (limits.execution). It counts toward
-    max_pending_scheduled like any pending message."""
+
+def messages_birth(
+    rows: list[Row], *, actor: str, now: datetime, tenants: dict[int, Tenant], refuse_over_quota: bool = False
+) -> Births:
+    """Insert ``rows`` (``status`` scheduled) with their "created" events, book the quota of the rows
+    that went in and add campaign rows to their campaign's ``scheduled`` count. Call inside the
+    caller's transaction: all of it commits or rolls back with the caller's other writes. A row given
+    as a Message gets its primary key set when it went in.
+
+    Quota: every message that went in is booked in the daily window of the day it is due
+    (smsgw.limits.quotas) and counts toward max_pending_scheduled like any pending message.
+    ``refuse_over_quota`` (a message the API accepts on its own): a message that does not fit either
+    quota is refused with QuotaExceeded; the pending count is taken first, with the tenant's row
+    locked, and a refused booking rolls the insert back with the caller's transaction. Otherwise (a
+    schedule's occurrences, a campaign's recipients: accepted and checked as a whole) every message is
+    booked, even beyond the quota, and one due over it is deferred or failed at execution by the
+    tenant's policy (limits.execution)."""
+    facts = [_facts(r) for r, _ in rows]
+    if refuse_over_quota:
+        _pending_check(facts, tenants)
     result = Births()
     for start in range(0, len(rows), INSERT_BATCH):
         chunk = rows[start : start + INSERT_BATCH]
-        if connection.vendor == "postgresql":
+        if isinstance(chunk[0][0], Message):
+            assert len(chunk) == 1, "a Message row is born on its own"
+            made = _insert_one(chunk[0][0], chunk[0][1], actor, now)
+        elif connection.vendor == "postgresql":
             made = _insert_pg(chunk, actor, now)
         else:
             made = _insert_orm(chunk, actor, now)
@@ -61,29 +77,123 @@ def messages_birth(
         result.inserted_public_ids.update(pid for _, pid in made)
     result.existing = len(rows) - len(result.ids)
     inserted = (
-        [r for r, _ in rows if r["public_id"] in result.inserted_public_ids]
-        if result.existing
-        else [r for r, _ in rows]
+        [f for f in facts if f["public_id"] in result.inserted_public_ids] if result.existing else facts
     )
-    _quota_book(inserted, tenants)
+    _quota_book(inserted, tenants, now, refuse_over_quota)
     _progress_add(inserted)
     return result
 
 
-def _quota_book(inserted: list[dict], tenants: dict[int, Tenant]) -> None:
+def _facts(row: dict | Message) -> dict:
+    return row if isinstance(row, dict) else {name: getattr(row, name) for name in FACTS}
+
+
+def _pending_check(facts: list[dict], tenants: dict[int, Tenant]) -> None:
+    for tenant_id, n in sorted(Counter(f["tenant_id"] for f in facts).items()):
+        tenant = tenants[tenant_id]
+        if quotas.has_quota(tenant):
+            assert transaction.get_connection().in_atomic_block, (
+                "quotas are booked in the inserting transaction"
+            )
+            quotas.pending_check(tenant=tenant, adding=n)
+
+
+def _quota_book(inserted: list[dict], tenants: dict[int, Tenant], now: datetime, refuse: bool) -> None:
     by_tenant = {tid: t for tid, t in tenants.items() if t.daily_message_quota}
     if not inserted or not by_tenant:
         return
-    quotas.bookings_add(
+    items = [
         (by_tenant[r["tenant_id"]], r["due_at"], r["segments"])
         for r in inserted
         if r["tenant_id"] in by_tenant
-    )
+    ]
+    if refuse:
+        for tenant, due_at, segments in items:
+            quotas.daily_book(tenant=tenant, due_at=due_at, segments=segments, now=now)
+    else:
+        quotas.bookings_add(items)
 
 
 def _progress_add(inserted: list[dict]) -> None:
     per_campaign = Counter(r["campaign_id"] for r in inserted if r.get("campaign_id"))
     campaign_progress.progress_add((cid, Status.SCHEDULED.value, n) for cid, n in per_campaign.items())
+
+
+def _insert_one(message: Message, details: dict | str, actor: str, now: datetime) -> list[tuple[int, str]]:
+    """One message (the API's) and its "created" event. On PostgreSQL one INSERT statement carrying the
+    values the ORM's save() would send (each field's pre_save and get_db_prep_save); elsewhere (SQLite),
+    or when a value is an expression such as a database default, the ORM saves both in a savepoint."""
+    event = MessageEvent(
+        kind="created",
+        from_status=Status.SCHEDULED,
+        to_status=Status.SCHEDULED,
+        actor=actor,
+        details=(json.loads(details) if isinstance(details, str) else details) or {},
+        created_at=now,
+    )
+    made = _insert_one_pg(message, event) if connection.vendor == "postgresql" else None
+    if made is not None:
+        return made
+    try:
+        with transaction.atomic():
+            message.save()
+            event.message_id = message.pk
+            event.save()
+    except IntegrityError:
+        return []  # its key is already there: what ON CONFLICT DO NOTHING answers on PostgreSQL
+    return [(message.pk, message.public_id)]
+
+
+def _insert_one_pg(message: Message, event: MessageEvent) -> list[tuple[int, str]] | None:
+    """The one-row statement, or None when a value is an expression (the ORM then inserts)."""
+    _, all_fields, event_fields = _one_row_sql(connection.alias)
+    given = [(f, f.pre_save(message, True)) for f in all_fields]
+    given = [(f, v) for f, v in given if v is not None or f.has_db_default()]
+    sql, _, _ = _one_row_sql(connection.alias, tuple(f.attname for f, _ in given))
+    pairs = given + [(f, f.pre_save(event, True)) for f in event_fields]
+    if any(hasattr(v, "resolve_expression") for _, v in pairs):
+        return None
+    params = [f.get_db_prep_save(v, connection) for f, v in pairs]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    if row is None:
+        return []
+    message.pk = row[0]
+    message._state.adding = False
+    message._state.db = connection.alias
+    return [(message.pk, message.public_id)]
+
+
+def _insert_fields(model) -> list:
+    """The columns save() inserts (the primary key is generated and read back)."""
+    meta = model._meta
+    return [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
+
+
+@cache
+def _one_row_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str, list, list]:
+    """PostgreSQL: the message row and its "created" event in one statement (a data-modifying CTE), so
+    both commit together, in one round trip. ``names``: the message columns given a value (the others are
+    NULL): psycopg caches a statement's parsing only up to 50 parameters, and a message has more columns
+    than that, most of them NULL at creation (measured: the parsing was a tenth of a request). Built once
+    per set of columns: (sql, message fields, event fields)."""
+    qn = connections[alias].ops.quote_name
+    message_fields = _insert_fields(Message)
+    if names is not None:
+        message_fields = [f for f in message_fields if f.attname in names]
+    message_fk = MessageEvent._meta.get_field("message")
+    event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
+    pk = qn(Message._meta.pk.column)
+    sql = (
+        f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} "  # noqa: S608
+        f"({', '.join(qn(f.column) for f in message_fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(message_fields))}) ON CONFLICT DO NOTHING RETURNING {pk}) "
+        f"INSERT INTO {qn(MessageEvent._meta.db_table)} "
+        f"({qn(message_fk.column)}, {', '.join(qn(f.column) for f in event_fields)}) "
+        f"SELECT m.{pk}, {', '.join(['%s'] * len(event_fields))} FROM m RETURNING {qn(message_fk.column)}"
+    )
+    return sql, message_fields, event_fields
 
 
 def _insert_orm(rows: list[tuple[dict, dict]], actor: str, now: datetime) -> list[tuple[int, str]]:

@@ -25,12 +25,11 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from rest_framework.exceptions import NotFound
 
 from scheduling import campaign_gate, transitions
 from scheduling.campaign_progress import progress_read, progress_read_many
 from scheduling.models import Campaign, CampaignStatus, Message, Status
-from smsgw.errors import Conflict
+from smsgw.domain_errors import ConflictError, NotFoundError
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ def campaign_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Campa
     qs = Campaign.objects.filter(tenant=tenant, public_id=public_id)
     campaign = (qs.select_for_update() if lock else qs).first()
     if campaign is None:
-        raise NotFound("No campaign with this id.")
+        raise NotFoundError("No campaign with this id.")
     return campaign
 
 
@@ -87,7 +86,7 @@ def campaign_pause(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCha
         if campaign.status == C.PAUSED:
             return CampaignChange(campaign, changed=False, progress=progress_read(campaign.pk))
         if campaign.status not in (C.CREATING, C.ACTIVE):
-            raise Conflict(
+            raise ConflictError(
                 f"Only a creating or active campaign can be paused; this one is {campaign.status}.",
                 current_status=campaign.status,
             )
@@ -108,7 +107,7 @@ def campaign_resume(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
         if campaign.status in (C.CREATING, C.ACTIVE):
             return CampaignChange(campaign, changed=False, progress=progress_read(campaign.pk))
         if campaign.status != C.PAUSED:
-            raise Conflict(
+            raise ConflictError(
                 f"Only a paused campaign can be resumed; this one is {campaign.status}.",
                 current_status=campaign.status,
             )
@@ -148,7 +147,7 @@ def campaign_cancel(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
             busy = any(progress.get(s) for s in PENDING)
             return CampaignChange(campaign, changed=False, progress=progress, in_progress=busy)
         if campaign.status not in (C.CREATING, C.ACTIVE, C.PAUSED):
-            raise Conflict(
+            raise ConflictError(
                 f"This campaign is already {campaign.status}: it can no longer be cancelled.",
                 current_status=campaign.status,
             )

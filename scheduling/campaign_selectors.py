@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from scheduling.models import Campaign, CampaignError, Message, Status
-from smsgw.errors import field_error
+from smsgw.domain_errors import InvalidInput
 from smsgw.models import Tenant
 
 
@@ -22,7 +22,7 @@ def campaign_messages(*, campaign: Campaign, params) -> QuerySet[Message]:
         statuses = [s.strip() for s in raw.split(",") if s.strip()]
         bad = [s for s in statuses if s not in Status.values]
         if not statuses or bad:
-            raise field_error("status", f"must be one or more of {', '.join(Status.values)}")
+            raise InvalidInput("status", f"must be one or more of {', '.join(Status.values)}")
         qs = qs.filter(status__in=statuses)
     return qs
 

@@ -22,7 +22,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound
 
 from scheduling import quiet, services
 from scheduling.campaign_rows import (
@@ -36,7 +35,7 @@ from scheduling.campaign_rows import (
 )
 from scheduling.models import Campaign, CampaignTimeMode, CampaignUpload, Priority
 from scheduling.timeutil import DstPolicy, TimeResolutionError, check_window, parse_timezone, resolve_send_at
-from smsgw.errors import IdempotencyMismatch, field_error
+from smsgw.domain_errors import IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.limits import quotas
 from smsgw.models import Tenant
 
@@ -60,7 +59,7 @@ def campaign_get(*, tenant: Tenant, public_id: str) -> Campaign:
     # Tenant in the filter: another tenant's campaign is simply not found.
     campaign = Campaign.objects.filter(tenant=tenant, public_id=public_id).first()
     if campaign is None:
-        raise NotFound("No campaign with this id.")
+        raise NotFoundError("No campaign with this id.")
     return campaign
 
 
@@ -115,30 +114,30 @@ def campaign_make_enqueue(campaign_id: int) -> None:
 def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     body, is_template = data.get("body"), "template" in data
     if is_template == ("body" in data):
-        raise field_error("body", "give either body or template (with {variable} placeholders)")
+        raise InvalidInput("body", "give either body or template (with {variable} placeholders)")
     text = data["template"] if is_template else body
     if not text or not text.strip():
-        raise field_error("template" if is_template else "body", "must not be empty")
+        raise InvalidInput("template" if is_template else "body", "must not be empty")
     try:
         template = template_parse(text, is_template=is_template)
     except TemplateError as exc:
-        raise field_error("template", str(exc)) from exc
+        raise InvalidInput("template", str(exc)) from exc
     literal = "".join(template.parts[0::2])
     _, segments = segments_of(literal)
     if segments > settings.MAX_SEGMENTS:
-        raise field_error(
+        raise InvalidInput(
             "template" if is_template else "body",
             f"needs {segments} segments before any variable is filled in; "
             f"the limit is {settings.MAX_SEGMENTS}",
         )
     if len(template.variables) > MAX_COLUMNS - 2:
-        raise field_error("template", f"uses more than {MAX_COLUMNS - 2} variables")
+        raise InvalidInput("template", f"uses more than {MAX_COLUMNS - 2} variables")
     from_number, service_sid = services._sender(tenant, data.get("from"), data.get("messaging_service_sid"))
     mode, tz_name, policy = _time(tenant, data, now)
     try:
         override = quiet.parse_override(data.get("quiet_hours"))
     except quiet.QuietHoursError as exc:
-        raise field_error(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc)) from exc
     return {
         "name": data.get("name") or "",
         "body": text,
@@ -164,7 +163,7 @@ def _time(tenant: Tenant, data: dict[str, Any], now: datetime) -> tuple[str, str
     default_zone = tz_given or tenant.default_timezone or "UTC"
     if not send_at:
         if asked not in (None, CampaignTimeMode.NOW):
-            raise field_error("send_at", f"time_mode {asked!r} needs a send_at")
+            raise InvalidInput("send_at", f"time_mode {asked!r} needs a send_at")
         if tz_given:
             _zone(tz_given)
         return CampaignTimeMode.NOW, tz_given or "", policy
@@ -182,12 +181,12 @@ def _time(tenant: Tenant, data: dict[str, Any], now: datetime) -> tuple[str, str
                 max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
             )
         except TimeResolutionError as exc:
-            raise field_error(exc.field, str(exc)) from exc
+            raise InvalidInput(exc.field, str(exc)) from exc
         return CampaignTimeMode.RECIPIENT_LOCAL, default_zone, policy
     resolved, _ = services._time(tenant, send_at, tz_given, policy, now)
     mode = CampaignTimeMode.INSTANT if resolved.local_time is None else CampaignTimeMode.LOCAL
     if asked not in (None, mode):
-        raise field_error(
+        raise InvalidInput(
             "send_at",
             f"this send_at is {'an instant' if mode == CampaignTimeMode.INSTANT else 'a local time'}, "
             f"not time_mode {asked!r}",
@@ -199,7 +198,7 @@ def _zone(name: str) -> None:
     try:
         parse_timezone(name)
     except TimeResolutionError as exc:
-        raise field_error("timezone", str(exc)) from exc
+        raise InvalidInput("timezone", str(exc)) from exc
 
 
 def _first_due(campaign: Campaign, now: datetime) -> datetime:
@@ -228,25 +227,25 @@ def _source_columns(source: Source, variables: list[str]) -> list[str]:
         try:
             return header_check(first[1], variables)
         except ValueError as exc:
-            raise field_error("recipients", str(exc)) from exc
+            raise InvalidInput("recipients", str(exc)) from exc
     rows = source.rows
     if not isinstance(rows, list) or not rows:
-        raise field_error("recipients", "must be a non-empty array of objects, or an uploaded CSV file")
+        raise InvalidInput("recipients", "must be a non-empty array of objects, or an uploaded CSV file")
     columns = ["phone", "timezone"]
     seen = set(columns)
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise field_error("recipients", f"item {i + 1} is not an object")
+            raise InvalidInput("recipients", f"item {i + 1} is not an object")
         for key, value in row.items():
             if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
-                raise field_error("recipients", f"item {i + 1}: {key!r} must be a string or a number")
+                raise InvalidInput("recipients", f"item {i + 1}: {key!r} must be a string or a number")
             if key not in seen:
                 if not key or len(key) > 64 or "\n" in key or "\r" in key:
-                    raise field_error("recipients", f"item {i + 1}: keys are names of 1-64 characters")
+                    raise InvalidInput("recipients", f"item {i + 1}: keys are names of 1-64 characters")
                 seen.add(key)
                 columns.append(key)
                 if len(columns) > MAX_COLUMNS:
-                    raise field_error("recipients", f"more than {MAX_COLUMNS} distinct keys")
+                    raise InvalidInput("recipients", f"more than {MAX_COLUMNS} distinct keys")
     return columns
 
 

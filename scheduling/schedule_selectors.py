@@ -11,7 +11,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling.materialize import occurrence_key, quiet_window_of, recurrence_of
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.selectors import instant_in_range, recipient_param
-from smsgw.errors import field_error
+from smsgw.domain_errors import InvalidInput
 
 PREVIEW_DEFAULT = 10
 PREVIEW_MAX = 1000
@@ -23,7 +23,7 @@ def schedule_list(*, tenant, params) -> QuerySet[Schedule]:
         statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
         bad = [s for s in statuses if s not in ScheduleStatus.values]
         if bad:
-            raise field_error(
+            raise InvalidInput(
                 "status", f"unknown status {bad[0]!r}; one of {', '.join(ScheduleStatus.values)}"
             )
         qs = qs.filter(status__in=statuses)
@@ -45,7 +45,7 @@ def _preview_params(params) -> tuple[int, datetime]:
     raw = params.get("count", str(PREVIEW_DEFAULT))
     # isascii: str.isdigit() accepts "²" and other digits int() refuses (a 500 before).
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 6 or not 1 <= int(raw) <= PREVIEW_MAX:
-        raise field_error("count", f"must be a whole number from 1 to {PREVIEW_MAX}")
+        raise InvalidInput("count", f"must be a whole number from 1 to {PREVIEW_MAX}")
     after = timezone.now()
     if params.get("after"):
         try:
@@ -53,7 +53,7 @@ def _preview_params(params) -> tuple[int, datetime]:
         except ValueError:  # well formed but impossible, e.g. month 13
             parsed = None
         if parsed is None or parsed.tzinfo is None or not instant_in_range(parsed):
-            raise field_error("after", "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
+            raise InvalidInput("after", "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
         after = parsed
     return int(raw), after
 

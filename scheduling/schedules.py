@@ -24,7 +24,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound
 
 from scheduling import transitions
 from scheduling.materialize import (
@@ -40,7 +39,7 @@ from scheduling.recurrence import Recurrence, recurrence_build
 from scheduling.rrules import RuleError
 from scheduling.services import _body, _recipient, _sender, destination_allowed
 from scheduling.timeutil import TimeResolutionError, parse_timezone
-from smsgw.errors import Conflict, field_error
+from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 
 # The request fields that make up a definition (and each ScheduleVersion snapshot).
@@ -94,7 +93,7 @@ class _Definition:
 
 
 def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Definition:
-    """Validate a complete definition (request-shaped). Raises a DRF ValidationError naming the field."""
+    """Validate a complete definition (request-shaped). Raises InvalidInput naming the field."""
     to = _recipient(data["to"])
     destination_allowed(tenant, to)
     encoding, segments = _body(data["body"])
@@ -118,7 +117,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Defi
             except TimeResolutionError as exc:
                 raise QuietHoursError("recipient_timezone", str(exc)) from exc
     except (RuleError, QuietHoursError) as exc:
-        raise field_error(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc)) from exc
     exdate = sorted([d.isoformat() for d in rec.exdays] + [t.isoformat() for t in rec.exdates])
     priority = data.get("priority") or "transactional"
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
@@ -225,7 +224,7 @@ def schedule_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Sched
         qs = qs.select_for_update()
     schedule = qs.first()
     if schedule is None:
-        raise NotFound("No schedule with this id.")
+        raise NotFoundError("No schedule with this id.")
     schedule.tenant = tenant
     return schedule
 
@@ -340,7 +339,7 @@ def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[st
     with transaction.atomic():
         schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
         if schedule.status == ScheduleStatus.CANCELLED:
-            raise Conflict("A cancelled schedule cannot be changed.", current_status=schedule.status)
+            raise ConflictError("A cancelled schedule cannot be changed.", current_status=schedule.status)
         base = snapshot_of(schedule)
         merged = {**base, **{k: v for k, v in data.items() if k in DEFINITION_FIELDS}}
         if "from" in data or "messaging_service_sid" in data:
@@ -381,7 +380,7 @@ def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCha
         if schedule.status == ScheduleStatus.PAUSED:
             return ScheduleChange(schedule, changed=False)
         if schedule.status != ScheduleStatus.ACTIVE:
-            raise Conflict(
+            raise ConflictError(
                 f"Only an active schedule can be paused; this one is {schedule.status}.",
                 current_status=schedule.status,
             )
@@ -406,7 +405,7 @@ def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
         if schedule.status == ScheduleStatus.ACTIVE:
             return ScheduleChange(schedule, changed=False)
         if schedule.status != ScheduleStatus.PAUSED:
-            raise Conflict(
+            raise ConflictError(
                 f"Only a paused schedule can be resumed; this one is {schedule.status}.",
                 current_status=schedule.status,
             )
@@ -478,7 +477,7 @@ def tenant_quiet_hours_set(*, tenant: Tenant, data: dict[str, Any]) -> Tenant:
         else:
             start_t = end_t = None
     except QuietHoursError as exc:
-        raise field_error(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc)) from exc
     tenant.quiet_hours_start, tenant.quiet_hours_end = start_t, end_t
     if data.get("exempt_transactional") is not None:
         tenant.quiet_hours_exempt_transactional = bool(data["exempt_transactional"])

@@ -9,7 +9,7 @@ from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Message, MessageEvent, Status
 from scheduling.phone import PhoneNumberError, normalize_e164_query
-from smsgw.errors import field_error
+from smsgw.domain_errors import InvalidInput
 
 MAX_TIMELINE = 1000
 
@@ -20,7 +20,7 @@ def recipient_param(raw: str) -> str:
     try:
         return normalize_e164_query(raw)
     except PhoneNumberError as exc:
-        raise field_error("to", str(exc)) from exc
+        raise InvalidInput("to", str(exc)) from exc
 
 
 def _instant(params, name: str):
@@ -32,7 +32,7 @@ def _instant(params, name: str):
     except ValueError:  # well formed but impossible, e.g. month 13: a 500 before
         value = None
     if value is None or value.tzinfo is None or not instant_in_range(value):
-        raise field_error(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
+        raise InvalidInput(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
     return value
 
 
@@ -52,12 +52,12 @@ def message_list(*, tenant, params) -> QuerySet[Message]:
         statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
         bad = [s for s in statuses if s not in Status.values]
         if bad:
-            raise field_error("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
+            raise InvalidInput("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
         qs = qs.filter(status__in=statuses)
     if params.get("reason_code"):
         codes = [c.strip() for c in params["reason_code"].split(",") if c.strip()]
         if any(len(c) > 32 for c in codes):
-            raise field_error("reason_code", "a reason code is at most 32 characters")
+            raise InvalidInput("reason_code", "a reason code is at most 32 characters")
         if codes:
             qs = qs.filter(reason_code__in=codes)
     if params.get("to"):

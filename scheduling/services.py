@@ -9,21 +9,19 @@ import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound
 
 from delivery import guards, suppression
-from scheduling import quiet, transitions
-from scheduling.models import Message, MessageEvent, Priority, Status
+from scheduling import birth, quiet, transitions
+from scheduling.models import Message, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
-from smsgw.errors import Conflict, IdempotencyMismatch, field_error
+from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
@@ -58,15 +56,15 @@ def _recipient(raw: str) -> str:
     try:
         return normalize_e164(raw)
     except PhoneNumberError as exc:
-        raise field_error("to", str(exc)) from exc
+        raise InvalidInput("to", str(exc)) from exc
 
 
 def _body(body: str) -> tuple[str, int]:
     if not body or not body.strip():
-        raise field_error("body", "must not be empty")
+        raise InvalidInput("body", "must not be empty")
     info = analyze(body)
     if info.segments > settings.MAX_SEGMENTS:
-        raise field_error(
+        raise InvalidInput(
             "body",
             f"needs {info.segments} {info.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
         )
@@ -79,26 +77,26 @@ def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) ->
             try:
                 return normalize_e164(from_number), ""
             except PhoneNumberError as exc:
-                raise field_error("from", str(exc)) from exc
+                raise InvalidInput("from", str(exc)) from exc
         if not ALPHANUMERIC_SENDER.match(from_number):
-            raise field_error(
+            raise InvalidInput(
                 "from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
             )
         return from_number, ""
     if service_sid:
         if not re.fullmatch(r"MG[0-9a-fA-F]{32}", service_sid):
-            raise field_error("messaging_service_sid", "must look like MG followed by 32 hex characters")
+            raise InvalidInput("messaging_service_sid", "must look like MG followed by 32 hex characters")
         return "", service_sid
     if tenant.default_from or tenant.messaging_service_sid:
         return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid
-    raise field_error("from", "no sender given and the tenant has no default sender")
+    raise InvalidInput("from", "no sender given and the tenant has no default sender")
 
 
 def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str, now: datetime):
     try:
         dst_policy = DstPolicy(policy or DstPolicy.EARLIER)
     except ValueError as exc:
-        raise field_error("dst_policy", "must be 'earlier' or 'later'") from exc
+        raise InvalidInput("dst_policy", "must be 'earlier' or 'later'") from exc
     if not send_at:
         if tz_name:
             from scheduling.timeutil import parse_timezone
@@ -106,7 +104,7 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str,
             try:
                 parse_timezone(tz_name)
             except TimeResolutionError as exc:
-                raise field_error(exc.field, str(exc)) from exc
+                raise InvalidInput(exc.field, str(exc)) from exc
         return None, dst_policy
     try:
         resolved = resolve_send_at(send_at, tz_name, dst_policy, tenant.default_timezone or "UTC")
@@ -117,7 +115,7 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str,
             max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
         )
     except TimeResolutionError as exc:
-        raise field_error(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc)) from exc
     return resolved, dst_policy
 
 
@@ -171,7 +169,7 @@ def _quiet(
             priority=priority,
         )
     except quiet.QuietHoursError as exc:
-        raise field_error(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc)) from exc
     return quiet.quiet_fields(window, due_at)
 
 
@@ -181,7 +179,7 @@ def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str)
         tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
     ):
         events.opted_out_stopped("acceptance")
-        raise field_error("to", "the recipient opted out of messages from this sender (suppression list)")
+        raise InvalidInput("to", "the recipient opted out of messages from this sender (suppression list)")
 
 
 def destination_allowed(tenant: Tenant, to: str) -> None:
@@ -189,14 +187,14 @@ def destination_allowed(tenant: Tenant, to: str) -> None:
     deny list of premium-rate and high-risk ranges) is a 400 naming `to`; nothing is stored."""
     refusal = guards.destination_refusal(tenant, to)
     if refusal is not None:
-        raise field_error("to", f"{refusal.message} ({refusal.code})")
+        raise InvalidInput("to", f"{refusal.message} ({refusal.code})")
 
 
 def message_create(
     *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Message, bool]:
     """Validate and store a message. Returns (message, created); created is False for an idempotent
-    repeat. Raises a DRF ValidationError naming the field, or IdempotencyMismatch."""
+    repeat. Raises InvalidInput naming the field, or IdempotencyMismatch (smsgw.domain_errors)."""
     fingerprint = _fingerprint(data)
     if idempotency_key:
         existing = Message.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
@@ -231,88 +229,22 @@ def message_create(
         request_fingerprint=fingerprint,
         **time_fields,
     )
-    try:
-        if quotas.has_quota(tenant):
-            # The booking commits or rolls back with the row: a refused or failed insert books nothing.
-            with transaction.atomic():
-                quotas.acceptance_check(tenant=tenant, due_at=message.due_at, segments=segments, now=now)
-                _message_insert(message, actor=actor, details=_intent_details(message, resolved))
-        else:
-            _message_insert(message, actor=actor, details=_intent_details(message, resolved))
-    except IntegrityError:
+    # The booking commits or rolls back with the row: a refused or failed insert books nothing.
+    with transaction.atomic() if quotas.has_quota(tenant) else nullcontext():
+        births = birth.messages_birth(
+            [(message, _intent_details(message, resolved))],
+            actor=actor,
+            now=timezone.now(),
+            tenants={tenant.pk: tenant},
+            refuse_over_quota=True,
+        )
+    if births.existing:
         if not idempotency_key:
-            raise
+            raise IntegrityError("a new message collided with an existing one")
         # Two requests with the same key raced; the other one committed first.
         existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         return _idempotent_replay(existing, fingerprint), False
     return message, True
-
-
-def _insert_fields(model) -> list:
-    """The columns save() inserts (the primary key is generated and read back)."""
-    meta = model._meta
-    return [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
-
-
-@cache
-def _insert_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str, list, list]:
-    """PostgreSQL: the message row and its "created" event in one statement (a data-modifying CTE), so
-    both commit together, in one round trip. ``names``: the message columns given a value (the others are
-    NULL): psycopg caches a statement's parsing only up to 50 parameters, and a message has more columns
-    than that, most of them NULL at creation (measured: the parsing was a tenth of a request). Built once
-    per set of columns: (sql, message fields, event fields)."""
-    qn = connections[alias].ops.quote_name
-    message_fields = _insert_fields(Message)
-    if names is not None:
-        message_fields = [f for f in message_fields if f.attname in names]
-    message_fk = MessageEvent._meta.get_field("message")
-    event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
-    pk = qn(Message._meta.pk.column)
-    sql = (
-        f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} "  # noqa: S608
-        f"({', '.join(qn(f.column) for f in message_fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(message_fields))}) RETURNING {pk}) "
-        f"INSERT INTO {qn(MessageEvent._meta.db_table)} "
-        f"({qn(message_fk.column)}, {', '.join(qn(f.column) for f in event_fields)}) "
-        f"SELECT m.{pk}, {', '.join(['%s'] * len(event_fields))} FROM m RETURNING {qn(message_fk.column)}"
-    )
-    return sql, message_fields, event_fields
-
-
-def _message_insert(message: Message, *, actor: str, details: dict[str, Any]) -> None:
-    """Store a new message and its "created" event (what ``transitions.event_record`` writes) in one
-    transaction. On PostgreSQL that is one INSERT statement carrying the values the ORM's save() would
-    send (each field's pre_save and get_db_prep_save); elsewhere (SQLite), or when a value is an
-    expression such as a database default, the ORM saves both inside transaction.atomic()."""
-    event = MessageEvent(
-        kind="created",
-        from_status=Status.SCHEDULED,
-        to_status=Status.SCHEDULED,
-        actor=actor,
-        details=details or {},
-        created_at=timezone.now(),
-    )
-    if connection.vendor == "postgresql":
-        _, all_fields, event_fields = _insert_sql(connection.alias)
-        given = [(f, f.pre_save(message, True)) for f in all_fields]
-        given = [(f, v) for f, v in given if v is not None or f.has_db_default()]
-        sql, _, _ = _insert_sql(connection.alias, tuple(f.attname for f, _ in given))
-        pairs = given + [(f, f.pre_save(event, True)) for f in event_fields]
-        if not any(hasattr(v, "resolve_expression") for _, v in pairs):
-            params = [f.get_db_prep_save(v, connection) for f, v in pairs]
-            # One statement is one transaction by itself; inside a caller's transaction a savepoint
-            # keeps a unique violation (an Idempotency-Key race) from breaking the caller's one.
-            atomic = transaction.atomic() if connection.in_atomic_block else nullcontext()
-            with atomic, connection.cursor() as cur:
-                cur.execute(sql, params)
-                message.pk = cur.fetchone()[0]
-            message._state.adding = False
-            message._state.db = connection.alias
-            return
-    with transaction.atomic():
-        message.save()
-        event.message_id = message.pk
-        event.save()
 
 
 def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
@@ -345,7 +277,7 @@ def message_get(*, tenant: Tenant, public_id: str) -> Message:
     # Tenant in the filter, not a permission check afterwards: another tenant's id is simply not found.
     message = Message.objects.filter(tenant=tenant, public_id=public_id).first()
     if message is None:
-        raise NotFound("No message with this id.")
+        raise NotFoundError("No message with this id.")
     return message
 
 
@@ -379,7 +311,7 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
                 status=result.status,
                 details={"reason": f"already {result.status}; cancellation is only possible before sending"},
             )
-            raise Conflict(
+            raise ConflictError(
                 f"Too late to cancel: the message is already {result.status}.", current_status=result.status
             )
     message.refresh_from_db()
@@ -389,7 +321,7 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
 def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:
     message = message_get(tenant=tenant, public_id=public_id)
     if message.status != Status.SCHEDULED:
-        raise Conflict(
+        raise ConflictError(
             f"Only a scheduled message can be changed; this one is {message.status}.",
             current_status=message.status,
         )
@@ -464,7 +396,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
                 now=now,
             )
     if not result.won:
-        raise Conflict(
+        raise ConflictError(
             f"The message changed while this edit was applied; it is now {result.status}.",
             current_status=result.status,
         )
@@ -476,12 +408,12 @@ def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     """Send a dead-lettered (``failed``) message again: ``failed`` -> ``queued`` with a fresh attempt
     budget, published by the next sweep like any released message. A validity window that has run out
     since is granted again from now (the same length as the original one), or the send worker would
-    expire the replay at once. Raises Conflict when the message is not ``failed`` (any more)."""
+    expire the replay at once. Raises ConflictError when the message is not ``failed`` (any more)."""
     message = message_get(tenant=tenant, public_id=public_id)
     if message.reason_code == quotas.REASON:
         # It failed on the tenant's daily quota (policy "fail"): `queued` is past the quota gate, so a
         # replay would send it over the quota the tenant chose to enforce.
-        raise Conflict(
+        raise ConflictError(
             "It failed on the tenant's daily quota; a replay would send it past that quota.",
             current_status=message.status,
         )
@@ -512,7 +444,7 @@ def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
         now=now,
     )
     if not result.won:
-        raise Conflict(
+        raise ConflictError(
             f"Only a failed message can be replayed; this one is {result.status}.",
             current_status=result.status,
         )

@@ -1,4 +1,9 @@
 """One JSON error shape for the whole API: {"error": {"code", "message", "fields": {field: [msgs]}}}.
+
+Services raise the project's own errors (smsgw.domain_errors); this handler (REST_FRAMEWORK
+["EXCEPTION_HANDLER"]) is where they become HTTP: a status per class (``STATUS``), the envelope, and
+Retry-After where the error says how long to wait. Views, serializers and the authentication, throttle
+and pagination classes may raise DRF's own exceptions; they land in the same envelope.
 A database that does not answer is a 503 ``database_unavailable`` with Retry-After (smsgw.unavailable)."""
 
 from __future__ import annotations
@@ -7,32 +12,57 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from smsgw import unavailable
+from smsgw import domain_errors, unavailable
+
+# The HTTP status of each domain error; a subclass not listed takes its nearest listed base's.
+STATUS: dict[type[domain_errors.DomainError], int] = {
+    domain_errors.DomainError: status.HTTP_400_BAD_REQUEST,
+    domain_errors.InvalidInput: status.HTTP_400_BAD_REQUEST,
+    domain_errors.NotFoundError: status.HTTP_404_NOT_FOUND,
+    domain_errors.ConflictError: status.HTTP_409_CONFLICT,
+    domain_errors.IdempotencyMismatch: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    domain_errors.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
+    domain_errors.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
+    domain_errors.Unavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
+}
 
 
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-    def __init__(self, message: str, *, current_status: str = "", extra: dict | None = None):
-        super().__init__(message)
-        self.current_status = current_status
-        self.extra = extra or {}
+def http_status(error: domain_errors.DomainError) -> int:
+    return next(STATUS[cls] for cls in type(error).__mro__ if cls in STATUS)
 
 
-class IdempotencyMismatch(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_code = "idempotency_key_reused"
+class DomainRefusal(exceptions.APIException):
+    """A domain error in DRF's terms, so DRF's own handler answers it as it answers its exceptions: the
+    status, Retry-After (from ``wait``) and the rollback of an ATOMIC_REQUESTS transaction."""
+
+    def __init__(self, error: domain_errors.DomainError):
+        super().__init__(error.message, code=error.code)
+        self.status_code = http_status(error)
+        self.default_code = error.code
+        self.error = error
+        self.wait = getattr(error, "retry_after", None)
 
 
 def field_error(field: str, message: str) -> exceptions.ValidationError:
+    """For views and serializers: a 400 naming one field (services raise domain_errors.InvalidInput)."""
     return exceptions.ValidationError({field: [message]})
+
+
+def as_drf(exc):
+    """A domain error as the DRF exception that answers it (an invalid input is a ValidationError, so it
+    reads like a serializer's); anything else unchanged."""
+    if isinstance(exc, domain_errors.InvalidInput):
+        return exceptions.ValidationError({exc.field: [exc.message]})
+    if isinstance(exc, domain_errors.DomainError):
+        return DomainRefusal(exc)
+    return exc
 
 
 def api_exception_handler(exc, context):
     database_error = exc if unavailable.is_unavailable(exc) else None
     if database_error is not None:
-        exc = unavailable.DatabaseUnavailable()
+        exc = unavailable.database_unavailable()
+    exc = as_drf(exc)
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -53,9 +83,10 @@ def api_exception_handler(exc, context):
     else:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         body = {"code": code, "message": str(message)}
-        if isinstance(exc, Conflict):
-            body["status"] = exc.current_status
-        body.update(getattr(exc, "extra", None) or {})  # e.g. quota_exceeded: quota, limit, used, resets_at
+        if isinstance(exc, DomainRefusal):
+            if isinstance(exc.error, domain_errors.ConflictError):
+                body["status"] = exc.error.current_status
+            body.update(exc.error.extra)  # e.g. quota_exceeded: quota, limit, used, resets_at
     answer = Response({"error": body}, status=response.status_code, headers=_headers(response))
     if database_error is not None:
         unavailable.unavailable_noted(context["request"], database_error, answer)

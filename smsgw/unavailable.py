@@ -8,7 +8,7 @@ exception), so an outage of a few seconds buried the log; now one WARNING line p
 SMSGW_LOG_REPEAT_WINDOW (smsgw.logs.RepeatLimit counts the rest).
 
 Two doors lead here. DRF views (the tenant API: authentication, the rate limiter's database bucket, the
-view itself) go through ``smsgw.errors.api_exception_handler``, which raises ``DatabaseUnavailable`` in
+view itself) go through ``smsgw.errors.api_exception_handler``, which answers ``DatabaseUnavailable`` in
 place of the database error. Everything else (plain views such as /inbound/ and /metrics, the admin,
 middleware) ends in Django's ``handler500`` (smsgw.urls): ``convert_exception_to_response`` wraps every
 middleware and the view, and turns an exception into ``handle_uncaught_exception``, which calls it with
@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
-from rest_framework import exceptions, status
+
+from smsgw.domain_errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +46,13 @@ def is_unavailable(exc: BaseException | None) -> bool:
     return isinstance(exc, DB_UNAVAILABLE)
 
 
-class DatabaseUnavailable(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "database_unavailable"
+def database_unavailable() -> DatabaseUnavailable:
+    seconds = retry_after_seconds()
+    return DatabaseUnavailable(_message(seconds), retry_after=seconds, extra={"retry_after": seconds})
 
-    def __init__(self) -> None:
-        seconds = retry_after_seconds()
-        super().__init__(f"The database is unavailable; retry in {seconds} s.")
-        self.wait = seconds  # DRF's handler turns it into Retry-After
-        self.extra = {"retry_after": seconds}
+
+def _message(seconds: int) -> str:
+    return f"The database is unavailable; retry in {seconds} s."
 
 
 def connection_drop() -> None:
@@ -82,9 +81,9 @@ def unavailable_response(request: HttpRequest, exc: BaseException) -> HttpRespon
     from smsgw.boundary import envelope, is_api_path
 
     seconds = retry_after_seconds()
-    message = f"The database is unavailable; retry in {seconds} s."
+    message = _message(seconds)
     if is_api_path(request.path_info):
-        code = DatabaseUnavailable.default_code
+        code = DatabaseUnavailable.code
         response = envelope(503, message, code=code, extra={"retry_after": seconds})
     else:
         response = HttpResponse(message + "\n", status=503, content_type="text/plain; charset=utf-8")

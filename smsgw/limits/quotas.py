@@ -26,8 +26,8 @@ from zoneinfo import ZoneInfo
 from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
-from rest_framework import exceptions, status
 
+from smsgw.domain_errors import QuotaExceeded
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from smsgw.observability import events
@@ -38,36 +38,30 @@ REASON = "quota_exceeded"
 PENDING_STATUSES = ("scheduled", "queued")
 
 
-class QuotaExceeded(exceptions.APIException):
-    """429 with the quota named: {"error": {"code": "quota_exceeded", "quota", "limit", "used",
-    "requested", "resets_at"}}; Retry-After when waiting helps (today's window)."""
-
-    status_code = status.HTTP_429_TOO_MANY_REQUESTS
-    default_code = REASON
-
-    def __init__(
-        self,
-        *,
-        quota: str,
-        limit: int,
-        used: int,
-        requested: int,
-        resets_at: datetime | None,
-        retry_after: int | None,
-    ):
-        unit = "segments" if quota == DAILY else "pending messages"
-        when = f"; it resets at {resets_at.isoformat()}" if resets_at else ""
-        super().__init__(
-            f"Quota {quota} exceeded: {used} of {limit} {unit} used, this request needs {requested}{when}."
-        )
-        self.extra = {
+def exceeded(
+    *,
+    quota: str,
+    limit: int,
+    used: int,
+    requested: int,
+    resets_at: datetime | None,
+    retry_after: int | None,
+) -> QuotaExceeded:
+    """The refusal, answered 429 with the quota named: {"error": {"code": "quota_exceeded", "quota",
+    "limit", "used", "requested", "resets_at"}}; Retry-After when waiting helps (today's window)."""
+    unit = "segments" if quota == DAILY else "pending messages"
+    when = f"; it resets at {resets_at.isoformat()}" if resets_at else ""
+    return QuotaExceeded(
+        f"Quota {quota} exceeded: {used} of {limit} {unit} used, this request needs {requested}{when}.",
+        extra={
             "quota": quota,
             "limit": limit,
             "used": used,
             "requested": requested,
             "resets_at": resets_at.isoformat() if resets_at else None,
-        }
-        self.wait = retry_after  # DRF's handler turns it into Retry-After
+        },
+        retry_after=retry_after,
+    )
 
 
 def tenant_zone(tenant: Tenant) -> ZoneInfo:
@@ -128,7 +122,7 @@ def daily_book(*, tenant: Tenant, due_at: datetime, segments: int, now: datetime
     used = QuotaWindow.objects.filter(tenant_id=tenant.pk, day=day).values_list("booked", flat=True).first()
     resets_at = window_end(tenant, day)
     events.quota_rejected(DAILY)
-    raise QuotaExceeded(
+    raise exceeded(
         quota=DAILY,
         limit=limit,
         used=used or 0,
@@ -182,7 +176,7 @@ def pending_check(*, tenant: Tenant, adding: int = 1) -> None:
     used = pending_count(tenant)
     if used + adding > limit:
         events.quota_rejected(PENDING)
-        raise QuotaExceeded(
+        raise exceeded(
             quota=PENDING, limit=limit, used=used, requested=adding, resets_at=None, retry_after=None
         )
 

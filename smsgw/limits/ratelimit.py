@@ -26,9 +26,9 @@ from functools import cache
 
 from django.conf import settings
 from django.db import connection
-from rest_framework import exceptions, status
 from rest_framework.throttling import BaseThrottle
 
+from smsgw.domain_errors import RateLimited
 from smsgw.limits.models import ApiRateBucket
 from smsgw.observability import events
 
@@ -38,16 +38,13 @@ REQUEST_ATTR = "smsgw_ratelimit"
 HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy")
 
 
-class RateLimited(exceptions.APIException):
-    status_code = status.HTTP_429_TOO_MANY_REQUESTS
-    default_code = "rate_limited"
-
-    def __init__(self, *, wait: int, limit: int, rate: int):
-        super().__init__(
-            f"Too many requests for this API key: at most {rate} per second (bursts of {limit}); "
-            f"retry in {wait} s."
-        )
-        self.wait = wait  # DRF's handler turns it into Retry-After
+def rate_limited(*, wait: int, limit: int, rate: int) -> RateLimited:
+    """The refusal, answered 429 ``rate_limited`` with Retry-After."""
+    return RateLimited(
+        f"Too many requests for this API key: at most {rate} per second (bursts of {limit}); "
+        f"retry in {wait} s.",
+        retry_after=wait,
+    )
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         setattr(request._request, REQUEST_ATTR, outcome)
         if not outcome.allowed:
             events.rate_limited()
-            raise RateLimited(wait=max(1, math.ceil(outcome.retry_after)), limit=burst, rate=rate)
+            raise rate_limited(wait=max(1, math.ceil(outcome.retry_after)), limit=burst, rate=rate)
         return True
 
 
