@@ -40,6 +40,7 @@ from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdap
 from delivery.retry import retry_decide
 from scheduling import campaign_gate, release, transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 from scheduling.release import Park
 from smsgw.models import Tenant
 from smsgw.observability import events
@@ -70,12 +71,12 @@ CLAIM_RETURNING = (
 )
 
 # Machine-readable reasons (Message.reason_code) set by the send worker.
-REASON_THROTTLED = "provider_throttled"
-REASON_RETRY = "provider_error"
-REASON_REJECTED = "provider_rejected"
-REASON_OPTED_OUT = "opted_out"
-REASON_GAVE_UP = "retries_exhausted"
-REASON_UNCERTAIN = "submission_uncertain"
+REASON_THROTTLED = ReasonCode.PROVIDER_THROTTLED
+REASON_RETRY = ReasonCode.PROVIDER_ERROR
+REASON_REJECTED = ReasonCode.PROVIDER_REJECTED
+REASON_OPTED_OUT = ReasonCode.OPTED_OUT
+REASON_GAVE_UP = ReasonCode.RETRIES_EXHAUSTED
+REASON_UNCERTAIN = ReasonCode.SUBMISSION_UNCERTAIN
 
 
 @dataclass
@@ -128,10 +129,9 @@ def send_batch(
             extra_where='"expires_at" <= %s',
             extra_params=[now],
             set_fields={
-                "expired_at": now,
                 "run_after": None,
                 "status_reason": "validity passed while queued",
-                "reason_code": "expired",
+                "reason_code": ReasonCode.EXPIRED,
             },
             now=now,
         )
@@ -164,7 +164,6 @@ def send_batch(
             to_status=Status.SENDING,
             kind="attempt_started",
             set_fields={
-                "sending_at": now,
                 "run_after": now + timedelta(seconds=settings.SENDING_LEASE_SECONDS),
             },
             bump_attempts=True,
@@ -623,7 +622,6 @@ def outcomes_record(
             kind="sent",
             per_row_columns=("provider_message_id", "provider_status"),
             set_fields={
-                "sent_at": now,
                 "run_after": None,
                 "error_code": "",
                 "status_reason": "",
@@ -634,7 +632,7 @@ def outcomes_record(
         )
         moved: dict[tuple[str, str], list[int]] = {}
         for (kind, to_status), items in moves.items():
-            extra = {"failed_at": now, "run_after": None} if to_status == Status.FAILED else {}
+            extra = {"run_after": None} if to_status == Status.FAILED else {}
             moved[(kind, to_status)] = transitions.transition_versioned(
                 items,
                 from_status=Status.SENDING,

@@ -43,6 +43,7 @@ from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling import transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 from smsgw.db import is_postgres
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,9 @@ TARGET = {
     "failed": Status.FAILED,
     "canceled": Status.FAILED,
 }
-STAMP = {
-    Status.SENT: "sent_at",
-    Status.DELIVERED: "delivered_at",
-    Status.UNDELIVERED: "failed_at",
-    Status.FAILED: "failed_at",
+PROVIDER_REASON = {
+    Status.FAILED: ReasonCode.PROVIDER_FAILED,
+    Status.UNDELIVERED: ReasonCode.PROVIDER_UNDELIVERED,
 }
 # A carrier's done date is trusted only if it is this close to what we know (its zone is not stated).
 DONE_AT_TOLERANCE = timedelta(minutes=15)
@@ -230,7 +229,7 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
             # The provider never handed this attempt on: it was refused after all, whether the message
             # is sent again or ends failed here.
             provider_failed.append((receipt.provider, receipt.provider_message_id, receipt.error_code))
-        if values.get("reason_code") == "opted_out":
+        if values.get("reason_code") == ReasonCode.OPTED_OUT:
             opt_outs.append(
                 OptOutSignal(
                     tenant_id=msg["tenant_id"],
@@ -317,7 +316,7 @@ def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | N
         values.update(
             {
                 "failed_at": _stamp(receipt, msg),
-                "reason_code": "provider_canceled",
+                "reason_code": ReasonCode.PROVIDER_CANCELED,
                 "status_reason": "canceled at the provider; never sent",
             }
         )
@@ -329,11 +328,11 @@ def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | N
             return requeue
     if RANK[target] <= RANK[current] or (current, target) not in transitions.ALLOWED:
         return None
-    values[STAMP[target]] = _stamp(receipt, msg)
+    values[transitions.stamp_column(current, target)] = _stamp(receipt, msg)
     if target in (Status.FAILED, Status.UNDELIVERED):
         title = f" ({info.title})" if info else ""
         opted = info is not None and info.error_class == ErrorClass.OPTED_OUT
-        values["reason_code"] = "opted_out" if opted else f"provider_{target}"
+        values["reason_code"] = ReasonCode.OPTED_OUT if opted else PROVIDER_REASON[target]
         values["status_reason"] = (
             f"provider reported {receipt.raw_status} {receipt.error_code}{title}".strip()[:255]
         )
@@ -352,7 +351,7 @@ def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str,
                 "run_after": at,
                 "attempt_count": max(0, msg["attempt_count"] - 1),  # not charged
                 "provider_message_id": None,
-                "reason_code": "provider_throttled",
+                "reason_code": ReasonCode.PROVIDER_THROTTLED,
                 "status_reason": f"provider failed it: {receipt.error_code} ({info.title}); resending"[:255],
             }
         )
@@ -389,7 +388,7 @@ def _requeue(receipt: ReceiptEvent, msg: dict, info, values: dict) -> tuple[str,
             {
                 "run_after": decision.run_after,
                 "provider_message_id": None,
-                "reason_code": "provider_error",
+                "reason_code": ReasonCode.PROVIDER_ERROR,
                 "status_reason": (
                     f"provider failed it: {receipt.error_code} ({info.title}); {decision.reason}"[:255]
                 ),

@@ -204,7 +204,7 @@ def cancel_pending(
                     kind="cancelled",
                     actor=actor,
                     details={"reason": "campaign cancelled"},
-                    set_fields=campaign_gate.cancel_fields(now),
+                    set_fields=campaign_gate.CANCEL_FIELDS,
                     now=now,
                 )
             runs += 1

@@ -280,7 +280,7 @@ def _cancel_occurrences(
         "kind": "cancelled",
         "actor": actor,
         "details": details,
-        "set_fields": {"cancelled_at": now, "run_after": None, "status_reason": reason[:255]},
+        "set_fields": {"run_after": None, "status_reason": reason[:255]},
         "now": now,
     }
     scheduled = [
