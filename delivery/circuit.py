@@ -34,14 +34,15 @@ from django.utils import timezone
 from delivery.models import ProviderCircuit
 from scheduling import transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 
 log = logging.getLogger(__name__)
 
 CLOSED, OPEN = "closed", "open"
 OK_FLUSH_SECONDS = 0.5
 _ok_buffer: dict[tuple[int, str, str], list] = {}  # per process: successes not yet counted in the window
-REASON_UNAVAILABLE = "provider_unavailable"
-REASON_PROBE = "circuit_probe"
+REASON_UNAVAILABLE = ReasonCode.PROVIDER_UNAVAILABLE
+REASON_PROBE = ReasonCode.CIRCUIT_PROBE
 RELEASE_BATCH = 2000
 
 
@@ -260,13 +261,20 @@ def _probe_message(provider: str, account: str, now: datetime) -> str:
                 return "none"
             row = waiting[0]
             recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
+            # A probe skips the release gates, the daily quota's among them: not stamped as released, so
+            # a later cancel gives back no released segments it never took (smsgw.limits.execution).
+            unreleased = {"queued_at": None} if status == Status.SCHEDULED else {}
             moved = transitions.transition_versioned(
                 [(row["id"], row["version"], {"run_after": recovery, "published_at": now})],
                 from_status=status,
                 to_status=Status.QUEUED,
                 kind="queued" if status == Status.SCHEDULED else "republished",
                 per_row_columns=("run_after", "published_at"),
-                set_fields={"reason_code": REASON_PROBE, "status_reason": "probe: is the provider back?"},
+                set_fields={
+                    "reason_code": REASON_PROBE,
+                    "status_reason": "probe: is the provider back?",
+                    **unreleased,
+                },
                 details={"probe": True},
                 now=now,
             )

@@ -28,13 +28,14 @@ from pathlib import Path
 import phonenumbers
 from django.conf import settings
 
+from scheduling.reasons import ReasonCode
 from smsgw.models import Tenant
 
 SHIPPED_DENY_FILE = Path(__file__).resolve().parent / "data" / "deny_prefixes.txt"
 ANY_COUNTRY = "*"
 NON_GEOGRAPHIC = "001"  # libphonenumber's region code for +800, +808, +870, +881, +882, +883, +979, ...
 
-REASON_REFUSED = "destination_refused"  # Message.reason_code of a message refused at execution
+REASON_REFUSED = ReasonCode.DESTINATION_REFUSED  # Message.reason_code of a message refused at execution
 COUNTRY_NOT_ALLOWED = "country_not_allowed"
 PREMIUM_RATE = "premium_rate_destination"  # a shipped deny-list range
 DENIED_PREFIX = "denied_prefix"  # a range the deployment or the tenant denied

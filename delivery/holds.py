@@ -35,10 +35,11 @@ from delivery.providers import get_adapter
 from delivery.providers.base import Scope
 from scheduling import transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 
 log = logging.getLogger(__name__)
 
-REASON_HELD = "provider_hold"
+REASON_HELD = ReasonCode.PROVIDER_HOLD
 HOLD_CACHE_SECONDS = 1.0  # a send worker re-reads open holds at most once a second
 RELEASE_BATCH = 1000  # messages released per statement when a hold clears
 

@@ -52,13 +52,14 @@ from django.utils import timezone
 from delivery import capacity, circuit, delays
 from delivery.models import RateBucket
 from delivery.providers import get_adapter
+from scheduling.reasons import ReasonCode
 from scheduling.release import Candidate, Decision, Park
 from smsgw.db import is_postgres
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
 
-REASON_PACED = "paced"
+REASON_PACED = ReasonCode.PACED
 REASON_UNAVAILABLE = circuit.REASON_UNAVAILABLE
 REASON_PROBE = circuit.REASON_PROBE
 TRANSACTIONAL = "transactional"

@@ -45,6 +45,7 @@ from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import ProviderAdapter, ProviderMessage
 from scheduling import transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 
 log = logging.getLogger(__name__)
 
@@ -237,9 +238,8 @@ def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
             expected_version=msg.version,
             details={"dead_letter": True, "lookup": lookup, "reason": "validity passed while uncertain"},
             set_fields={
-                "failed_at": now,
                 "run_after": None,
-                "reason_code": "uncertain_expired",
+                "reason_code": ReasonCode.UNCERTAIN_EXPIRED,
                 "status_reason": "validity passed before the provider could be shown not to have it",
             },
             now=now,
@@ -314,9 +314,8 @@ def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, 
                 expected_version=msg.version,
                 details={"dead_letter": True, "reason": decision.reason, "lookup": lookup, "why": why},
                 set_fields={
-                    "failed_at": now,
                     "run_after": None,
-                    "reason_code": "retries_exhausted",
+                    "reason_code": ReasonCode.RETRIES_EXHAUSTED,
                     "status_reason": decision.reason,
                 },
                 now=now,

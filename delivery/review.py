@@ -99,7 +99,6 @@ def review_hold_cancel(hold_id: int, *, actor: str, now: datetime | None = None)
         to_status=Status.CANCELLED,
         kind="cancelled",
         set_fields=lambda hold: {
-            "cancelled_at": now,
             "run_after": None,
             "reason_code": REASON_CANCELLED,
             "status_reason": f"cancelled by an operator after review ({hold.describe()})"[:255],

@@ -131,7 +131,6 @@ def batch_screen(message_ids: list[int], *, now: datetime) -> Screened:
             kind="cancelled",
             details={"reason": "recipient opted out (suppression list)"},
             set_fields={
-                "cancelled_at": now,
                 "run_after": None,
                 "status_reason": "recipient opted out of this sender",
                 "reason_code": suppression.REASON_OPTED_OUT,
@@ -151,7 +150,6 @@ def batch_screen(message_ids: list[int], *, now: datetime) -> Screened:
             kind="cancelled",
             details={"reason": "destination refused", "refusal": code, "detail": text},
             set_fields={
-                "cancelled_at": now,
                 "run_after": None,
                 "status_reason": f"destination refused: {text}"[:255],
                 "reason_code": guards.REASON_REFUSED,

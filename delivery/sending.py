@@ -40,6 +40,7 @@ from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
 from scheduling import campaign_gate, release, transitions
 from scheduling.models import Message, Status
+from scheduling.reasons import ReasonCode
 from scheduling.release import Park
 from smsgw.models import Tenant
 from smsgw.observability import events
@@ -120,10 +121,9 @@ def send_batch(
             extra_where='"expires_at" <= %s',
             extra_params=[now],
             set_fields={
-                "expired_at": now,
                 "run_after": None,
                 "status_reason": "validity passed while queued",
-                "reason_code": "expired",
+                "reason_code": ReasonCode.EXPIRED,
             },
             now=now,
         )
@@ -156,7 +156,6 @@ def send_batch(
             to_status=Status.SENDING,
             kind="attempt_started",
             set_fields={
-                "sending_at": now,
                 "run_after": now + timedelta(seconds=settings.SENDING_LEASE_SECONDS),
             },
             bump_attempts=True,

@@ -15,9 +15,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from delivery.models import Suppression, SuppressionChange, SuppressionSource
+from scheduling.reasons import ReasonCode
 from smsgw.observability import events
 
-REASON_OPTED_OUT = "opted_out"
+REASON_OPTED_OUT = ReasonCode.OPTED_OUT
 
 STOP_KEYWORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
 START_KEYWORDS = frozenset({"START", "UNSTOP", "YES"})

@@ -43,16 +43,23 @@ from delivery.guard_models import (
     VelocityCounter,
 )
 from scheduling.models import Status
+from scheduling.reasons import ReasonCode
 from scheduling.release import Candidate, Decision, Park
 from smsgw.db import PgInts, is_postgres
 from smsgw.models import Tenant
 
-REASON_HELD = "held_for_review"
-REASON_RELEASED = "review_released"  # released by an operator: goes out, not counted or held again
-REASON_CANCELLED = "review_cancelled"
+REASON_HELD = ReasonCode.HELD_FOR_REVIEW
+REASON_RELEASED = ReasonCode.REVIEW_RELEASED  # released by an operator: goes out, not counted or held again
+REASON_CANCELLED = ReasonCode.REVIEW_CANCELLED
 # Candidates seen by this gate before (they came back from a later gate or the provider's wait).
 COUNTED_BEFORE = frozenset(
-    {"paced", "provider_unavailable", "circuit_probe", "provider_hold", REASON_RELEASED}
+    {
+        ReasonCode.PACED,
+        ReasonCode.PROVIDER_UNAVAILABLE,
+        ReasonCode.CIRCUIT_PROBE,
+        ReasonCode.PROVIDER_HOLD,
+        REASON_RELEASED,
+    }
 )
 HOLD_PARK = timedelta(days=400)  # i.e. until the message's validity ends (park_rows caps it there)
 PRUNE_EVERY_SECONDS = 60.0

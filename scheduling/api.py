@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from scheduling import examples, selectors, services
 from scheduling.models import Message, Priority, Status
+from scheduling.reasons import ReasonCode
 from smsgw import schema, strict_input
 from smsgw.errors import field_error
 from smsgw.pagination import StrictCursorPagination
@@ -286,10 +287,11 @@ def _int(value):
 def _expected(m: Message) -> str | None:
     """When the message is expected to be handed to the provider: its due time, or the slot it waits
     for (paced, provider unavailable, held, a retry's backoff). Null once it is on its way or done."""
-    if m.run_after is None or m.reason_code == "held_for_review":  # not before an operator releases it
+    held = m.reason_code == ReasonCode.HELD_FOR_REVIEW  # not before an operator releases it
+    if m.run_after is None or held:
         return None
     if m.status == Status.SCHEDULED or (
-        m.status == Status.QUEUED and m.reason_code not in ("", "circuit_probe")
+        m.status == Status.QUEUED and m.reason_code not in ("", ReasonCode.CIRCUIT_PROBE)
     ):
         return _datetime(m.run_after)
     return None

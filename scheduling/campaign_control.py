@@ -27,6 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduling import campaign_gate, transitions
+from scheduling.campaign_lifecycle import campaign_transition
 from scheduling.campaign_progress import progress_read, progress_read_many
 from scheduling.models import Campaign, CampaignStatus, Message, Status
 from smsgw.domain_errors import ConflictError, NotFoundError
@@ -70,12 +71,6 @@ def campaign_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Campa
     return campaign
 
 
-def _save(campaign: Campaign, now: datetime, *fields: str) -> None:
-    campaign.version += 1
-    campaign.updated_at = now
-    campaign.save(update_fields=[*fields, "version", "updated_at"])
-
-
 def campaign_pause(*, tenant: Tenant, public_id: str, actor: str) -> CampaignChange:
     """Nothing more of it is handed to the provider: the next claim already excludes it, and paced
     messages waiting for their slot are held back by the send processes' view (<= 1 s old). The creation
@@ -90,10 +85,12 @@ def campaign_pause(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCha
                 f"Only a creating or active campaign can be paused; this one is {campaign.status}.",
                 current_status=campaign.status,
             )
-        campaign.status = C.PAUSED
-        campaign.paused_at = now
-        campaign.status_reason = f"paused by {actor}"[:255]
-        _save(campaign, now, "status", "paused_at", "status_reason")
+        _move(
+            campaign,
+            to_status=C.PAUSED,
+            set_fields={"status_reason": f"paused by {actor}"[:255]},
+            now=now,
+        )
     log.info("campaign paused", extra={"campaign": campaign.public_id, "actor": actor})
     return CampaignChange(campaign, changed=True, progress=progress_read(campaign.pk))
 
@@ -111,10 +108,12 @@ def campaign_resume(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
                 f"Only a paused campaign can be resumed; this one is {campaign.status}.",
                 current_status=campaign.status,
             )
-        campaign.status = C.ACTIVE if campaign.made_at else C.CREATING
-        campaign.paused_at = None
-        campaign.status_reason = RESUMING
-        _save(campaign, now, "status", "paused_at", "status_reason")
+        _move(
+            campaign,
+            to_status=C.ACTIVE if campaign.made_at else C.CREATING,
+            set_fields={"status_reason": RESUMING},
+            now=now,
+        )
         if campaign.status == C.CREATING:
             # A pause stops the creation job at its next batch (scheduling.campaign_make); it goes on
             # from its checkpoint. Should a run still be going, the later one stops as "superseded".
@@ -151,10 +150,7 @@ def campaign_cancel(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
                 f"This campaign is already {campaign.status}: it can no longer be cancelled.",
                 current_status=campaign.status,
             )
-        campaign.status = C.CANCELLED
-        campaign.cancelled_at = now
-        campaign.status_reason = CANCELLING
-        _save(campaign, now, "status", "cancelled_at", "status_reason")
+        _move(campaign, to_status=C.CANCELLED, set_fields={"status_reason": CANCELLING}, now=now)
     log.info("campaign cancelled", extra={"campaign": campaign.public_id, "actor": actor})
     cancelled, done = cancel_pending(campaign.pk, actor=actor, batches=REQUEST_BATCHES)
     if not done:
@@ -167,6 +163,16 @@ def campaign_cancel(*, tenant: Tenant, public_id: str, actor: str) -> CampaignCh
         cancelled_now=cancelled,
         in_progress=not done,
     )
+
+
+def _move(campaign: Campaign, *, to_status: str, set_fields: dict, now: datetime) -> None:
+    """The campaign's row is locked by the caller, so the move cannot lose; should it all the same,
+    the caller's answer would describe a change that did not happen: a conflict instead."""
+    if not campaign_transition(
+        campaign, from_status=campaign.status, to_status=to_status, set_fields=set_fields, now=now
+    ):
+        current = Campaign.objects.filter(pk=campaign.pk).values_list("status", flat=True).first()
+        raise ConflictError(f"The campaign changed meanwhile; it is now {current}.", current_status=current)
 
 
 def _enqueue(task: str, campaign_id: int) -> None:
@@ -204,7 +210,7 @@ def cancel_pending(
                     kind="cancelled",
                     actor=actor,
                     details={"reason": "campaign cancelled"},
-                    set_fields=campaign_gate.cancel_fields(now),
+                    set_fields=campaign_gate.CANCEL_FIELDS,
                     now=now,
                 )
             runs += 1
@@ -262,8 +268,8 @@ def campaigns_tick(*, now: datetime | None = None, budget: float = TASK_BUDGET_S
     for cid, progress in progress_read_many(active).items():
         if any(progress.get(s) for s in UNFINISHED):
             continue
-        report["completed"] += Campaign.objects.filter(pk=cid, status=C.ACTIVE).update(
-            status=C.COMPLETED, completed_at=now, status_reason="", updated_at=now
+        report["completed"] += campaign_transition(
+            cid, from_status=C.ACTIVE, to_status=C.COMPLETED, set_fields={"status_reason": ""}, now=now
         )
     recent = Q(status_reason=CANCELLING) | Q(cancelled_at__gte=now - RECENT_CANCEL)
     for cid in list(Campaign.objects.filter(recent, status=C.CANCELLED).values_list("id", flat=True)):

@@ -22,10 +22,11 @@ from django.db import connection
 
 from scheduling import transitions
 from scheduling.models import Campaign, CampaignStatus, Message, Status
+from scheduling.reasons import ReasonCode
 from smsgw.db import PgInts, is_postgres
 
-REASON_PAUSED = "campaign_paused"
-REASON_CANCELLED = "campaign_cancelled"
+REASON_PAUSED = ReasonCode.CAMPAIGN_PAUSED
+REASON_CANCELLED = ReasonCode.CAMPAIGN_CANCELLED
 HALTED = (CampaignStatus.PAUSED, CampaignStatus.CANCELLED)
 # A parked message of a paused campaign is not looked at again before this (or its expiry, which comes
 # first for any ordinary validity): resume releases it, so no pass re-reads a long pause's backlog.
@@ -85,17 +86,15 @@ def cancel_rows(rows: Iterable[dict], now: datetime, *, actor: str = "system") -
                 kind="cancelled",
                 actor=actor,
                 details={"reason": "campaign cancelled"},
-                set_fields=cancel_fields(now),
+                set_fields=CANCEL_FIELDS,
                 now=now,
             )
         )
     return cancelled
 
 
-def cancel_fields(now: datetime) -> dict:
-    return {
-        "cancelled_at": now,
-        "run_after": None,
-        "status_reason": "campaign cancelled",
-        "reason_code": REASON_CANCELLED,
-    }
+CANCEL_FIELDS = {
+    "run_after": None,
+    "status_reason": "campaign cancelled",
+    "reason_code": REASON_CANCELLED,
+}

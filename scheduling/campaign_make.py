@@ -29,6 +29,7 @@ from django.utils import timezone
 from delivery import guards, suppression
 from scheduling.birth import messages_birth
 from scheduling.campaign_build import DUPLICATE_MESSAGE, BuiltBatch, RowBuilder, error_row, rows_build
+from scheduling.campaign_lifecycle import campaign_transition
 from scheduling.campaign_rows import csv_records, decoded_lines
 from scheduling.models import Campaign, CampaignError, CampaignStatus, CampaignUpload
 from smsgw.models import Tenant
@@ -225,8 +226,8 @@ def _lock_position(campaign_id: int) -> tuple[str | None, int]:
 def _finish(campaign_id: int, report: MakeReport) -> None:
     now = timezone.now()
     with transaction.atomic():
-        won = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.CREATING).update(
-            status=CampaignStatus.ACTIVE, made_at=now, updated_at=now, version=F("version") + 1
+        won = campaign_transition(
+            campaign_id, from_status=CampaignStatus.CREATING, to_status=CampaignStatus.ACTIVE, now=now
         )
         if not won:
             report.stopped = _lock(campaign_id) or "missing"
@@ -264,8 +265,11 @@ def campaigns_stale_republish(*, now: datetime | None = None) -> list[int]:
 def campaign_fail(campaign_id: int, reason: str) -> None:
     """The job cannot go on (an error that is not the database's): the campaign says so. What was made
     stays made; its messages go on as usual."""
-    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.CREATING).update(
-        status=CampaignStatus.FAILED, status_reason=reason[:255], updated_at=timezone.now()
+    campaign_transition(
+        campaign_id,
+        from_status=CampaignStatus.CREATING,
+        to_status=CampaignStatus.FAILED,
+        set_fields={"status_reason": reason[:255]},
     )
     CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
 

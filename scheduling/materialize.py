@@ -27,6 +27,7 @@ from scheduling.models import Schedule, ScheduleStatus, Status, new_public_id
 from scheduling.quiet import QuietWindow, tenant_quiet_window
 from scheduling.recurrence import Occurrence, Recurrence
 from scheduling.rrules import parse_exdates, parse_rrule
+from scheduling.schedule_lifecycle import schedules_end
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -181,47 +182,47 @@ EVENT_ACTOR = "system:materializer"
 
 
 def _advance(plans: list[_Plan], horizon_end: datetime, now: datetime) -> int:
-    """Move each claimed schedule's cursor past what it just made (or end it), in one statement."""
-    ended = 0
+    """Move each claimed schedule's cursor past what it just made, in one statement, and end those
+    with no occurrence left. Returns how many ended."""
     for plan in plans:
         s = plan.schedule
         s.materialized_until = horizon_end
         s.materialized_count += len(plan.rows)
         s.updated_at = now
         if plan.cursor is None:
-            s.status, s.ended_at, s.cursor_local, s.next_occurrence_at = ScheduleStatus.ENDED, now, None, None
-            ended += 1
+            s.cursor_local, s.next_occurrence_at = None, None
         else:
             s.cursor_local, s.next_occurrence_at = stored(plan.cursor.local), plan.cursor.due_at
     if connection.vendor != "postgresql":
         Schedule.objects.bulk_update([p.schedule for p in plans], list(_ADVANCED))
-        return ended
+    else:
+        _advance_pg(plans, horizon_end, now)
+    # The rule has no occurrence left: ended (its status only ever moves by a transition).
+    return schedules_end([p.schedule for p in plans if p.cursor is None], now=now)
+
+
+def _advance_pg(plans: list[_Plan], horizon_end: datetime, now: datetime) -> None:
     with server_bound_cursor() as cur:
         cur.execute(
-            'UPDATE "scheduling_schedule" AS s SET "status" = v.status, "ended_at" = v.ended_at, '
+            'UPDATE "scheduling_schedule" AS s SET '
             '"cursor_local" = v.cursor_local, "next_occurrence_at" = v.next_at, '
             '"materialized_until" = %s, "materialized_count" = s."materialized_count" + v.made, '
             '"updated_at" = %s '
-            "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-            "%s::timestamptz[], %s::int[]) AS v(id, status, ended_at, cursor_local, next_at, made) "
+            "FROM unnest(%s::bigint[], %s::timestamptz[], "
+            "%s::timestamptz[], %s::int[]) AS v(id, cursor_local, next_at, made) "
             "WHERE s.id = v.id".replace("%s", "%b"),
             [
                 horizon_end,
                 now,
                 [p.schedule.pk for p in plans],
-                [p.schedule.status for p in plans],
-                [p.schedule.ended_at for p in plans],
                 [p.schedule.cursor_local for p in plans],
                 [p.schedule.next_occurrence_at for p in plans],
                 [len(p.rows) for p in plans],
             ],
         )
-    return ended
 
 
 _ADVANCED = (
-    "status",
-    "ended_at",
     "cursor_local",
     "next_occurrence_at",
     "materialized_until",

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection
 
 from scheduling.models import Message, Priority, Status
+from scheduling.reasons import ReasonCode
 from smsgw import broker
 from smsgw.queues import SEND_PREFIX
 
@@ -42,8 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Reasons a released row carries while its task waits in the broker (release._release sets them).
-PUBLISHED_REASONS = ("", "circuit_probe")
-REASON_LOST = "task_lost"  # the row's task is presumed gone: re-publish at the next pass, whatever the depth
+PUBLISHED_REASONS = ("", ReasonCode.CIRCUIT_PROBE)
+# the row's task is presumed gone: re-publish at the next pass, whatever the depth
+REASON_LOST = ReasonCode.TASK_LOST
 BROKER_CHECK_SECONDS = 1.0
 EPOCH_KEY = "smsgw:broker-epoch"
 TABLE = Message._meta.db_table

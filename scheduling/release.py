@@ -34,16 +34,17 @@ from django.utils.module_loading import import_string
 from scheduling import campaign_gate, recovery, transitions
 from scheduling.models import Message, Status
 from scheduling.quiet import QuietWindow
+from scheduling.reasons import ReasonCode
 from scheduling.recovery import send_queue
 from smsgw.db import is_postgres
 from smsgw.models import Tenant
 
-REASON_DISABLED = "tenant_disabled"
-PACED = "paced"
+REASON_DISABLED = ReasonCode.TENANT_DISABLED
+PACED = ReasonCode.PACED
 # Reasons a released message keeps: the send worker looks at them again (an account hold that is still
 # open parks the message once more, without a second timeline entry).
-KEEP_ON_RELEASE = frozenset({"provider_hold"})
-REASON_QUIET = "quiet_hours"
+KEEP_ON_RELEASE = frozenset({ReasonCode.PROVIDER_HOLD})
+REASON_QUIET = ReasonCode.QUIET_HOURS
 DISABLED_WAIT_SECONDS = 30  # a disabled tenant's due messages are looked at again this often
 PRIORITIES = ("transactional", "bulk")
 # Under a backlog: other tenants with due work get this many of their oldest claimed per pass, and at
@@ -354,7 +355,7 @@ def _release(
     recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
     groups: dict[tuple[str, str, str], list[tuple[int, int, dict]]] = {}
     for c in decision.release:
-        reason = "circuit_probe" if c.id in decision.probes else ""
+        reason = ReasonCode.CIRCUIT_PROBE if c.id in decision.probes else ""
         status_reason = ""
         if c.reason_code in KEEP_ON_RELEASE:  # the send worker checks it again (a hold still open)
             reason, status_reason = c.reason_code, by_id[c.id].get("status_reason", "")
@@ -364,20 +365,12 @@ def _release(
             "status_reason": status_reason,
             "published_at": now,
         }
-        if c.status == Status.SCHEDULED:
-            values["queued_at"] = now
         groups.setdefault((c.status, c.priority, c.provider), []).append(
             (c.id, by_id[c.id]["version"], values)
         )
     for (status, priority, provider), items in groups.items():
         first = status == Status.SCHEDULED
-        columns = (
-            "run_after",
-            "reason_code",
-            "status_reason",
-            "published_at",
-            *(("queued_at",) if first else ()),
-        )
+        columns = ("run_after", "reason_code", "status_reason", "published_at")
         # Usually every row gets the same values (a probe or a kept hold reason is the exception): then
         # they are constants of the statement, not arrays converted value by value (a third of a pass).
         uniform = all(values == items[0][2] for _, _, values in items)
@@ -409,9 +402,9 @@ def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseRepo
     details: dict[int, dict] = {}
     for row, park in parks:
         until = min(park.until, row["expires_at"]) if row["expires_at"] else park.until
-        if report is not None and park.reason_code == "paced":
+        if report is not None and park.reason_code == ReasonCode.PACED:
             report.paced += 1
-        elif report is not None and park.reason_code == "provider_unavailable":
+        elif report is not None and park.reason_code == ReasonCode.PROVIDER_UNAVAILABLE:
             report.unavailable += 1
         if row["reason_code"] == park.reason_code:
             again.setdefault(row["status"], []).append((row["id"], until))

@@ -37,6 +37,7 @@ from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.quiet import QuietHoursError, parse_clock, parse_override
 from scheduling.recurrence import Recurrence, recurrence_build
 from scheduling.rrules import RuleError
+from scheduling.schedule_lifecycle import LIFECYCLE_FIELDS, schedule_transition
 from scheduling.services import _body, _recipient, _sender, destination_allowed
 from scheduling.timeutil import TimeResolutionError, parse_timezone
 from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
@@ -194,22 +195,43 @@ def _version_record(
     )
 
 
-def _start_cursor(schedule: Schedule, rec: Recurrence, *, after: datetime, now: datetime) -> None:
-    """Point the cursor at the first occurrence after ``after``; no occurrence left: ended."""
+def _start_cursor(schedule: Schedule, rec: Recurrence, *, after: datetime) -> str:
+    """Point the cursor at the first occurrence after ``after``; returns the status that follows:
+    active, or ended when no occurrence is left."""
     first = rec.first_after(after)
     if first is None:
-        schedule.status, schedule.ended_at = ScheduleStatus.ENDED, now
         schedule.cursor_local = schedule.next_occurrence_at = None
-    else:
-        schedule.status, schedule.ended_at = ScheduleStatus.ACTIVE, None
-        schedule.cursor_local, schedule.next_occurrence_at = stored(first.local), first.due_at
+        return ScheduleStatus.ENDED
+    schedule.cursor_local, schedule.next_occurrence_at = stored(first.local), first.due_at
+    return ScheduleStatus.ACTIVE
+
+
+# What a service saves: the definition, its version and the cursor. The status and its stamps are
+# written by the transitions alone (scheduling.schedule_lifecycle).
+SAVED_FIELDS = [
+    f.name for f in Schedule._meta.concrete_fields if not f.primary_key and f.name not in LIFECYCLE_FIELDS
+]
+
+
+def _save(schedule: Schedule) -> None:
+    schedule.save(update_fields=SAVED_FIELDS)
+
+
+def _move(schedule: Schedule, *, to_status: str, now: datetime, set_fields: dict | None = None) -> None:
+    """The services hold the schedule's row locked, so the move cannot lose; should it all the same,
+    the answer would describe a change that did not happen: a conflict instead."""
+    if not schedule_transition(schedule, to_status=to_status, set_fields=set_fields, now=now):
+        current = Schedule.objects.filter(pk=schedule.pk).values_list("status", flat=True).first()
+        raise ConflictError(f"The schedule changed meanwhile; it is now {current}.", current_status=current)
 
 
 def schedule_create(*, tenant: Tenant, actor: str, data: dict[str, Any]) -> ScheduleChange:
     now = timezone.now()
     definition = _definition(tenant, data, now=now)
     schedule = Schedule(tenant=tenant, **definition.values)
-    _start_cursor(schedule, definition.recurrence, after=now, now=now)
+    # Born in its first status: a new row has no status to compare with.
+    schedule.status = _start_cursor(schedule, definition.recurrence, after=now)
+    schedule.ended_at = now if schedule.status == ScheduleStatus.ENDED else None
     with transaction.atomic():
         schedule.save()
         _version_record(schedule, change="created", actor=actor, changed=list(DEFINITION_FIELDS), now=now)
@@ -279,7 +301,7 @@ def _cancel_occurrences(
         "kind": "cancelled",
         "actor": actor,
         "details": details,
-        "set_fields": {"cancelled_at": now, "run_after": None, "status_reason": reason[:255]},
+        "set_fields": {"run_after": None, "status_reason": reason[:255]},
         "now": now,
     }
     scheduled = [
@@ -363,11 +385,14 @@ def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[st
         for name, value in definition.values.items():
             setattr(schedule, name, value)
         schedule.version = new_version
-        if schedule.status != ScheduleStatus.PAUSED:
+        status = schedule.status
+        if status != ScheduleStatus.PAUSED:
             # Start after every slot that is still going out under an older version.
             after = max([now, *(row["_slot"] for row in kept)])
-            _start_cursor(schedule, definition.recurrence, after=after, now=now)
-        schedule.save()
+            status = _start_cursor(schedule, definition.recurrence, after=after)
+        _save(schedule)
+        if status != ScheduleStatus.PAUSED:
+            _move(schedule, to_status=status, now=now)  # active, or ended when the new rule has nothing left
         _version_record(schedule, change="updated", actor=actor, changed=changed, now=now)
         report = schedule_materialize_one(schedule, now=now)
     return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept), materialized=report)
@@ -387,7 +412,6 @@ def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCha
         change = _schedule_stop(
             schedule,
             status=ScheduleStatus.PAUSED,
-            stamp="paused_at",
             change="paused",
             reason=f"paused (version {schedule.version + 1})",
             actor=actor,
@@ -412,9 +436,9 @@ def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
         live = _live_rows(schedule, now)
         after = max([now, *(_slot(r) for r in live)])
         schedule.version += 1
-        _start_cursor(schedule, recurrence_of(schedule), after=after, now=now)
-        schedule.paused_at = None
-        schedule.save()
+        status = _start_cursor(schedule, recurrence_of(schedule), after=after)
+        _save(schedule)
+        _move(schedule, to_status=status, now=now)
         _version_record(schedule, change="resumed", actor=actor, changed=["status"], now=now)
         report = schedule_materialize_one(schedule, now=now)
     return ScheduleChange(schedule, materialized=report)
@@ -429,7 +453,6 @@ def schedule_cancel(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
         change = _schedule_stop(
             schedule,
             status=ScheduleStatus.CANCELLED,
-            stamp="cancelled_at",
             change="cancelled",
             reason="cancelled",
             actor=actor,
@@ -439,7 +462,7 @@ def schedule_cancel(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
 
 
 def _schedule_stop(
-    schedule: Schedule, *, status: str, stamp: str, change: str, reason: str, actor: str, now
+    schedule: Schedule, *, status: str, change: str, reason: str, actor: str, now
 ) -> ScheduleChange:
     """Pause and cancel: a new version that cancels every pending occurrence (queued ones too) and
     stops the materializer cursor. Runs inside the caller's transaction, with the schedule locked."""
@@ -453,11 +476,12 @@ def _schedule_stop(
         include_queued=True,
         only_future=False,
     )
-    schedule.version = new_version
-    schedule.status = status
-    setattr(schedule, stamp, now)
-    schedule.cursor_local = schedule.next_occurrence_at = None
-    schedule.save()
+    _move(
+        schedule,
+        to_status=status,
+        now=now,
+        set_fields={"version": new_version, "cursor_local": None, "next_occurrence_at": None},
+    )
     _version_record(schedule, change=change, actor=actor, changed=["status"], now=now)
     return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept))
 

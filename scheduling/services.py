@@ -19,6 +19,7 @@ from delivery import guards, suppression
 from scheduling import birth, quiet, transitions
 from scheduling.models import Message, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
+from scheduling.reasons import ReasonCode
 from scheduling.segments import analyze
 from scheduling.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
@@ -26,7 +27,7 @@ from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
 
-REASON_CANCELLED = "cancelled_by_request"  # Message.reason_code after the tenant's (or an operator's) cancel
+REASON_CANCELLED = ReasonCode.CANCELLED_BY_REQUEST  # after the tenant's (or an operator's) cancel
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 EDITABLE_FIELDS = frozenset(
     {
@@ -293,7 +294,6 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
         # The reason it waited (paced, quota_exceeded, held_for_review, ...) no longer applies: the code
         # says why it ended, as the other cancels do (campaign_cancelled, review_cancelled, opted_out).
         set_fields={
-            "cancelled_at": now,
             "run_after": None,
             "status_reason": "cancelled by request",
             "reason_code": REASON_CANCELLED,
@@ -410,7 +410,7 @@ def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     since is granted again from now (the same length as the original one), or the send worker would
     expire the replay at once. Raises ConflictError when the message is not ``failed`` (any more)."""
     message = message_get(tenant=tenant, public_id=public_id)
-    if message.reason_code == quotas.REASON:
+    if message.reason_code == ReasonCode.QUOTA_EXCEEDED:
         # It failed on the tenant's daily quota (policy "fail"): `queued` is past the quota gate, so a
         # replay would send it over the quota the tenant chose to enforce.
         raise ConflictError(
@@ -421,7 +421,6 @@ def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     set_fields: dict[str, Any] = {
         "run_after": now,
         "attempt_count": 0,
-        "failed_at": None,
         "reason_code": "",
         "status_reason": "replayed by an operator",
     }

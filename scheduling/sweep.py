@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from scheduling import recovery, release, transitions
 from scheduling.models import Priority, Status
+from scheduling.reasons import ReasonCode
 from smsgw.observability import events
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,9 @@ def due_expire(*, now: datetime | None = None, limit: int) -> int:
             order_by='"run_after"',
             limit=limit,
             set_fields={
-                "expired_at": now,
                 "run_after": None,
                 "status_reason": reason,
-                "reason_code": "expired",
+                "reason_code": ReasonCode.EXPIRED,
             },
             now=now,
         )

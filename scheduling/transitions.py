@@ -25,38 +25,44 @@ from django.utils.dateparse import parse_datetime
 
 from scheduling.campaign_progress import progress_add
 from scheduling.models import Message, MessageEvent, Status
+from scheduling.reasons import REASON_CODES
 from smsgw.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
 
 S = Status
-ALLOWED: frozenset[tuple[str, str]] = frozenset(
-    {
-        (S.SCHEDULED, S.SCHEDULED),  # reschedule / edit (version bump)
-        (S.SCHEDULED, S.QUEUED),
-        (S.SCHEDULED, S.CANCELLED),
-        (S.SCHEDULED, S.EXPIRED),
-        (S.SCHEDULED, S.FAILED),  # due while the daily quota is used up, tenant policy "fail" (limits)
-        (S.QUEUED, S.QUEUED),  # re-publish after a presumed-lost broker message
-        (S.QUEUED, S.SENDING),
-        (S.QUEUED, S.CANCELLED),
-        (S.QUEUED, S.EXPIRED),
-        (S.SENDING, S.SENDING),  # lease extension while an uncertain attempt is reconciled
-        (S.SENDING, S.SENT),
-        (S.SENDING, S.QUEUED),  # transient error or reconciled-absent: retry later
-        (S.SENDING, S.FAILED),
-        (S.SENT, S.DELIVERED),
-        (S.SENT, S.UNDELIVERED),
-        (S.SENT, S.FAILED),
-        (S.SENDING, S.DELIVERED),  # receipt overtook the submit response
-        (S.SENDING, S.UNDELIVERED),
-        # The provider reported `failed` for a class that allows a resend (queue overflow, a held
-        # account): it never handed the message on, so sending it again cannot duplicate it.
-        (S.SENT, S.QUEUED),
-        # A retry was queued after reconciliation found nothing, then a signed callback proved the earlier
-        # attempt did reach the provider: record it as sent instead of sending a second copy.
-        (S.QUEUED, S.SENT),
-        (S.FAILED, S.QUEUED),  # operator replay from dead letter (audited)
-    }
-)
+# The move's own time, in the edge table below.
+NOW = object()
+# Every allowed edge, and the timestamps it writes: NOW stamps the column with the move's time, None
+# empties it. A caller that knows a better time for the stamp (a receipt's own time, the creation date a
+# provider lookup returned) names the column in ``set_fields`` or per row, and its value is kept.
+EDGES: dict[tuple[str, str], dict[str, object]] = {
+    (S.SCHEDULED, S.SCHEDULED): {},  # reschedule / edit (version bump)
+    (S.SCHEDULED, S.QUEUED): {"queued_at": NOW},
+    (S.SCHEDULED, S.CANCELLED): {"cancelled_at": NOW},
+    (S.SCHEDULED, S.EXPIRED): {"expired_at": NOW},
+    # due while the daily quota is used up, tenant policy "fail" (limits)
+    (S.SCHEDULED, S.FAILED): {"failed_at": NOW},
+    (S.QUEUED, S.QUEUED): {},  # re-publish after a presumed-lost broker message
+    (S.QUEUED, S.SENDING): {"sending_at": NOW},
+    (S.QUEUED, S.CANCELLED): {"cancelled_at": NOW},
+    (S.QUEUED, S.EXPIRED): {"expired_at": NOW},
+    (S.SENDING, S.SENDING): {},  # lease extension while an uncertain attempt is reconciled
+    (S.SENDING, S.SENT): {"sent_at": NOW},
+    (S.SENDING, S.QUEUED): {},  # transient error or reconciled-absent: retry later
+    (S.SENDING, S.FAILED): {"failed_at": NOW},
+    (S.SENT, S.DELIVERED): {"delivered_at": NOW},
+    (S.SENT, S.UNDELIVERED): {"failed_at": NOW},
+    (S.SENT, S.FAILED): {"failed_at": NOW},
+    (S.SENDING, S.DELIVERED): {"delivered_at": NOW},  # receipt overtook the submit response
+    (S.SENDING, S.UNDELIVERED): {"failed_at": NOW},
+    # The provider reported `failed` for a class that allows a resend (queue overflow, a held
+    # account): it never handed the message on, so sending it again cannot duplicate it.
+    (S.SENT, S.QUEUED): {},
+    # A retry was queued after reconciliation found nothing, then a signed callback proved the earlier
+    # attempt did reach the provider: record it as sent instead of sending a second copy.
+    (S.QUEUED, S.SENT): {"sent_at": NOW},
+    (S.FAILED, S.QUEUED): {"failed_at": None},  # operator replay from dead letter (audited)
+}
+ALLOWED: frozenset[tuple[str, str]] = frozenset(EDGES)
 
 # Columns a transition may set besides status/version. Guarding the names keeps raw SQL injection-proof.
 SETTABLE = frozenset(
@@ -146,21 +152,53 @@ def _check(from_statuses: Iterable[str], to_status: str) -> None:
             raise TransitionNotAllowed(f"{src} -> {to_status}")
 
 
-def _unpublished(to_status: str, set_fields: dict[str, Any] | None, per_row: Sequence[str] = ()) -> dict:
+def _fields(
+    from_status: str,
+    to_status: str,
+    set_fields: dict[str, Any] | None,
+    now: datetime,
+    per_row: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What a move writes besides status and version: the edge's stamps (EDGES), then the caller's
+    columns, whose values win; a column the caller sets per row is left to the row."""
+    stamps = EDGES[(from_status, to_status)].items()
+    fields = {column: now if value is NOW else value for column, value in stamps if column not in per_row}
+    fields.update(set_fields or {})
+    return _unpublished(to_status, fields, per_row)
+
+
+def stamp_column(from_status: str, to_status: str) -> str | None:
+    """The column this edge stamps with the move's time: where a caller that knows a better time puts it."""
+    return next((column for column, value in EDGES[(from_status, to_status)].items() if value is NOW), None)
+
+
+def reason_check(code: str) -> None:
+    """A reason code is one of ReasonCode's (or none): a misspelt one would be a message nobody's filter
+    or report ever finds."""
+    if code not in REASON_CODES:
+        raise ValueError(f"not a ReasonCode: {code!r}")
+
+
+def _unpublished(to_status: str, set_fields: dict[str, Any], per_row: Sequence[str] = ()) -> dict:
     """A message that becomes `queued` (or stays so) any other way than by being published (a hold
     released, a retry after reconciliation, a replay) has no task in the broker: ``published_at`` is
     cleared, so that the release step publishes it instead of taking it for a task lost or waiting
     (scheduling.recovery). The release step and the circuit probe set it themselves."""
-    fields = dict(set_fields or {})
+    fields = dict(set_fields)
     if to_status == "queued" and "published_at" not in fields and "published_at" not in per_row:
         fields["published_at"] = None
     return fields
 
 
-def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
+def _settable(set_fields: dict[str, Any]) -> None:
     unknown = set(set_fields) - SETTABLE
     if unknown:
         raise ValueError(f"not settable by a transition: {sorted(unknown)}")
+    reason_check(set_fields.get("reason_code", ""))
+
+
+def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    _settable(set_fields)
     parts, params = [], []
     for column, value in set_fields.items():
         field = Message._meta.get_field(column)
@@ -299,8 +337,8 @@ def transition(
     """Compare-and-set one message. Never raises on a lost race: returns won=False and the current state."""
     froms = [str(s) for s in from_statuses]
     _check(froms, to_status)
+    _settable(set_fields or {})  # before the transaction: a refused column must not spoil the caller's
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
     with transaction.atomic(savepoint=False):
         # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
         # event's from_status is exact even when several source statuses are allowed.
@@ -312,6 +350,7 @@ def transition(
         status, version, campaign_id = current
         if status not in froms or (expected_version is not None and version != expected_version):
             return CasResult(False, status, version)
+        set_sql, set_params = _set_clause(_fields(status, to_status, set_fields, now))
         with connection.cursor() as cur:
             cur.execute(
                 f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
@@ -356,7 +395,7 @@ def transition_many(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
+    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now))
     if bump_attempts:
         set_sql += ', "attempt_count" = "attempt_count" + 1, "provider_calls" = "provider_calls" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
@@ -401,10 +440,13 @@ def transition_versioned(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields, per_row_columns))
+    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now, per_row_columns))
     per_row = list(per_row_columns)
     if set(per_row) - SETTABLE:
         raise ValueError(f"not settable: {per_row}")
+    if "reason_code" in per_row:
+        for _, _, values in items:
+            reason_check(values["reason_code"])
     fields = [Message._meta.get_field(c) for c in per_row]
     vcols = ", ".join(["vid", "vversion", *[f"v_{c}" for c in per_row]])
     per_row_set = "".join(f', "{f.column}" = v.v_{f.name}' for f in fields)
@@ -466,7 +508,7 @@ def claim(
     transaction serialises writers and the outer status condition keeps it a compare-and-set."""
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_unpublished(to_status, set_fields))
+    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now))
     cols = list(dict.fromkeys(["id", *returning, CAMPAIGN]))
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     # A MATERIALIZED CTE, not `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`: PostgreSQL may

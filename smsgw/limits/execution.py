@@ -22,13 +22,14 @@ from collections import defaultdict
 from datetime import datetime
 
 from scheduling import transitions
+from scheduling.reasons import ReasonCode
 from scheduling.release import Candidate, Decision, Park
 from smsgw.limits import quotas
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from smsgw.observability import events
 
-REASON = quotas.REASON
+REASON = ReasonCode.QUOTA_EXCEEDED
 PENDING = frozenset({"scheduled", "queued"})
 ENDED_UNSENT = frozenset({"cancelled", "expired", "failed"})
 
@@ -129,7 +130,6 @@ def _fail(
         to_status="failed",
         kind="failed",
         set_fields={
-            "failed_at": now,
             "run_after": None,
             "reason_code": REASON,
             "status_reason": "daily quota used up when the message became due (tenant policy: fail)",

@@ -1,0 +1,47 @@
+"""Every ``Message.reason_code``: why a message waits, or why it ended where it did.
+
+One list, so the API, the admin filter and the code that sets or compares a code agree on its spelling.
+The model field keeps no ``choices`` (adding them would be a migration, and a code is stored for
+messages written before a code is retired); transitions refuse a code not listed here. An empty
+``reason_code`` means there is nothing to explain (the message is on its way, or was sent).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ReasonCode(models.TextChoices):
+    # Waiting, before or between attempts (the message stays scheduled or queued)
+    PACED = "paced", "paced: the sender's or tenant's send rate"
+    QUIET_HOURS = "quiet_hours", "due inside the recipient's quiet hours"
+    TENANT_DISABLED = "tenant_disabled", "the tenant is disabled"
+    CAMPAIGN_PAUSED = "campaign_paused", "its campaign is paused"
+    QUOTA_EXCEEDED = "quota_exceeded", "the tenant's daily quota is used up"
+    HELD_FOR_REVIEW = "held_for_review", "held for an operator's review (velocity)"
+    REVIEW_RELEASED = "review_released", "released by an operator after review"
+    PROVIDER_UNAVAILABLE = "provider_unavailable", "the provider's circuit is open"
+    CIRCUIT_PROBE = "circuit_probe", "sent as the probe of an open circuit"
+    PROVIDER_HOLD = "provider_hold", "the provider account, sender or country is held"
+    PROVIDER_THROTTLED = "provider_throttled", "the provider throttled it; resent later"
+    PROVIDER_ERROR = "provider_error", "a transient provider error; retried"
+    SUBMISSION_UNCERTAIN = "submission_uncertain", "no answer from the provider; looked up before any resend"
+    TASK_LOST = "task_lost", "its send task is presumed lost; published again"
+    # Ended unsent
+    CANCELLED_BY_REQUEST = "cancelled_by_request", "cancelled by the tenant or an operator"
+    CAMPAIGN_CANCELLED = "campaign_cancelled", "its campaign was cancelled"
+    REVIEW_CANCELLED = "review_cancelled", "cancelled by an operator after review"
+    OPTED_OUT = "opted_out", "the recipient opted out of this sender"
+    DESTINATION_REFUSED = "destination_refused", "the destination is refused for this tenant"
+    EXPIRED = "expired", "its validity passed before it could be sent"
+    # Ended failed or undelivered
+    PROVIDER_REJECTED = "provider_rejected", "rejected by the provider"
+    RETRIES_EXHAUSTED = "retries_exhausted", "retries used up"
+    UNCERTAIN_EXPIRED = "uncertain_expired", "validity passed while it was uncertain whether it was sent"
+    PROVIDER_CANCELED = "provider_canceled", "canceled at the provider; never sent"
+    PROVIDER_FAILED = "provider_failed", "the provider reported it failed"
+    PROVIDER_UNDELIVERED = "provider_undelivered", "the carrier reported it undelivered"
+
+
+# What a transition accepts as ``reason_code``: a listed code, or none.
+REASON_CODES: frozenset[str] = frozenset({"", *ReasonCode.values})
