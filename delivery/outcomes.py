@@ -27,17 +27,18 @@ from delivery.models import AttemptOutcome
 from delivery.providers.base import ErrorClass, Outcome, SubmitResult
 from scheduling.campaign_gate import REASON_PAUSED
 from scheduling.models import Status
+from scheduling.reasons import ReasonCode
 
-# Machine-readable reasons (Message.reason_code) set on a provider's answer.
-REASON_THROTTLED = "provider_throttled"
-REASON_RETRY = "provider_error"
-REASON_REJECTED = "provider_rejected"
-REASON_OPTED_OUT = "opted_out"
-REASON_GAVE_UP = "retries_exhausted"
-REASON_UNCERTAIN = "submission_uncertain"
-REASON_CANCELED = "provider_canceled"
-REASON_FAILED = "provider_failed"
-REASON_UNDELIVERED = "provider_undelivered"
+# Machine-readable reasons (Message.reason_code) set on a provider's answer: ReasonCode's members.
+REASON_THROTTLED = ReasonCode.PROVIDER_THROTTLED
+REASON_RETRY = ReasonCode.PROVIDER_ERROR
+REASON_REJECTED = ReasonCode.PROVIDER_REJECTED
+REASON_OPTED_OUT = ReasonCode.OPTED_OUT
+REASON_GAVE_UP = ReasonCode.RETRIES_EXHAUSTED
+REASON_UNCERTAIN = ReasonCode.SUBMISSION_UNCERTAIN
+REASON_CANCELED = ReasonCode.PROVIDER_CANCELED
+REASON_FAILED = ReasonCode.PROVIDER_FAILED
+REASON_UNDELIVERED = ReasonCode.PROVIDER_UNDELIVERED
 
 # A receipt's resend (back to `queued`) applies only to a message the provider still had.
 REQUEUE_FROM = (Status.SENT, Status.SENDING)
