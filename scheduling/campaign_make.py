@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from delivery import guards, suppression
+from scheduling import acceptance
 from scheduling.birth import messages_birth
 from scheduling.campaign_build import DUPLICATE_MESSAGE, BuiltBatch, RowBuilder, error_row, rows_build
 from scheduling.campaign_lifecycle import campaign_transition
@@ -56,7 +56,7 @@ def destination_refusals(tenant: Tenant, numbers: list[str]) -> dict[str, tuple[
     """The numbers the destination guards refuse (delivery.guards: countries not allowed, denied
     premium-rate or high-risk ranges), as {number: (code, message)}; each becomes a CampaignError and is
     skipped, like an opt-out (the same rule as a single message's 400 naming `to`)."""
-    return {n: (r.code, r.message) for n, r in guards.destination_refusals(tenant, numbers).items()}
+    return {n: (r.code, r.message) for n, r in acceptance.destination_refusals(tenant, numbers).items()}
 
 
 def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:
@@ -65,7 +65,7 @@ def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:
         return
     c = maker.c
     numbers = [r["to"] for r, _ in batch.rows]
-    suppressed = suppression.suppressed_numbers(
+    suppressed = acceptance.suppressed_numbers(
         tenant_id=c.tenant_id,
         numbers=numbers,
         from_number=c.from_number,

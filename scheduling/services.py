@@ -15,8 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from delivery import guards, suppression
-from scheduling import birth, quiet, transitions
+from scheduling import acceptance, birth, quiet, transitions
 from scheduling.models import Message, Priority, Status
 from scheduling.phone import PhoneNumberError, normalize_e164
 from scheduling.reasons import ReasonCode
@@ -176,7 +175,7 @@ def _quiet(
 
 def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str) -> None:
     """Acceptance: a recipient on the tenant's suppression list for this sender is a 400 naming `to`."""
-    if suppression.is_suppressed(
+    if acceptance.is_suppressed(
         tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
     ):
         events.opted_out_stopped("acceptance")
@@ -186,7 +185,7 @@ def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str)
 def destination_allowed(tenant: Tenant, to: str) -> None:
     """Acceptance: a destination the tenant may not send to (delivery.guards: its allowed countries, the
     deny list of premium-rate and high-risk ranges) is a 400 naming `to`; nothing is stored."""
-    refusal = guards.destination_refusal(tenant, to)
+    refusal = acceptance.destination_refusal(tenant, to)
     if refusal is not None:
         raise InvalidInput("to", f"{refusal.message} ({refusal.code})")
 

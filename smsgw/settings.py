@@ -632,6 +632,9 @@ WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECON
 # Off only to measure what the guards cost (bench guards) or as an emergency switch: destinations are then
 # not checked and nothing is held for review. The suppression list is enforced either way.
 GUARDS_ENABLED = env_bool("SMSGW_GUARDS", True)
+# What scheduling asks at acceptance (suppression list, destination guards), through its port
+# (scheduling.acceptance): the module that answers. Scheduling never imports it.
+ACCEPTANCE_CHECKS = "delivery.acceptance"
 # A tenant with no country of its own and no E.164 default_from sends within this one (ISO 3166 alpha-2).
 DEFAULT_COUNTRY = env_str("SMSGW_DEFAULT_COUNTRY", "US").strip().upper()
 if not (len(DEFAULT_COUNTRY) == 2 and DEFAULT_COUNTRY.isalpha()):
