@@ -263,7 +263,11 @@ def test_a_message_made_due_late_by_an_outage_waits_for_the_window_to_end(db):
     report = sweep.sweep_once(now=utc(2027, 1, 16, 7, 0, 1))
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED and report.queued["transactional"] == 1
-    assert list(msg.events.order_by("id").values_list("kind", flat=True)) == ["created", "quiet_hours_deferred", "queued"]
+    assert list(msg.events.order_by("id").values_list("kind", flat=True)) == [
+        "created",
+        "quiet_hours_deferred",
+        "queued",
+    ]
 
 
 def test_a_due_message_outside_its_window_is_queued_normally(db):
