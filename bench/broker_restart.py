@@ -2,7 +2,8 @@
 once drained twice in one run
 on the same processes, with a private redis-server as the broker: first fault-free, then with that Redis
 killed (SIGKILL) when about 30% are sent and started again, empty, after ``down_seconds``. The workers
-and beat reconnect by themselves; the sweep notices the lost tasks (scheduling.recovery: the epoch key
+and beat reconnect by themselves; the sweep notices the lost tasks (scheduling.dispatch.recovery: the epoch
+key
 vanished, or a send queue is empty while rows wait) and re-publishes them. Production recovery settings
 throughout. Prints both drain times, the excess of the faulty one, the ``republished`` timeline entries
 by reason, what the sandbox stored (each recipient once) and the WARNING/ERROR lines the workers and

@@ -2,7 +2,7 @@
 real processes (sandbox, sweeper, send workers, beat); after some seconds of sending it is paused. Prints
 how long after the pause call returned the provider still got submissions (target <= 2 s), and how long
 reading the campaign's progress takes while all N exist and sending runs (target <= 50 ms): the counter
-read itself (scheduling.campaign_progress.progress_read, what GET /v1/campaigns/{id} serves) and the
+read itself (scheduling.campaigns.progress.progress_read, what GET /v1/campaigns/{id} serves) and the
 admin's campaign list. Then resumes and reports how soon sending picks up again. Asserts nothing."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from bench import core
 from bench.pacing import _reset_capacity
 from delivery.models import Attempt, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
-from scheduling import campaign_control
-from scheduling.campaign_progress import progress_add, progress_read
+from scheduling.campaigns import control as campaign_control
+from scheduling.campaigns.progress import progress_add, progress_read
 from scheduling.models import Campaign, CampaignCounter
 
 PROVIDER = "twilio"
@@ -89,7 +89,7 @@ def _counter_contention(tenant, *, writers: int = 4, seconds: float = 3.0) -> di
 
     from django.db import transaction
 
-    from scheduling import campaign_progress
+    from scheduling.campaigns import progress as campaign_progress
 
     campaign = Campaign.objects.create(
         tenant=tenant, name="contention", body="x", validity_seconds=60, status="active"

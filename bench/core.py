@@ -388,7 +388,7 @@ def steady(*, rate: int, seconds: int, latency_ms: int, concurrency: int, timeou
 
 
 def pending(*, n: int, repeats: int, idle_seconds: int) -> dict:
-    from scheduling.sweep import sweep_once
+    from scheduling.dispatch.sweep import sweep_once
 
     tenant = bench_reset()
     chunk = 250_000

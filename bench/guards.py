@@ -26,8 +26,8 @@ from django.db import connection
 from django.utils import timezone
 
 from bench import core, pacing
-from delivery import screening
-from scheduling import release
+from delivery.guards import screening
+from scheduling.dispatch import release
 from scheduling.models import Message
 from smsgw.models import Tenant
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from bench import core
 from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
-from scheduling import services
+from scheduling.messages import service as services
 from scheduling.models import Message
 from smsgw.models import Tenant
 

@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from bench import devprocs
 from bench.core import bench_reset
-from scheduling.materialize import schedules_materialize, stored
 from scheduling.models import Message, Schedule
-from scheduling.recurrence import recurrence_build
+from scheduling.schedules.materialize import schedules_materialize, stored
+from scheduling.schedules.recurrence import recurrence_build
 from smsgw.models import Tenant, api_key_create
 
 

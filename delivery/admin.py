@@ -4,8 +4,10 @@ reported by the provider. Read-only; nothing here is added or deleted by hand.""
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from delivery import capacity, circuit, review, suppression
-from delivery.holds import hold_clear
+from delivery.flow import capacity, circuit
+from delivery.flow.provider_holds import hold_clear
+from delivery.guards import review_holds as review
+from delivery.guards import suppression
 from delivery.models import (
     AccountCapacity,
     DuplicateSubmission,
@@ -19,7 +21,7 @@ from delivery.models import (
     SuppressionChange,
     SuppressionSource,
 )
-from scheduling.phone import mask
+from smsgw.values.phone import mask
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -80,8 +82,9 @@ class ProviderHoldAdmin(_ReadOnly):
 
 @admin.register(ReviewHold)
 class ReviewHoldAdmin(_ReadOnly):
-    """Velocity review holds (delivery.velocity): an operator looks at the held traffic and releases it
-    (it goes out) or cancels it; both go through delivery.review and are logged here (admin history)."""
+    """Velocity review holds (delivery.guards.velocity): an operator looks at the held traffic and releases it
+    (it goes out) or cancels it; both go through delivery.guards.review_holds and are logged here (admin
+    history)."""
 
     list_display = (
         "id",
@@ -213,7 +216,7 @@ class ProviderCircuitAdmin(_ReadOnly):
 @admin.register(Suppression)
 class SuppressionAdmin(admin.ModelAdmin):
     """The tenants' suppression lists. An operator adds or removes an entry here; both go through
-    delivery.suppression and are audited (Suppression changes) with the operator's name."""
+    delivery.guards.suppression and are audited (Suppression changes) with the operator's name."""
 
     show_full_result_count = False
     list_display = ("tenant", "recipient", "sender", "source", "created_at")

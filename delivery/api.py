@@ -8,7 +8,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from delivery import capacity
+from delivery.flow import capacity
 from smsgw import schema
 from smsgw.errors import field_error
 from smsgw.strict_input import JsonTypedSerializer

@@ -42,7 +42,7 @@ class Attempt(models.Model):
     # The ValidityPeriod sent with the request: the provider drops the message after this long.
     validity_seconds = models.PositiveIntegerField(null=True, blank=True)
     # Reconciliation: when a look-up first found nothing. Absence is declared only by a second look a
-    # grace window later (delivery.reconcile).
+    # grace window later (delivery.sending.reconcile).
     lookup_absent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -150,7 +150,7 @@ class OptOutSignal(models.Model):
 
 class SenderCapacity(models.Model):
     """How fast one sender may submit, in segments per second (Twilio counts throughput in segments).
-    Without a row, the default for the sender's type applies (delivery.capacity). Set by operators in the
+    Without a row, the default for the sender's type applies (delivery.flow.capacity). Set by operators in the
     admin, or by the tenant that uses the sender through the API (``tenant``: the owner; a row an
     operator made, tenant null, is not a tenant's to change)."""
 
@@ -196,7 +196,7 @@ class AccountCapacity(models.Model):
 class RateBucket(models.Model):
     """Shared pacing state of one limit (an account, a sender, a tenant), used by every sweeper on every
     host: a GCRA "theoretical arrival time" plus the adaptive rate. Locked (SELECT ... FOR UPDATE) by the
-    release gate for the length of one short transaction (delivery.pacing)."""
+    release gate for the length of one short transaction (delivery.flow.pacing)."""
 
     key = models.CharField(max_length=200, unique=True)  # "<provider>|<account>|<kind>|<value>"
     kind = models.CharField(max_length=16)  # account, sender, tenant
@@ -218,7 +218,7 @@ class RateBucket(models.Model):
 
 class ProviderCircuit(models.Model):
     """Circuit breaker of one provider account: closed (sending), open (nothing submitted but one probe
-    per interval). Failures are counted in a fixed window (delivery.circuit)."""
+    per interval). Failures are counted in a fixed window (delivery.flow.circuit)."""
 
     provider = models.CharField(max_length=32)
     account = models.CharField(max_length=64)
@@ -255,7 +255,7 @@ class Suppression(models.Model):
     """One number a tenant must not send to, from one sender: ``sender`` is the From number or the
     messaging service SID the recipient opted out of, or empty for every sender of the tenant (added
     through the API or by an operator). Enforced at acceptance and again at execution
-    (delivery.suppression)."""
+    (delivery.guards.suppression)."""
 
     tenant = models.ForeignKey("smsgw.Tenant", on_delete=models.CASCADE, related_name="+")
     number = models.CharField(max_length=20)
@@ -295,7 +295,7 @@ class SuppressionChange(models.Model):
 
 
 # The velocity guard's records live in their own module; imported here so they belong to this app.
-from delivery.guard_models import (  # noqa: E402, F401
+from delivery.guards.models import (  # noqa: E402, F401
     KnownNumber,
     ReviewHold,
     ReviewHoldMessage,

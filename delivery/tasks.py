@@ -5,7 +5,10 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
-from delivery import circuit, holds, inflight, reconcile, sending
+from delivery.flow import circuit
+from delivery.flow import provider_holds as holds
+from delivery.sending import inflight, reconcile
+from delivery.sending import worker as sending
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
@@ -13,7 +16,7 @@ def send_batch(
     message_ids: list[int], provider: str | None = None, not_before: list[float] | None = None
 ) -> None:
     # Returns once the batch is claimed and its submissions started; answers are recorded as they come
-    # (delivery.inflight), so a slow request never holds this worker slot.
+    # (delivery.sending.inflight), so a slow request never holds this worker slot.
     sending.send_batch(message_ids, provider=provider, not_before=not_before, wait=False)
 
 
@@ -40,7 +43,7 @@ def _warm_providers(**_kwargs) -> None:
     from delivery.providers import providers_warm
 
     # The GIL switch interval is shortened only while paced submissions wait for their slots
-    # (delivery.inflight): there it keeps the event loop on time; otherwise it costs CPU for nothing.
+    # (delivery.sending.inflight): there it keeps the event loop on time; otherwise it costs CPU for nothing.
     inflight.switch_interval_default(sys.getswitchinterval())
 
     providers_warm()

@@ -222,8 +222,8 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     sends from the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
     recorded. Any other message is acknowledged and not stored. Answers 200 with an empty TwiML
     response (no automatic reply from us)."""
-    from delivery import suppression
-    from scheduling.phone import PhoneNumberError, mask, normalize_e164
+    from delivery.guards import suppression
+    from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
 
     _, params, refused = _signed_form(request, provider)
     if refused is not None:

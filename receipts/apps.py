@@ -7,6 +7,6 @@ class ReceiptsConfig(AppConfig):
 
     def ready(self) -> None:
         from receipts.webhooks import webhook_outbox_enqueue
-        from scheduling.transitions import status_listener_register
+        from scheduling.lifecycle.transitions import status_listener_register
 
         status_listener_register(webhook_outbox_enqueue)

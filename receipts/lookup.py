@@ -12,7 +12,8 @@ against the real callback), and its timeline entry says it came from a look-up.
   timeline note saying so. A provider that says the sid does not exist (404) is told on the timeline too.
 * Bounded: at most SMSGW_STATUS_LOOKUP_RATE requests per second, SMSGW_STATUS_LOOKUP_BATCH_SIZE messages
   and SMSGW_STATUS_LOOKUP_BUDGET_SECONDS per run, each request SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS at most.
-* A provider whose circuit is open (delivery.circuit) is not asked; nor, for the rest of the run, one that
+* A provider whose circuit is open (delivery.flow.circuit) is not asked; nor, for the rest of the run, one
+that
   failed to answer (its look-up is not counted).
 * Each try is claimed by a compare-and-set on its counter before the request, so overlapping runs never
   ask twice for one message, and a run that dies never loops on it.
@@ -29,12 +30,12 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from delivery.circuit import circuit_state
+from delivery.flow.circuit import circuit_state
 from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import LOOKUP_SOURCE
 from receipts.ingest import receipt_ingest
 from receipts.models import StatusLookup
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 
 log = logging.getLogger(__name__)

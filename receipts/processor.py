@@ -6,14 +6,14 @@ its message, or is kept on the timeline as evidence, or, when its provider id is
 message yet (a callback that overtook the submit response), waits and is tried again: never dropped.
 
 What each provider status does (the adapter normalises it; Twilio's 13 statuses in
-delivery.providers.twilio_callbacks; the rules are one table, delivery.outcomes.RECEIPT_MOVES):
+delivery.providers.twilio.callbacks; the rules are one table, delivery.sending.outcomes.RECEIPT_MOVES):
 
 * queued / sending (the provider still holds it) -> a timeline note;
 * sent -> ``sent``; delivered (and read) -> ``delivered``; undelivered -> ``undelivered``;
 * failed -> by the error table's class for its ErrorCode (``failed`` means the provider never handed it
   on, so a resend cannot duplicate it):
     throttled (30001 queue overflow) or transient -> ``queued`` again (throttled: not charged);
-    account fault -> the scope is held (delivery.holds) and the message waits in ``queued``;
+    account fault -> the scope is held (delivery.flow.provider_holds) and the message waits in ``queued``;
     opted out (21610) -> ``failed`` with reason ``opted_out``; permanent -> ``failed``;
 * canceled (at the provider) -> ``failed``; inbound statuses -> a note; anything else -> kept raw.
 
@@ -33,15 +33,16 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery import delays, outcomes, suppression
-from delivery import holds as holds_service
+from delivery.flow import provider_holds as holds_service
+from delivery.guards import suppression
 from delivery.models import Attempt, AttemptOutcome, OptOutSignal
-from delivery.outcomes import REQUEUE_FROM, Delay
 from delivery.providers import get_adapter
 from delivery.providers.base import LOOKUP_SOURCE
+from delivery.sending import delays, outcomes
+from delivery.sending.outcomes import REQUEUE_FROM, Delay
 from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.db import is_postgres
 
@@ -212,7 +213,7 @@ def _match(
 
 
 def _decide(receipt: ReceiptEvent, msg: dict, batch: _Batch, now: datetime) -> None:
-    """A known message's receipt: a timeline note, or a move (delivery.outcomes.RECEIPT_MOVES)."""
+    """A known message's receipt: a timeline note, or a move (delivery.sending.outcomes.RECEIPT_MOVES)."""
     receipt.message_id = msg["id"]
     current = msg["status"]
     details = _details(receipt)
@@ -319,7 +320,7 @@ def _details(receipt: ReceiptEvent) -> dict:
 
 def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | None:
     """(timeline kind, target status, per-row column values, extra details) or None for a note; the
-    move is the table's (delivery.outcomes.RECEIPT_MOVES)."""
+    move is the table's (delivery.sending.outcomes.RECEIPT_MOVES)."""
     current = msg["status"]
     if receipt.normalized_status not in TARGET:
         return None

@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
 from receipts.models import ReceiptEvent
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 
 log = logging.getLogger(__name__)

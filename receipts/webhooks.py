@@ -1,5 +1,5 @@
 """Tenant webhooks: an outbox row per customer-visible status change, written in the transaction of the
-change (via scheduling.transitions' status listeners), delivered by a beat-driven worker loop with
+change (via scheduling.lifecycle.transitions' status listeners), delivered by a beat-driven worker loop with
 retries, signed in the Standard Webhooks form (webhook-id, webhook-timestamp, webhook-signature)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The operator console for messages and schedules.
 
 Nothing here writes a message itself: the actions call the services the tenant API calls (see
-scheduling.admin_bulk), and every field is read-only. Messages and their timeline are never added or
+scheduling.console.bulk), and every field is read-only. Messages and their timeline are never added or
 deleted from the admin: a deleted message would answer the tenant 404 and never send its webhook.
 """
 
@@ -18,12 +18,14 @@ from django.http import HttpResponseNotAllowed
 from django.utils.html import format_html_join
 
 from delivery.models import Attempt
-from scheduling import admin_bulk, admin_campaigns, schedules
-from scheduling.admin_filters import DateRangeFilter
+from scheduling.console import bulk as admin_bulk
+from scheduling.console import campaigns as admin_campaigns
+from scheduling.console.filters import DateRangeFilter
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
-from scheduling.phone import mask, search_forms
-from scheduling.timeutil import TimeResolutionError, parse_timezone
+from scheduling.schedules import service as schedules
 from smsgw.domain_errors import ConflictError
+from smsgw.values.phone import mask, search_forms
+from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 BODY_PREVIEW_CHARS = 40
 
@@ -317,7 +319,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         ]
         return format_html_join("", "<div>{}: {}</div>", ((n, when(v)) for n, v in stamps if v)) or "-"
 
-    # --- actions (the same services as the API; see scheduling.admin_bulk) ---
+    # --- actions (the same services as the API; see scheduling.console.bulk) ---
     @admin.action(description="Cancel selected messages", permissions=["change"])
     def cancel_messages(self, request, queryset):
         return admin_bulk.run(self, request, queryset, admin_bulk.CANCEL)
@@ -340,7 +342,7 @@ class ScheduleVersionInline(_HistoryInline):
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
-    # Read-only: changes go through scheduling.schedules (versions, occurrence cancellation).
+    # Read-only: changes go through scheduling.schedules.service (versions, occurrence cancellation).
     list_display = ("public_id", "tenant", "status", "version", "rrule", "timezone", "next_occurrence_at")
     list_filter = ("status", "tenant")
     search_fields = ("=public_id",)
@@ -358,7 +360,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         return False
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        if request.method == "POST":  # read-only: changes go through scheduling.schedules
+        if request.method == "POST":  # read-only: changes go through scheduling.schedules.service
             return HttpResponseNotAllowed(["GET"])
         return super().changeform_view(request, object_id, form_url, extra_context)
 

@@ -94,7 +94,8 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     queued_at = models.DateTimeField(null=True, blank=True)
-    # When its send task was last published (scheduling.recovery: re-publish only what the broker lost).
+    # When its send task was last published (scheduling.dispatch.recovery: re-publish only what the broker
+    # lost).
     published_at = models.DateTimeField(null=True, blank=True)
     sending_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
@@ -106,7 +107,8 @@ class Message(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
 
-    # Recurring occurrences (scheduling.materialize): the schedule, the version the occurrence was made
+    # Recurring occurrences (scheduling.schedules.materialize): the schedule, the version the occurrence was
+    # made
     # under, and its deterministic key "<schedule id>:<local occurrence time>:v<version>", unique per
     # schedule so a re-run or crashed materializer can never create a second row for one occurrence.
     schedule = models.ForeignKey(
@@ -119,7 +121,8 @@ class Message(models.Model):
     )
     occurrence_key = models.CharField(max_length=80, null=True, blank=True)
     schedule_version = models.PositiveIntegerField(null=True, blank=True)
-    # Campaign recipients (scheduling.campaigns): the campaign and the recipient's key in it, the E.164
+    # Campaign recipients (scheduling.campaigns.service): the campaign and the recipient's key in it, the
+    # E.164
     # number (duplicates sent once) or "line:<n>" (allow_duplicates), unique per campaign so a resumed
     # or re-run creation job can never make a second message for one recipient.
     campaign = models.ForeignKey(
@@ -131,7 +134,8 @@ class Message(models.Model):
         db_index=False,  # msg_campaign_key_unique and msg_campaign_status serve campaign lookups
     )
     campaign_key = models.CharField(max_length=32, null=True, blank=True)
-    # Quiet hours (scheduling.quiet): the window that applies, copied from the tenant or request policy
+    # Quiet hours (scheduling.dispatch.quiet): the window that applies, copied from the tenant or request
+    # policy
     # when the message was scheduled (quiet_timezone is empty when none applies), and the due time
     # before the first move into the window's end.
     quiet_start = models.TimeField(null=True, blank=True)
@@ -181,7 +185,7 @@ class Message(models.Model):
             models.Index(fields=["tenant", "-id"], name="msg_tenant_recent"),
             models.Index(fields=["tenant", "to", "-id"], name="msg_tenant_recipient"),
             # Release under a backlog: the tenants with due messages, walked per priority (two index
-            # probes per tenant), so each tenant's oldest are in every pass (scheduling.release).
+            # probes per tenant), so each tenant's oldest are in every pass (scheduling.dispatch.release).
             models.Index(
                 fields=["priority", "tenant", "run_after"],
                 name="msg_sched_tenant_due",
@@ -201,7 +205,7 @@ class Message(models.Model):
 
 
 class MessageEvent(models.Model):
-    """Append-only timeline entry. Written only by ``scheduling.transitions`` and the services."""
+    """Append-only timeline entry. Written only by ``scheduling.lifecycle.transitions`` and the services."""
 
     # Indexed through msgevent_timeline (message, id); a second FK index would only cost writes.
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events", db_index=False)
@@ -255,14 +259,14 @@ class Schedule(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     validity_seconds = models.PositiveIntegerField()
 
-    rrule = models.CharField(max_length=1000)  # canonical RRULE value (scheduling.rrules)
+    rrule = models.CharField(max_length=1000)  # canonical RRULE value (scheduling.schedules.rrules)
     exdate = models.JSONField(default=list, blank=True)  # local dates / date-times, ISO strings
     start_local = models.DateTimeField()  # naive local wall time (stored as UTC-less, like Message)
     timezone = models.CharField(max_length=64)
     dst_policy = models.CharField(max_length=8, default="earlier")
     # COUNT rules: the local time of the COUNT-th instance, computed once at validation.
     count_last_local = models.DateTimeField(null=True, blank=True)
-    quiet_hours = models.JSONField(default=dict, blank=True)  # {} = tenant policy (scheduling.quiet)
+    quiet_hours = models.JSONField(default=dict, blank=True)  # {} = tenant policy (scheduling.dispatch.quiet)
     recipient_timezone = models.CharField(max_length=64, blank=True)
 
     cursor_local = models.DateTimeField(null=True, blank=True)
@@ -358,7 +362,7 @@ class Campaign(models.Model):
     requested_send_at = models.CharField(max_length=64, blank=True)  # raw string from the request
     timezone = models.CharField(max_length=64, blank=True)  # LOCAL: the zone; RECIPIENT_LOCAL: the default
     dst_policy = models.CharField(max_length=8, default="earlier")
-    quiet_hours = models.JSONField(default=dict, blank=True)  # {} = tenant policy (scheduling.quiet)
+    quiet_hours = models.JSONField(default=dict, blank=True)  # {} = tenant policy (scheduling.dispatch.quiet)
     allow_duplicates = models.BooleanField(default=False)
 
     # Creation job: where reading the recipient list has got to, so a crashed job resumes there.

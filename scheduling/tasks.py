@@ -4,11 +4,11 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from scheduling import campaign_control
-from scheduling.campaign_make import campaign_fail, campaigns_stale_republish
-from scheduling.campaign_make import campaign_make as campaign_make_run
-from scheduling.materialize import materialize_for
-from scheduling.sweep import sweep_for
+from scheduling.campaigns import control as campaign_control
+from scheduling.campaigns.make import campaign_fail, campaigns_stale_republish
+from scheduling.campaigns.make import campaign_make as campaign_make_run
+from scheduling.dispatch.sweep import sweep_for
+from scheduling.schedules.materialize import materialize_for
 
 
 @shared_task(name="scheduling.sweep", ignore_result=True)
@@ -40,7 +40,7 @@ def campaign_make(campaign_id: int) -> None:
         raise
 
 
-# Campaign control (scheduling.campaign_control): bounded runs that re-enqueue themselves until done, so
+# Campaign control (scheduling.campaigns.control): bounded runs that re-enqueue themselves until done, so
 # a 1M-message cancel or resume never holds a worker or one transaction for long.
 @shared_task(name="scheduling.campaign_cancel", ignore_result=True)
 def campaign_cancel(campaign_id: int) -> None:

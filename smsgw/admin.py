@@ -15,12 +15,12 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
-from scheduling.phone import PhoneNumberError, normalize_e164
-from scheduling.services import ALPHANUMERIC_SENDER
-from scheduling.timeutil import TimeResolutionError, parse_timezone
+from scheduling.messages.service import ALPHANUMERIC_SENDER
 from smsgw import admin_beat  # noqa: F401  (guards the built-in periodic tasks)
 from smsgw.api_keys import api_key_revoke, api_key_rotate
 from smsgw.models import ApiKey, Tenant, api_key_create
+from smsgw.values.phone import PhoneNumberError, normalize_e164
+from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 
 def secret_page(request, modeladmin, *, title: str, intro: str, secret: str, back_url: str, note: str = ""):
@@ -58,7 +58,7 @@ class TenantForm(forms.ModelForm):
             "quiet_hours_start",
             "quiet_hours_end",
             "quiet_hours_exempt_transactional",
-            # Destination guards (docs/guards.md): delivery.guards, delivery.velocity.
+            # Destination guards (docs/guards.md): delivery.guards.destinations, delivery.guards.velocity.
             "country",
             "allowed_countries",
             "deny_prefixes",
@@ -94,7 +94,7 @@ class TenantForm(forms.ModelForm):
         return codes
 
     def _prefixes(self, name: str) -> list[str]:
-        from delivery.guards import DenyListError, prefix_clean
+        from delivery.guards.destinations import DenyListError, prefix_clean
 
         values = self.cleaned_data.get(name) or []
         if not isinstance(values, list):

@@ -117,7 +117,7 @@ _DB_QUOTED = re.compile(
     r'|malformed [\w ]+ literal|character with byte sequence [^"]*?)[: ]*)"[^"\n]*"'
 )
 # E.164-looking runs (with +, or percent-encoded as %2B in a URL) and bare runs of 11-15 digits; the
-# last two digits stay, like scheduling.phone.mask.
+# last two digits stay, like smsgw.values.phone.mask.
 _PHONE = re.compile(r"(?:\+|%2[bB])\d(?:[ ().-]?\d){5,16}|(?<![\w.:/-])\d{11,15}(?![\w])")
 _API_KEY = re.compile(r"\bsk_([A-Za-z0-9]+)_[A-Za-z0-9_-]+")
 _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=_-]+")

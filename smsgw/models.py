@@ -37,12 +37,12 @@ class Tenant(models.Model):
     webhook_url = models.URLField(blank=True)
     webhook_secret = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # Quiet hours (scheduling.quiet): a local window [start, end) in the recipient's timezone (the
+    # Quiet hours (scheduling.dispatch.quiet): a local window [start, end) in the recipient's timezone (the
     # request's, else default_timezone); start > end wraps midnight. Both empty = no quiet hours.
     quiet_hours_start = models.TimeField(null=True, blank=True)
     quiet_hours_end = models.TimeField(null=True, blank=True)
     quiet_hours_exempt_transactional = models.BooleanField(default=False, db_default=False)
-    # Destination guards (delivery.guards, docs/guards.md): the tenant's own country (ISO
+    # Destination guards (delivery.guards.destinations, docs/guards.md): the tenant's own country (ISO
     # 3166 alpha-2; empty = from default_from, else SMSGW_DEFAULT_COUNTRY) and the countries it may
     # send to (empty = its own country only); E.164 prefixes (digits) denied on top of the shipped list,
     # and shipped prefixes this tenant is exempt from.
@@ -50,7 +50,7 @@ class Tenant(models.Model):
     allowed_countries = models.JSONField(default=list, blank=True)
     deny_prefixes = models.JSONField(default=list, blank=True)
     deny_exempt_prefixes = models.JSONField(default=list, blank=True)
-    # Velocity guard (delivery.velocity): empty = the SMSGW_VELOCITY_* default, 0 = off.
+    # Velocity guard (delivery.guards.velocity): empty = the SMSGW_VELOCITY_* default, 0 = off.
     velocity_prefix_max = models.PositiveIntegerField(null=True, blank=True)
     velocity_prefix_digits = models.PositiveSmallIntegerField(null=True, blank=True)
     velocity_new_numbers_max = models.PositiveIntegerField(null=True, blank=True)

@@ -11,7 +11,7 @@ each of them (smsgw.observability.queues). No Django import: the settings read i
 from __future__ import annotations
 
 SWEEP = "sweep"  # the sweep and the schedule materializer (beat ticks)
-SEND_PREFIX = "send."  # one send queue per priority class (scheduling.recovery.send_queue)
+SEND_PREFIX = "send."  # one send queue per priority class (scheduling.dispatch.recovery.send_queue)
 SEND_TRANSACTIONAL = SEND_PREFIX + "transactional"
 SEND_BULK = SEND_PREFIX + "bulk"
 RECONCILE = "reconcile"  # provider look-ups, holds and circuit probes, campaign control, housekeeping

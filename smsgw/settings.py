@@ -95,7 +95,7 @@ INSTALLED_APPS = [
     "scheduling",
     "delivery",
     "receipts",
-    "smsgw.limits",  # its release gate's place: scheduling.release.RELEASE_GATES
+    "smsgw.limits",  # its release gate's place: scheduling.dispatch.release.RELEASE_GATES
     "smsgw.observability",
 ]
 
@@ -342,7 +342,7 @@ SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 250, minimum=1)
 QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
 # A stale `queued` row whose send queue still has a backlog is not re-published (its task is most likely
 # still waiting) until it has waited this long; one in an empty queue is re-published after
-# TASK_LOST_AFTER (scheduling.recovery).
+# TASK_LOST_AFTER (scheduling.dispatch.recovery).
 REPUBLISH_MAX_WAIT_SECONDS = env_int("SMSGW_REPUBLISH_MAX_WAIT_SECONDS", 600, minimum=1)
 TASK_LOST_AFTER_SECONDS = env_int("SMSGW_TASK_LOST_AFTER_SECONDS", 10, minimum=1)
 SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
@@ -354,7 +354,7 @@ SEND_AT_PAST_TOLERANCE_SECONDS = env_int("SMSGW_SEND_AT_PAST_TOLERANCE", 300, mi
 MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=1)
 DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
 MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
-# Recurring schedules (scheduling.materialize): occurrences are made as messages this far ahead.
+# Recurring schedules (scheduling.schedules.materialize): occurrences are made as messages this far ahead.
 SCHEDULE_HORIZON_SECONDS = env_int("SMSGW_SCHEDULE_HORIZON_SECONDS", 24 * 3600, minimum=60)
 # Whole seconds: django-celery-beat stores an interval as an integer, and 0 would fire continuously.
 MATERIALIZE_INTERVAL_SECONDS = env_int("SMSGW_MATERIALIZE_INTERVAL", 10, minimum=1)
@@ -405,7 +405,7 @@ HOLD_PROBE_FIRST_SECONDS = env_int("SMSGW_HOLD_PROBE_FIRST_SECONDS", 15, minimum
 HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
 HOLDS_PROBE_INTERVAL_SECONDS = env_int("SMSGW_HOLDS_PROBE_INTERVAL", 5, minimum=1)
 
-# --- capacity and pacing (delivery.capacity, delivery.pacing, delivery.circuit) -------------------
+# --- capacity and pacing (delivery.flow.capacity, delivery.flow.pacing, delivery.flow.circuit) --------------
 # Defaults in segments per second by sender type, when a sender has no configured rate. Twilio's own
 # defaults for US/Canada: long code 1, toll-free 3, short code 100; account-wide 2,000 (error 63017).
 SENDER_RATE_DEFAULTS = {
@@ -485,7 +485,7 @@ API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=40
 # the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two
 # variables is about 40 MB).
 CAMPAIGN_MAX_UPLOAD_BYTES = env_int("SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=4096)
-# Recipients per creation-job transaction (scheduling.campaign_make): large enough that per-statement and
+# Recipients per creation-job transaction (scheduling.campaigns.make): large enough that per-statement and
 # per-commit costs vanish against the rows, small enough that a killed worker redoes well under a second of
 # work and a cancel waits at most that long for the batch in flight.
 CAMPAIGN_BATCH_SIZE = env_int("SMSGW_CAMPAIGN_BATCH_SIZE", 5000, minimum=1)
@@ -504,7 +504,7 @@ STATUS_LOOKUP_BATCH_SIZE = env_int("SMSGW_STATUS_LOOKUP_BATCH_SIZE", 100, minimu
 STATUS_LOOKUP_TIMEOUT_SECONDS = env_float("SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS", 3.0, minimum=0.1)
 STATUS_LOOKUP_BUDGET_SECONDS = env_float("SMSGW_STATUS_LOOKUP_BUDGET_SECONDS", 20.0, minimum=1.0)
 
-# How often campaigns are looked at for completion (scheduling.campaign_control.campaigns_tick).
+# How often campaigns are looked at for completion (scheduling.campaigns.control.campaigns_tick).
 CAMPAIGN_TICK_SECONDS = env_float("SMSGW_CAMPAIGN_TICK_SECONDS", 5.0, minimum=0.5)
 
 CELERY_TASK_ROUTES = {
@@ -560,7 +560,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": SWEEP_INTERVAL_SECONDS,
         "options": {"queue": "receipts", **_tick_expiry(SWEEP_INTERVAL_SECONDS)},
     },
-    # Probes provider accounts held after an account fault (delivery.holds); idle: one indexed query.
+    # Probes provider accounts held after an account fault (delivery.flow.provider_holds); idle: one indexed
+    # query.
     "smsgw-holds-probe": {
         "task": "delivery.holds_probe",
         "schedule": HOLDS_PROBE_INTERVAL_SECONDS,
@@ -628,13 +629,13 @@ WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
 WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)
 
-# --- destination guards: fraud and SMS pumping (delivery.guards, delivery.velocity) --------------------
+# --- destination guards: fraud and SMS pumping (delivery.guards.destinations, delivery.guards.velocity) -----
 # Off only to measure what the guards cost (bench guards) or as an emergency switch: destinations are then
 # not checked and nothing is held for review. The suppression list is enforced either way.
 GUARDS_ENABLED = env_bool("SMSGW_GUARDS", True)
 # What scheduling asks at acceptance (suppression list, destination guards), through its port
-# (scheduling.acceptance): the module that answers. Scheduling never imports it.
-ACCEPTANCE_CHECKS = "delivery.acceptance"
+# (scheduling.messages.acceptance): the module that answers. Scheduling never imports it.
+ACCEPTANCE_CHECKS = "delivery.guards.acceptance"
 # A tenant with no country of its own and no E.164 default_from sends within this one (ISO 3166 alpha-2).
 DEFAULT_COUNTRY = env_str("SMSGW_DEFAULT_COUNTRY", "US").strip().upper()
 if not (len(DEFAULT_COUNTRY) == 2 and DEFAULT_COUNTRY.isalpha()):

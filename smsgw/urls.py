@@ -3,12 +3,12 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from delivery import api as delivery_api
-from delivery import suppressions_api
+from delivery.guards import suppressions_api
 from receipts import api as receipts_api
-from scheduling import api
-from scheduling import campaign_control_api as cmpctl
-from scheduling import campaigns_api as cmp
-from scheduling import schedules_api as sched
+from scheduling.campaigns import api as cmp
+from scheduling.campaigns import control_api as cmpctl
+from scheduling.messages import api
+from scheduling.schedules import api as sched
 from smsgw import docs, health
 from smsgw.observability import views as observability
 

@@ -24,7 +24,8 @@ UNLIMITED = 100_000.0
 
 @pytest.fixture(autouse=True)
 def _fast_capacity_defaults(settings):
-    from delivery import capacity, circuit, holds
+    from delivery.flow import capacity, circuit
+    from delivery.flow import provider_holds as holds
 
     settings.SENDER_RATE_DEFAULTS = dict.fromkeys(settings.SENDER_RATE_DEFAULTS, UNLIMITED)
     settings.ACCOUNT_RATE_DEFAULT = UNLIMITED
@@ -48,8 +49,8 @@ def _no_api_rate_limit(settings):
 def _empty_broker():
     """Each test starts with an empty broker (the sweep asks it how deep the send queues are before it
     re-publishes anything), and in-process sweeps do not run the periodic lost-task check unless a test
-    asks for it (scheduling.recovery; the integration tests run it in real processes)."""
-    from scheduling import recovery
+    asks for it (scheduling.dispatch.recovery; the integration tests run it in real processes)."""
+    from scheduling.dispatch import recovery
     from tests.processes import broker_purge
 
     broker_purge()

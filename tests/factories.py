@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.models import Tenant, api_key_create
 
@@ -98,9 +98,9 @@ def campaign_with_messages(
     made: bool = True,
 ):
     """A Campaign row and ``n`` scheduled messages linked to it, born through the one batch birth path
-    the creation job uses (scheduling.birth: one "created" event each, counted in the campaign's
+    the creation job uses (scheduling.messages.birth: one "created" event each, counted in the campaign's
     progress), without a recipient list to read: for tests about what happens to campaign messages."""
-    from scheduling.birth import messages_birth
+    from scheduling.messages.birth import messages_birth
     from scheduling.models import Campaign, new_public_id
 
     now = timezone.now()

@@ -25,7 +25,7 @@ class ProviderQueryError(RuntimeError):
 
 
 def _twilio() -> ProviderAdapter:
-    from delivery.providers.twilio import TwilioAdapter
+    from delivery.providers.twilio.adapter import TwilioAdapter
 
     return TwilioAdapter()
 

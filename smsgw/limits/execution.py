@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from scheduling import transitions
-from scheduling.reasons import ReasonCode
-from scheduling.release import Candidate, Decision, Park
+from scheduling.dispatch.release import Candidate, Decision, Park
+from scheduling.lifecycle import transitions
+from scheduling.lifecycle.reasons import ReasonCode
 from smsgw.limits import quotas
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant

@@ -1,4 +1,5 @@
-"""Destination guards (delivery.guards, delivery.velocity): each tenant's country and allowed countries,
+"""Destination guards (delivery.guards.destinations, delivery.guards.velocity): each tenant's country and
+allowed countries,
 its own denied and exempt prefixes, and its velocity limits. Existing tenants get their country from
 their E.164 default_from where libphonenumber knows its region, else SMSGW_DEFAULT_COUNTRY, so what
 they may send to after the upgrade is written down rather than inferred on every send."""

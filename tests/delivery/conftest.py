@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from delivery import holds
+from delivery.flow import provider_holds as holds
 from delivery.providers import get_adapter
 from tests.sandbox_process import SandboxProcess
 

@@ -9,9 +9,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from delivery import holds
+from delivery.flow import provider_holds as holds
 from delivery.models import DuplicateSubmission, OptOutSignal, ProviderHold
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from tests.factories import message, tenant_with_key
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Count
 
 from delivery.models import Attempt, SenderCapacity
-from scheduling.campaign_progress import progress_read
+from scheduling.campaigns.progress import progress_read
 from scheduling.models import Message, Status
 from tests.factories import SENDER, campaign_with_messages, tenant_with_key
 from tests.integration.conftest import Pipeline, start_web

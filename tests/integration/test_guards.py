@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from delivery.models import ReviewHold
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.operator_roles import roles_sync
 from tests.factories import message, recipient, tenant_with_key

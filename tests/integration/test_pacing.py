@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from bench.devprocs import SEND_QUEUES
 from delivery.models import AccountCapacity, Attempt, AttemptOutcome, ProviderCircuit, SenderCapacity
-from scheduling import transitions
+from scheduling.dispatch.quiet import QuietWindow
+from scheduling.dispatch.release import DISABLED_WAIT_SECONDS
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
-from scheduling.quiet import QuietWindow
-from scheduling.release import DISABLED_WAIT_SECONDS
 from smsgw.models import Tenant
 from tests.factories import SENDER, message, messages_bulk, recipient, tenant_with_key
 from tests.integration.conftest import Pipeline

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduling import sweep
+from scheduling.dispatch import sweep
 from scheduling.models import Message, Status
 from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
@@ -143,7 +143,7 @@ def test_the_gate_costs_the_same_queries_whatever_the_batch(n):
     assert len(statements) <= 4, statements  # ensure, locked read, released, next window's booking
     tenant_reads = [q["sql"] for q in queries.captured_queries if 'FROM "smsgw_tenant"' in q["sql"]]
     # One each per pass, whatever the batch: disabled tenants (release), velocity limits
-    # (delivery.velocity), and the quota gate's own.
+    # (delivery.guards.velocity), and the quota gate's own.
     assert len(tenant_reads) <= 4, tenant_reads
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.limits.models import QuotaWindow
 from tests.factories import recipient, tenant_with_key

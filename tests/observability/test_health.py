@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling import sweep
+from scheduling.dispatch import sweep
 from smsgw.celery import app
 from smsgw.observability.models import Heartbeat
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from delivery.models import ProviderCircuit
 from receipts.models import ReceiptEvent, WebhookDelivery
-from scheduling import sweep
+from scheduling.dispatch import sweep
 from scheduling.models import Message, Status
 from smsgw.observability import state
 from smsgw.observability.models import Heartbeat

@@ -22,7 +22,7 @@ from delivery.models import (
 )
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from receipts.processor import receipts_process_due
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from tests.factories import message, tenant_with_key
 
@@ -36,7 +36,7 @@ def cfg(settings):
     settings.SMSGW_PUBLIC_BASE_URL = PUBLIC
     settings.TWILIO_AUTH_TOKEN = TOKEN
     settings.TWILIO_WEBHOOK_SHARED_KEYS = {"wk1": "shared-secret"}
-    from delivery import holds
+    from delivery.flow import provider_holds as holds
     from delivery.providers import get_adapter
 
     get_adapter.cache_clear()

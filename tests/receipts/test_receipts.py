@@ -13,7 +13,7 @@ from twilio.request_validator import RequestValidator
 
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from receipts.processor import receipts_process_due
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import message, tenant_with_key
 

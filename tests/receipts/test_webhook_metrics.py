@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from receipts.webhooks import webhooks_deliver_due
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Status
 from tests.factories import message, tenant_with_key
 from tests.metrics import TOKEN, scrape, value

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from receipts.webhooks import webhook_replay, webhooks_deliver_due
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Status
 from tests.factories import message, tenant_with_key
 from tests.webhook_receiver import WebhookReceiver

@@ -19,9 +19,9 @@ from celery.signals import after_setup_logger
 from django.db import connection
 from rest_framework.test import APIClient
 
-from delivery import sending
 from delivery.providers import get_adapter
-from scheduling import transitions
+from delivery.sending import worker as sending
+from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.celery import app
 from smsgw.logs import Redact, RepeatLimit, redact
@@ -124,8 +124,8 @@ def test_a_run_with_failures_logs_no_body_number_metadata_or_secret(captured, se
     try:
         message_copy_invalid_task.run(pk)
     except Exception as exc:
-        logging.getLogger("scheduling.services").exception("could not copy message: %s", exc)
-        logging.getLogger("scheduling.services").error("copy failed (%r) for %s", exc, NUMBER)
+        logging.getLogger("scheduling.messages.service").exception("could not copy message: %s", exc)
+        logging.getLogger("scheduling.messages.service").error("copy failed (%r) for %s", exc, NUMBER)
 
     sandbox.config(rules=[{"to": PROVIDER_NUMBER, "action": "400", "error_code": 21211}])
     refused = Message.objects.create(

@@ -16,7 +16,7 @@ from openapi_core.contrib.django import DjangoOpenAPIRequest, DjangoOpenAPIRespo
 from rest_framework.test import APIClient
 
 from receipts.models import WebhookDelivery, WebhookStatus
-from scheduling import transitions
+from scheduling.lifecycle import transitions
 from scheduling.models import Campaign, Status
 from smsgw.models import ApiKey
 from tests.factories import RECIPIENT, message, tenant_with_key
@@ -170,7 +170,7 @@ def messages_walk(c: Contract) -> None:
 def campaigns_walk(c: Contract) -> None:
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from scheduling.campaign_make import campaign_make
+    from scheduling.campaigns.make import campaign_make
 
     people = [{"phone": RECIPIENT, "first_name": "Ann"}, {"phone": "+1415", "first_name": "Bad"}]
     body = {"template": "Hi {first_name}", "send_at": soon(), "timezone": "UTC", "recipients": people}
@@ -262,7 +262,7 @@ def settings_walk(c: Contract) -> None:
     c.call("delete", "/v1/capacity/senders/+14155550100", 200)
     c.call("delete", "/v1/capacity/senders/!!", 400)
     other, _ = tenant_with_key("other")
-    from delivery import capacity
+    from delivery.flow import capacity
 
     capacity.sender_capacity_set(tenant=other, sender="+14155550122", segments_per_second=9)
     c.call("put", "/v1/capacity/senders/+14155550122", 403, data={"segments_per_second": 1})

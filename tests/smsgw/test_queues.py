@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from scheduling.dispatch.recovery import send_queue
 from scheduling.models import Priority
-from scheduling.recovery import send_queue
 from smsgw.queues import ROUTED_QUEUES, SEND_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,8 @@ def _sh_blocks(text: str) -> list[str]:
 
 
 def _worker_queues(lines: str) -> set[str]:
-    """The queues of every ``celery ... worker -Q a,b`` line (docs/deploy.md's ``$W -Q ...`` shorthand too)."""
+    """The queues of every ``celery ... worker -Q a,b`` line (docs/deploy.md's ``$W -Q ...`` shorthand
+    too)."""
     queues = set()
     for line in lines.splitlines():
         if line.lstrip().startswith("#"):

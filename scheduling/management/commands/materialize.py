@@ -8,7 +8,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from scheduling.materialize import schedules_materialize
+from scheduling.schedules.materialize import schedules_materialize
 
 
 class Command(BaseCommand):

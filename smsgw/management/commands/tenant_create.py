@@ -4,9 +4,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils.text import slugify
 
-from scheduling.phone import PhoneNumberError, normalize_e164
-from scheduling.timeutil import TimeResolutionError, parse_timezone
 from smsgw.models import Tenant, api_key_create
+from smsgw.values.phone import PhoneNumberError, normalize_e164
+from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 
 class Command(BaseCommand):

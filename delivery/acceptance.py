@@ -1,7 +1,0 @@
-"""What scheduling's acceptance port (scheduling.acceptance) asks, answered by the suppression list and
-the destination guards. Named by ``settings.ACCEPTANCE_CHECKS``."""
-
-from delivery.guards import destination_refusals
-from delivery.suppression import is_suppressed, suppressed_numbers
-
-__all__ = ["destination_refusals", "is_suppressed", "suppressed_numbers"]

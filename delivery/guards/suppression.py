@@ -1,0 +1,184 @@
+"""The tenant's suppression list (docs/guards.md, "Opt-outs"): who opted out, from which sender, and the one
+place that
+adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call these.
+
+A recipient who texts STOP to a sender opts out of that sender (a From number, or the messaging service
+the number belongs to); an entry with an empty sender covers every sender of the tenant. A message is
+suppressed when an entry for its tenant and number names its sender or no sender."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from delivery.models import Suppression, SuppressionChange, SuppressionSource
+from scheduling.lifecycle.reasons import ReasonCode
+from smsgw.observability import events
+
+REASON_OPTED_OUT = ReasonCode.OPTED_OUT
+
+STOP_KEYWORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
+START_KEYWORDS = frozenset({"START", "UNSTOP", "YES"})
+HELP_KEYWORDS = frozenset({"HELP"})
+
+
+def keyword_of(body: str) -> str | None:
+    """The keyword a whole inbound message is (case-insensitive, surrounding spaces ignored), or None:
+    "stop please" is not an opt-out."""
+    word = (body or "").strip().upper()
+    if word in STOP_KEYWORDS or word in START_KEYWORDS or word in HELP_KEYWORDS:
+        return word
+    return None
+
+
+def suppression_add(
+    *, tenant_id: int, number: str, sender: str = "", source: str, actor: str = "", keyword: str = ""
+) -> bool:
+    """Add an entry (audited). Returns False if it already existed (nothing changes, nothing audited)."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            Suppression.objects.create(
+                tenant_id=tenant_id, number=number, sender=sender, source=source, created_at=now
+            )
+            SuppressionChange.objects.create(
+                tenant_id=tenant_id,
+                number=number,
+                sender=sender,
+                action=SuppressionChange.ADDED,
+                source=source,
+                actor=actor,
+                keyword=keyword,
+                created_at=now,
+            )
+    except IntegrityError:
+        return False
+    transaction.on_commit(lambda: events.suppression_changed(SuppressionChange.ADDED, source))
+    return True
+
+
+def suppression_remove(
+    *, tenant_id: int, number: str, sender: str = "", source: str, actor: str = "", keyword: str = ""
+) -> bool:
+    """Remove the entry for exactly this sender (audited). Returns False if there was none."""
+    now = timezone.now()
+    with transaction.atomic():
+        deleted, _ = Suppression.objects.filter(tenant_id=tenant_id, number=number, sender=sender).delete()
+        if deleted:
+            SuppressionChange.objects.create(
+                tenant_id=tenant_id,
+                number=number,
+                sender=sender,
+                action=SuppressionChange.REMOVED,
+                source=source,
+                actor=actor,
+                keyword=keyword,
+                created_at=now,
+            )
+            transaction.on_commit(lambda: events.suppression_changed(SuppressionChange.REMOVED, source))
+    return bool(deleted)
+
+
+def help_record(*, tenant_id: int, number: str, sender: str) -> None:
+    SuppressionChange.objects.create(
+        tenant_id=tenant_id,
+        number=number,
+        sender=sender,
+        action=SuppressionChange.HELP,
+        source=SuppressionSource.INBOUND_KEYWORD,
+        keyword="HELP",
+        created_at=timezone.now(),
+    )
+    transaction.on_commit(
+        lambda: events.suppression_changed(SuppressionChange.HELP, SuppressionSource.INBOUND_KEYWORD)
+    )
+
+
+def inbound_keyword_apply(*, tenant_id: int, number: str, sender: str, keyword: str) -> None:
+    """STOP-like words add (number, sender); START-like words remove it; HELP is recorded."""
+    if keyword in HELP_KEYWORDS:
+        help_record(tenant_id=tenant_id, number=number, sender=sender)
+        return
+    change = suppression_add if keyword in STOP_KEYWORDS else suppression_remove
+    if keyword in STOP_KEYWORDS or keyword in START_KEYWORDS:
+        change(
+            tenant_id=tenant_id,
+            number=number,
+            sender=sender,
+            source=SuppressionSource.INBOUND_KEYWORD,
+            actor="recipient",
+            keyword=keyword,
+        )
+
+
+def _sender_of(from_number: str, messaging_service_sid: str) -> str:
+    return messaging_service_sid or from_number
+
+
+def is_suppressed(*, tenant_id: int, number: str, from_number: str, messaging_service_sid: str) -> bool:
+    """One indexed lookup (the unique constraint's (tenant, number, sender) prefix)."""
+    senders = {"", from_number, messaging_service_sid} - {None}
+    return Suppression.objects.filter(tenant_id=tenant_id, number=number, sender__in=senders).exists()
+
+
+def suppressed_rows(rows: Iterable[dict]) -> set[int]:
+    """Of message rows (id, tenant_id, to, from_number, messaging_service_sid), the ids a suppression
+    covers: one query for the whole batch."""
+    rows = list(rows)
+    if not rows:
+        return set()
+    cond = Q()
+    for tenant_id in {r["tenant_id"] for r in rows}:
+        cond |= Q(tenant_id=tenant_id, number__in={r["to"] for r in rows if r["tenant_id"] == tenant_id})
+    entries = set(Suppression.objects.filter(cond).values_list("tenant_id", "number", "sender"))
+    if not entries:
+        return set()
+    out = set()
+    for r in rows:
+        key = (r["tenant_id"], r["to"])
+        senders = ("", r["from_number"] or "", r["messaging_service_sid"] or "")
+        if any((*key, s) in entries for s in senders):
+            out.add(r["id"])
+    return out
+
+
+def suppressed_numbers(
+    *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
+) -> set[str]:
+    """Of many numbers sent from one sender (a campaign's batch), those a suppression covers. A tenant
+    with no entries at all costs one index probe; otherwise one query with the numbers as a single
+    array parameter (thousands of IN-list parameters cost more to build than to run)."""
+    if not numbers or not Suppression.objects.filter(tenant_id=tenant_id).exists():
+        return set()
+    senders = sorted({"", from_number or "", messaging_service_sid or ""})
+    if connection.vendor != "postgresql":
+        qs = Suppression.objects.filter(tenant_id=tenant_id, number__in=numbers, sender__in=senders)
+        return set(qs.values_list("number", flat=True))
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(
+            f"SELECT number FROM {Suppression._meta.db_table} "  # noqa: S608 - the table name only
+            "WHERE tenant_id = %b AND number = ANY(%b) AND sender = ANY(%b)",
+            [tenant_id, numbers, senders],
+        )
+        return {row[0] for row in cur.fetchall()}
+
+
+def from_provider_signals(signals: Iterable) -> None:
+    """A provider refused sends because the recipient unsubscribed (Twilio 21610, delivery.models
+    OptOutSignal): each adds (number, sender) to the tenant's list, audited as a provider error. Rare;
+    one savepoint per signal."""
+    for s in signals:
+        suppression_add(
+            tenant_id=s.tenant_id,
+            number=s.to,
+            sender=_sender_of(s.from_number, s.messaging_service_sid),
+            source=SuppressionSource.PROVIDER_ERROR,
+            actor=f"provider:{s.provider}",
+            keyword=str(s.error_code or "")[:16],
+        )

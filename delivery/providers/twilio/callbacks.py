@@ -1,0 +1,174 @@
+"""Twilio status callbacks (parse, redact, verify) and what Twilio does to a body, for matching.
+
+Sources (Twilio docs, checked 2026-11):
+* statuses: https://www.twilio.com/docs/messaging/api/message-resource ("Message Status values"), and the
+  13 values of ``message_enum_status`` in twilio-oai spec/json/twilio_api_v2010.json;
+* callback order: https://www.twilio.com/docs/messaging/guides/outbound-message-status-in-status-callbacks
+  (no callback for the initial status; service sends go accepted -> queued callback; then ``sent`` or
+  ``failed``, then ``delivered`` or ``undelivered``);
+* ``RawDlrDoneDate``: "a passthrough of the Done Date included in the DLR ... in YYMMDDhhmm format";
+* signatures: https://www.twilio.com/docs/usage/webhooks/webhooks-security (HMAC-SHA1 with the Auth Token)
+  and https://www.twilio.com/docs/usage/webhooks/webhook-shared-keys (a SharedKey, announced by
+  ``X-Twilio-Webhooks-Signature-Settings: key=<id>,algorithm=HMAC_SHA256``), both verified by the SDK's
+  ``RequestValidator``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, datetime
+
+from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
+
+from delivery.providers.base import CallbackData, CallbackInvalid
+from smsgw.values.phone import mask
+
+# Raw Twilio status -> ours (delivery.providers.base.RECEIPT_STATUSES).
+STATUS_MAP = {
+    "accepted": "queued",  # [Messaging Service only] picking a sender
+    "scheduled": "queued",  # [Messaging Service only] scheduled at Twilio (we never schedule there)
+    "queued": "queued",
+    "sending": "sending",
+    "sent": "sent",
+    "delivered": "delivered",
+    "read": "delivered",  # RCS / WhatsApp: opened, which implies delivered
+    # "[Deprecated]"; some parts of a multi-part message reached the handset: the message as a whole
+    # did not, so it is reported undelivered rather than delivered.
+    "partially_delivered": "undelivered",
+    "undelivered": "undelivered",
+    "failed": "failed",
+    "canceled": "canceled",  # [Messaging Service only] a message scheduled at Twilio was cancelled
+    "receiving": "inbound",  # inbound statuses: never expected on an outbound message's callback
+    "received": "inbound",
+}
+
+NUMBER_FIELDS = ("To", "From", "Called", "Caller")
+DROPPED_FIELDS = ("Body",)
+HINT_MESSAGE = "m"  # query parameters of the StatusCallback URL we give with each submission
+HINT_ATTEMPT = "a"
+_HINT_MESSAGE_RE = re.compile(r"[0-9a-f]{24}")
+TRIAL_PREFIX = "Sent from your Twilio trial account - "
+
+# Twilio's Smart Encoding replaces Unicode look-alikes with GSM-7 characters (documented at
+# https://www.twilio.com/docs/messaging/services/smart-encoding-char-list); the common ones, so a body
+# Twilio rewrote still matches the one we sent.
+_SMART = str.maketrans(
+    {
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u2032": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u2033": '"',
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2012": "-",
+        "\u2010": "-",
+        "\u2011": "-",
+        "\u2212": "-",
+        "\u00a0": " ",
+        "\u2002": " ",
+        "\u2003": " ",
+        "\u2009": " ",
+        "\u200b": "",
+        "\u2026": "...",
+        "\u00ab": '"',
+        "\u00bb": '"',
+    }
+)
+_SPACES = re.compile(r"\s+")
+
+
+def redact(params: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for key, value in params.items():
+        if key in DROPPED_FIELDS:
+            continue
+        out[key] = mask(value) if key in NUMBER_FIELDS else value[:200]
+    return out
+
+
+def parse_raw_dlr_done_date(value: str) -> datetime | None:
+    """``YYMMDDhhmm`` from the carrier's receipt (the time zone is not stated by Twilio: read as UTC)."""
+    value = (value or "").strip()
+    if len(value) != 10 or not value.isdigit():
+        return None
+    try:
+        return datetime.strptime(value, "%y%m%d%H%M").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
+    sid = params.get("MessageSid") or params.get("SmsSid") or ""
+    raw_status = params.get("MessageStatus") or params.get("SmsStatus") or ""
+    if not sid or len(sid) > 64:
+        raise CallbackInvalid("MessageSid", "missing or too long")
+    if not raw_status or len(raw_status) > 32:
+        raise CallbackInvalid("MessageStatus", "missing or too long")
+    hint = (query.get(HINT_MESSAGE) or "").strip().lower()
+    attempt: int | None = None
+    raw_attempt = (query.get(HINT_ATTEMPT) or "").strip()
+    if raw_attempt.isdigit() and 0 < len(raw_attempt) <= 5:
+        attempt = int(raw_attempt)
+    return CallbackData(
+        provider_message_id=sid,
+        raw_status=raw_status,
+        normalized_status=STATUS_MAP.get(raw_status.strip().lower(), ""),
+        error_code=(params.get("ErrorCode") or "").strip()[:32],
+        done_at=parse_raw_dlr_done_date(params.get("RawDlrDoneDate", "")),
+        message_hint=hint if _HINT_MESSAGE_RE.fullmatch(hint) else "",
+        attempt_hint=attempt,
+        payload=redact(params),
+    )
+
+
+def validate(url: str, params: dict, headers: dict, *, auth_token: str, shared_keys: dict[str, str]) -> bool:
+    """The classic Auth Token signature (HMAC-SHA1), or a SharedKey signature when Twilio announces one
+    in ``X-Twilio-Webhooks-Signature-Settings`` (the key must be one we configured)."""
+    signature = headers.get("X-Twilio-Signature", "")
+    if not signature:
+        return False
+    settings_header = headers.get(SIGNATURE_SETTINGS_HEADER, "")
+    if settings_header:
+        key_id = ""
+        for part in settings_header.split(","):
+            name, _, value = part.partition("=")
+            if name.strip() == "key":
+                key_id = value.strip()
+        secret = shared_keys.get(key_id, "")
+        if not secret:
+            return False
+        return bool(
+            RequestValidator(secret).validate(
+                url, params, signature, get_signature_algorithm(settings_header)
+            )
+        )
+    if not auth_token:
+        return False
+    return bool(RequestValidator(auth_token).validate(url, params, signature))
+
+
+def _normalize_body(text: str) -> str:
+    text = unicodedata.normalize("NFKC", (text or "").translate(_SMART))
+    return _SPACES.sub(" ", text).strip()
+
+
+def body_matches(sent: str, stored: str) -> bool:
+    """Is ``stored`` (Twilio's copy) the ``sent`` body? Tolerates the trial-account prefix ("Sent from your
+    Twilio trial account - ", seen in Twilio's API responses for trial accounts), Smart Encoding and
+    whitespace; any other prefix Twilio adds is tolerated too (ours must be the whole tail)."""
+    ours, theirs = _normalize_body(sent), _normalize_body(stored)
+    if not ours:
+        return not theirs
+    if theirs == ours:
+        return True
+    if theirs.startswith(_normalize_body(TRIAL_PREFIX)):
+        theirs = theirs[len(_normalize_body(TRIAL_PREFIX)) :].strip()
+        if theirs == ours:
+            return True
+    return theirs.endswith(ours) and len(theirs) - len(ours) <= 200

@@ -1,0 +1,502 @@
+"""Releasing due messages: the one hand-off from the store to the send queues, for first sends and retries.
+
+Every message that is due, whether ``scheduled`` (its time came) or ``queued`` with ``run_after`` passed
+(a retry's backoff elapsed, a broker message presumed lost, a held or paced message whose wait ended),
+goes through the same steps in one transaction:
+
+1. claimed in bounded batches (FOR UPDATE SKIP LOCKED on PostgreSQL, so sweepers take disjoint rows);
+   under a backlog, each other tenant with due work is claimed too (its oldest few), so a tenant's
+   backlog never hides another tenant's messages from the pass;
+2. the campaign's and the tenant's state: a paused campaign's messages wait (``campaign_paused``) until
+   it is resumed, a cancelled one's are cancelled (scheduling.campaigns.gate); a disabled tenant's
+   messages wait (``tenant_disabled``) until it is enabled;
+3. quiet hours, checked against the clock now (a message made due late, or a retry, must not go out at
+   night): inside the window it waits for the window's end;
+4. the release gates, in the order ``RELEASE_GATES`` lists them (velocity review, then capacity,
+   fairness and circuit breaker, then the daily quota): they say which go now and until when the others
+   wait (``scheduling`` knows nothing of providers: the gates are named by dotted path);
+5. the released ones move to ``queued`` and are published after commit; the others stay where they are
+   with ``run_after`` at their expected time and the reason, and a timeline entry the first time.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from scheduling.campaigns import gate as campaign_gate
+from scheduling.dispatch import recovery
+from scheduling.dispatch.quiet import QuietWindow
+from scheduling.dispatch.recovery import send_queue
+from scheduling.lifecycle import transitions
+from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.models import Message, Status
+from smsgw.db import is_postgres
+from smsgw.models import Tenant
+
+REASON_DISABLED = ReasonCode.TENANT_DISABLED
+PACED = ReasonCode.PACED
+# Reasons a released message keeps: the send worker looks at them again (an account hold that is still
+# open parks the message once more, without a second timeline entry).
+KEEP_ON_RELEASE = frozenset({ReasonCode.PROVIDER_HOLD})
+REASON_QUIET = ReasonCode.QUIET_HOURS
+DISABLED_WAIT_SECONDS = 30  # a disabled tenant's due messages are looked at again this often
+PRIORITIES = ("transactional", "bulk")
+# Under a backlog: other tenants with due work get this many of their oldest claimed per pass, and at
+# most this many tenants are looked at (the rest on later passes: the walk starts after the last one).
+TENANT_HEAD = 50
+TENANT_WALK = 200
+
+_COLUMNS = (
+    "id",
+    "version",
+    "status",
+    "tenant_id",
+    "priority",
+    "to",
+    "from_number",
+    "messaging_service_sid",
+    "segments",
+    "run_after",
+    "reason_code",
+    "expires_at",
+    "due_at",
+    "quiet_start",
+    "quiet_end",
+    "quiet_timezone",
+    "quiet_deferred_from",
+    "status_reason",
+    "provider",
+    "published_at",
+    "queued_at",
+    "campaign_id",
+)
+
+
+@dataclass
+class Candidate:
+    id: int
+    version: int
+    status: str
+    tenant_id: int
+    priority: str
+    sender: str
+    segments: int
+    run_after: datetime
+    reason_code: str
+    expires_at: datetime | None = None
+    provider: str = ""  # the message's provider key: the gate resolves its account, limits and circuit
+    to: str = ""  # the recipient: the velocity gate counts destinations (delivery.guards.velocity)
+
+
+@dataclass
+class Park:
+    until: datetime
+    reason_code: str
+    status_reason: str
+    kind: str  # the timeline entry written the first time a message waits for this reason
+    details: dict
+
+
+@dataclass
+class Decision:
+    release: list[Candidate] = field(default_factory=list)
+    park: list[tuple[Candidate, Park]] = field(default_factory=list)
+    probes: set[int] = field(default_factory=set)
+    # Released messages' slots (epoch seconds): each is submitted at that instant, not before.
+    not_before: dict[int, float] = field(default_factory=dict)
+
+
+Gate = Callable[[list[Candidate], datetime], Decision]
+
+# "May this message go now?": after the steps of ``due_release`` itself (claimed; the campaign's and the
+# tenant's state; quiet hours), these gates, in this order, each given what the one before released. By
+# dotted path, resolved on first use: scheduling knows nothing of providers or limits.
+RELEASE_GATES: tuple[str, ...] = (
+    # The velocity guard (held for review): first, so it takes no capacity or quota from what goes.
+    "delivery.guards.velocity.velocity_gate",
+    # Capacity, fairness and the circuit breaker, per provider account (pacing slots).
+    "delivery.flow.pacing.release_gate",
+    # The tenant's daily quota: last, it sees exactly the messages about to be handed to the send queues.
+    "smsgw.limits.execution.quota_gate",
+)
+# A gate a setting turns off: SMSGW_PACING=0 releases every due message at once (to measure pacing).
+GATE_SWITCHES = {"delivery.flow.pacing.release_gate": "PACING_ENABLED"}
+# Called once per sweep pass, in this order (database work only): the circuit breaker's probe, the
+# velocity counters' prune.
+RELEASE_TICKS: tuple[str, ...] = (
+    "delivery.flow.circuit.circuit_tick",
+    "delivery.guards.velocity.counters_prune",
+)
+
+
+@functools.cache
+def _resolve(path: str) -> Callable:
+    return import_string(path)
+
+
+def release_gates() -> list[Gate]:
+    """The gates in force, in their order."""
+    return [
+        _resolve(path)
+        for path in RELEASE_GATES
+        if path not in GATE_SWITCHES or getattr(settings, GATE_SWITCHES[path])
+    ]
+
+
+def release_ticks(now: datetime) -> None:
+    for path in RELEASE_TICKS:
+        _resolve(path)(now)
+
+
+@dataclass
+class ReleaseReport:
+    queued: dict[str, int] = field(default_factory=dict)
+    republished: int = 0
+    paced: int = 0
+    unavailable: int = 0
+    quiet_deferred: int = 0
+    disabled: int = 0
+    recovery_deferred: int = 0  # stale `queued` rows still behind a backlog: looked at again later
+
+    @property
+    def total(self) -> int:
+        return (
+            sum(self.queued.values()) + self.republished + self.paced + self.unavailable + self.quiet_deferred
+        )
+
+
+def _select(where: str, params: list, order: str, limit: int) -> list[dict]:
+    cols = ", ".join(f'"{Message._meta.get_field(c).column}"' for c in _COLUMNS)
+    lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    table = Message._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f'SELECT {cols} FROM "{table}" WHERE {where} ORDER BY {order} LIMIT %s{lock}',  # noqa: S608
+            [*params, limit],
+        )
+        return transitions.rows_from(cur, _COLUMNS)
+
+
+def _due_tenants(priority: str, now: datetime, exclude: set[int]) -> list[int]:
+    """Tenants with due ``scheduled`` messages of a priority, walked over the (priority, tenant, run_after)
+    index: two index probes per tenant that has scheduled messages, whatever their number."""
+    table = Message._meta.db_table
+    if not is_postgres():
+        rows = (
+            Message.objects.filter(status=Status.SCHEDULED, priority=priority, run_after__lte=now)
+            .values_list("tenant_id", flat=True)
+            .distinct()
+        )
+        return [t for t in rows if t not in exclude][:TENANT_WALK]
+    sql = f"""
+        WITH RECURSIVE t(tid) AS (
+            (SELECT "tenant_id" FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+             ORDER BY "tenant_id" LIMIT 1)
+            UNION ALL
+            SELECT (SELECT "tenant_id" FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+                    AND "tenant_id" > t.tid ORDER BY "tenant_id" LIMIT 1)
+            FROM t WHERE t.tid IS NOT NULL
+        )
+        SELECT tid FROM t WHERE tid IS NOT NULL AND EXISTS (
+            SELECT 1 FROM "{table}" WHERE "status" = 'scheduled' AND "priority" = %(p)s
+            AND "tenant_id" = t.tid AND "run_after" <= %(now)s)
+        LIMIT %(walk)s
+    """  # noqa: S608 - table name from model metadata
+    with connection.cursor() as cur:
+        cur.execute(sql, {"p": priority, "now": now, "walk": TENANT_WALK + len(exclude)})
+        return [r[0] for r in cur.fetchall() if r[0] not in exclude][:TENANT_WALK]
+
+
+def _claim_candidates(now: datetime, limit: int) -> list[dict]:
+    rows: list[dict] = []
+    # Messages whose paced slot has come first (an index of their own: msg_waiting_reason), then the
+    # others due: a large backlog due at one moment is older than every slot promised from it and must
+    # not keep those slots from being served while it is being paced.
+    # A paced message waits with run_after at its expected slot; it is claimed a little ahead of it so
+    # that the gate can release it for that slot (the send worker submits it at that instant).
+    ahead = now + timedelta(seconds=settings.PACING_RELEASE_AHEAD_SECONDS)
+    rows += _select(
+        '"status" IN (%s, %s) AND "reason_code" = %s AND "run_after" <= %s',
+        [Status.SCHEDULED, Status.QUEUED, PACED, ahead],
+        '"run_after"',
+        limit,
+    )
+    # While paced slots are being served, a pass takes fewer new messages to project: each one costs a
+    # park and a timeline entry, and a long pass would commit its releases after their slots.
+    head_limit = limit // 4 if rows else limit
+    for priority in PRIORITIES:
+        head = _select(
+            '"status" = %s AND "priority" = %s AND "run_after" <= %s AND "reason_code" <> %s',
+            [Status.SCHEDULED, priority, now, PACED],
+            '"run_after"',
+            head_limit,
+        )
+        rows += head
+        if len(head) == head_limit:  # a backlog: make sure every other tenant with due work is in it
+            for tenant_id in _due_tenants(priority, now, {r["tenant_id"] for r in head}):
+                rows += _select(
+                    '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s '
+                    'AND "reason_code" <> %s',
+                    [Status.SCHEDULED, priority, tenant_id, now, PACED],
+                    '"run_after"',
+                    TENANT_HEAD,
+                )
+    rows += _select(
+        '"status" = %s AND "run_after" <= %s AND "reason_code" <> %s',
+        [Status.QUEUED, now, PACED],
+        '"run_after"',
+        limit,
+    )
+    return rows
+
+
+def _inactive(tenant_ids: set[int]) -> set[int]:
+    return set(Tenant.objects.filter(pk__in=tenant_ids, is_active=False).values_list("pk", flat=True))
+
+
+def due_release(*, now: datetime | None = None, limit: int | None = None) -> ReleaseReport:
+    now = now or timezone.now()
+    limit = limit or settings.SWEEP_BATCH_SIZE
+    report = ReleaseReport()
+    published: dict[tuple[str, str], list[int]] = {}
+    with transaction.atomic():
+        rows = _claim_candidates(now, limit)
+        if not rows:
+            return report
+        # A stale `queued` row whose task still waits behind a backlog is looked at again later, without
+        # an entry; only what the broker really lost is re-published (scheduling.dispatch.recovery).
+        rows, later, why = recovery.stale_split(rows, now)
+        if later:
+            transitions.run_after_set_many([(r["id"], at) for r, at in later], status=Status.QUEUED)
+            report.recovery_deferred = len(later)
+        parks: list[tuple[dict, Park]] = []
+        rows = _campaigns_halted(rows, parks, now)
+        by_id = {r["id"]: r for r in rows}
+        inactive = _inactive({r["tenant_id"] for r in rows})
+        quiet: list[tuple[dict, datetime, QuietWindow]] = []
+        candidates: list[Candidate] = []
+        for r in rows:
+            if r["tenant_id"] in inactive:
+                until = now + timedelta(seconds=DISABLED_WAIT_SECONDS)
+                text = "tenant disabled: waiting until it is enabled again"
+                parks.append((r, Park(until, REASON_DISABLED, text, "tenant_disabled", {})))
+                continue
+            if r["quiet_timezone"]:
+                window = QuietWindow(r["quiet_start"], r["quiet_end"], r["quiet_timezone"])
+                end = window.defer(now)
+                if end is not None:
+                    quiet.append((r, end, window))
+                    continue
+            candidates.append(
+                Candidate(
+                    id=r["id"],
+                    version=r["version"],
+                    status=r["status"],
+                    tenant_id=r["tenant_id"],
+                    priority=r["priority"],
+                    sender=r["from_number"] or r["messaging_service_sid"],
+                    segments=r["segments"],
+                    run_after=r["run_after"],
+                    reason_code=r["reason_code"],
+                    expires_at=r["expires_at"],
+                    provider=r["provider"],
+                    to=r["to"],
+                )
+            )
+        decision = Decision(release=candidates)
+        for gate in release_gates():
+            earlier, decision = decision, gate(decision.release, now)
+            parks += [(by_id[c.id], p) for c, p in decision.park]
+            # A later gate (limits: the daily quota) narrows the release; slots and probes carry over.
+            decision.probes |= earlier.probes
+            decision.not_before = {**earlier.not_before, **decision.not_before}
+        report.quiet_deferred = _quiet_defer(quiet, now)
+        park_rows(parks, now, report)
+        _release(decision, by_id, now, report, published, why)
+        for (priority, provider), ids in published.items():
+            publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
+    return report
+
+
+def _campaigns_halted(rows: list[dict], parks: list[tuple[dict, Park]], now: datetime) -> list[dict]:
+    """Messages of paused campaigns wait where they are until resumed (parked once, out of the due range:
+    a long pause is not re-read every pass); those of cancelled campaigns are cancelled here. One
+    primary-key query, only when the pass holds campaign messages."""
+    halted = campaign_gate.halted((r["campaign_id"] for r in rows), lock=True)
+    if not halted:
+        return rows
+    until = campaign_gate.pause_until(now)
+    stop, go = [], []
+    for r in rows:
+        state = halted.get(r["campaign_id"])
+        if state == "cancelled":
+            stop.append(r)
+        elif state == "paused":
+            parks.append(
+                (
+                    r,
+                    Park(
+                        until, campaign_gate.REASON_PAUSED, campaign_gate.PAUSED_TEXT, "campaign_paused", {}
+                    ),
+                )
+            )
+        else:
+            go.append(r)
+    campaign_gate.cancel_rows(stop, now)
+    return go
+
+
+def _release(
+    decision: Decision, by_id: dict, now: datetime, report: ReleaseReport, published: dict, why: dict
+) -> None:
+    recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
+    groups: dict[tuple[str, str, str], list[tuple[int, int, dict]]] = {}
+    for c in decision.release:
+        reason = ReasonCode.CIRCUIT_PROBE if c.id in decision.probes else ""
+        status_reason = ""
+        if c.reason_code in KEEP_ON_RELEASE:  # the send worker checks it again (a hold still open)
+            reason, status_reason = c.reason_code, by_id[c.id].get("status_reason", "")
+        values = {
+            "run_after": recovery,
+            "reason_code": reason,
+            "status_reason": status_reason,
+            "published_at": now,
+        }
+        groups.setdefault((c.status, c.priority, c.provider), []).append(
+            (c.id, by_id[c.id]["version"], values)
+        )
+    for (status, priority, provider), items in groups.items():
+        first = status == Status.SCHEDULED
+        columns = ("run_after", "reason_code", "status_reason", "published_at")
+        # Usually every row gets the same values (a probe or a kept hold reason is the exception): then
+        # they are constants of the statement, not arrays converted value by value (a third of a pass).
+        uniform = all(values == items[0][2] for _, _, values in items)
+        moved = transitions.transition_versioned(
+            [(mid, version, {} if uniform else values) for mid, version, values in items],
+            from_status=status,
+            to_status=Status.QUEUED,
+            kind="queued" if first else "republished",
+            set_fields=items[0][2] if uniform else None,
+            per_row_columns=() if uniform else columns,
+            details=lambda mid: {
+                **({"probe": True} if mid in decision.probes else {}),
+                **({"reason": why[mid]} if mid in why else {}),
+            },
+            now=now,
+        )
+        if first:
+            report.queued[priority] = report.queued.get(priority, 0) + len(moved)
+        else:
+            report.republished += len(moved)
+        published.setdefault((priority, provider), []).extend(moved)
+
+
+def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseReport | None = None) -> None:
+    """Messages that wait stay in their status: run_after at the expected time (never past their validity,
+    so they expire on time), the reason, and a timeline entry only when the reason is new."""
+    again: dict[str, list[tuple[int, datetime]]] = {}
+    fresh: dict[tuple[str, str], list[tuple[int, int, dict]]] = {}
+    details: dict[int, dict] = {}
+    for row, park in parks:
+        until = min(park.until, row["expires_at"]) if row["expires_at"] else park.until
+        if report is not None and park.reason_code == ReasonCode.PACED:
+            report.paced += 1
+        elif report is not None and park.reason_code == ReasonCode.PROVIDER_UNAVAILABLE:
+            report.unavailable += 1
+        if row["reason_code"] == park.reason_code:
+            again.setdefault(row["status"], []).append((row["id"], until))
+            continue
+        values = {"run_after": until, "reason_code": park.reason_code, "status_reason": park.status_reason}
+        fresh.setdefault((row["status"], park.kind), []).append((row["id"], row["version"], values))
+        # A gate may say there is no expected time (held for review: not before an operator releases it).
+        details[row["id"]] = {"expected_send_at": until.isoformat(), **park.details}
+    for (status, kind), items in fresh.items():
+        transitions.transition_versioned(
+            items,
+            from_status=status,
+            to_status=status,
+            kind=kind,
+            per_row_columns=("run_after", "reason_code", "status_reason"),
+            details=details.get,
+            now=now,
+        )
+    for status, items in again.items():
+        transitions.run_after_set_many(items, status=status)
+
+
+def _quiet_defer(quiet: list[tuple[dict, datetime, QuietWindow]], now: datetime) -> int:
+    """Inside its quiet window now: a scheduled message moves to the window's end (its due time too, the
+    first due time kept); a queued retry waits for it. One timeline entry each time."""
+    moved = 0
+    by_status: dict[str, list[tuple[int, int, dict]]] = {}
+    details: dict[int, dict] = {}
+    for row, end, window in quiet:
+        if row["status"] == Status.SCHEDULED:
+            first_due = row["quiet_deferred_from"] or row["due_at"]
+            values = {"due_at": end, "run_after": end, "quiet_deferred_from": first_due}
+        else:
+            values = {"run_after": end, "reason_code": REASON_QUIET}
+        by_status.setdefault(row["status"], []).append((row["id"], row["version"], values))
+        details[row["id"]] = {
+            "stage": "execution" if row["status"] == Status.SCHEDULED else "retry",
+            "reason": "due while inside quiet hours",
+            "quiet_hours": window.as_dict(),
+            "due_at": row["due_at"].isoformat(),
+            "new_due_at": end.isoformat(),
+            "note": window.describe_move(now, end),
+        }
+    for status, items in by_status.items():
+        moved += len(
+            transitions.transition_versioned(
+                items,
+                from_status=status,
+                to_status=status,
+                kind="quiet_hours_deferred",
+                details=details.get,
+                per_row_columns=tuple(items[0][2]),
+                now=now,
+            )
+        )
+    return moved
+
+
+def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[int], list[float]]]:
+    """Send batches of at most SEND_BATCH_SIZE; paced ones in slot order, with their slots."""
+    size = settings.SEND_BATCH_SIZE
+    if not not_before:
+        return [(ids[i : i + size], []) for i in range(0, len(ids), size)]
+    ordered = sorted(ids, key=lambda i: not_before.get(i, 0.0))
+    return [
+        (ordered[i : i + size], [not_before.get(m, 0.0) for m in ordered[i : i + size]])
+        for i in range(0, len(ordered), size)
+    ]
+
+
+def _publish(queue: str, ids: list[int], provider: str, not_before: dict[int, float]) -> None:
+    from smsgw.celery import app
+
+    for batch, slots in _batches(ids, not_before):
+        kwargs: dict = {"provider": provider}
+        if any(slots):
+            # The worker submits each at its slot: its event loop waits, not its process
+            # (delivery.sending.inflight); a batch that reaches it late keeps its spacing.
+            kwargs["not_before"] = slots
+        app.send_task("delivery.send_batch", args=[batch], kwargs=kwargs, queue=queue)
+
+
+def publish_after_commit(
+    priority: str, ids: list[int], *, provider: str, not_before: dict[int, float] | None = None
+) -> None:
+    """Send work for these ids (all of one provider: a batch goes through one adapter) to their
+    priority's queue once the transaction that queued them commits; paced ones with their slots."""
+    if ids:
+        slots = {i: not_before[i] for i in ids if i in not_before} if not_before else {}
+        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider, slots))

@@ -1,0 +1,507 @@
+"""Tenant API for messages (docs/api.md). One thin view per endpoint; rules live in services/selectors."""
+
+from __future__ import annotations
+
+import json
+from typing import cast
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.messages import examples, selectors
+from scheduling.messages import service as services
+from scheduling.models import Message, Priority, Status
+from smsgw import schema, strict_input
+from smsgw.errors import field_error
+from smsgw.pagination import StrictCursorPagination
+
+MAX_METADATA_BYTES = 4096
+
+
+def _metadata(value):
+    if len(json.dumps(value)) > MAX_METADATA_BYTES:
+        raise serializers.ValidationError(f"must serialise to at most {MAX_METADATA_BYTES} bytes of JSON")
+    return value
+
+
+class StrictSerializer(strict_input.JsonTypedSerializer):
+    """Unknown keys are an error: a typo such as `sendAt` must not silently send now."""
+
+    def run_validation(self, data=serializers.empty):
+        if data is not serializers.empty and not isinstance(data, dict):
+            # null, [] or "x" as a body: name the body, not "non_field_errors"
+            raise serializers.ValidationError({"body": ["must be a JSON object"]})
+        return super().run_validation(data)
+
+    def to_internal_value(self, data):
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        return super().to_internal_value(data)
+
+
+_message_fields: dict[str, serializers.Field] = {
+    "to": serializers.CharField(max_length=32, help_text="Recipient in E.164, e.g. +14155550100."),
+    "body": serializers.CharField(max_length=1600, trim_whitespace=False),
+    "from": serializers.CharField(
+        max_length=32, required=False, help_text="E.164 number or alphanumeric id."
+    ),
+    "messaging_service_sid": serializers.CharField(max_length=34, required=False),
+    "send_at": serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_null=True,
+        help_text="ISO 8601. With an offset (or Z): that instant. Without: a local wall time in `timezone`.",
+    ),
+    "timezone": serializers.CharField(
+        max_length=64, required=False, allow_null=True, help_text="IANA zone, e.g. America/New_York."
+    ),
+    "dst_policy": serializers.ChoiceField(
+        choices=["earlier", "later"],
+        required=False,
+        help_text="For a local time that occurs twice (DST fall-back): the first (earlier) or second.",
+    ),
+    "priority": serializers.ChoiceField(choices=Priority.choices, required=False),
+    "validity_seconds": serializers.IntegerField(min_value=60, max_value=7 * 86400, required=False),
+    "metadata": serializers.DictField(required=False, validators=[_metadata]),
+    "quiet_hours": serializers.JSONField(
+        required=False,
+        help_text='Quiet-hours override: {"start": "21:00", "end": "08:00"} or {"enabled": false}.',
+    ),
+    "recipient_timezone": serializers.CharField(
+        max_length=64, required=False, help_text="IANA zone the quiet window is evaluated in."
+    ),
+}
+# Built with type() because "from" is a keyword and cannot be written as a class attribute. DRF keeps a
+# field's constructor arguments in its private _kwargs (Field.__new__), which the stubs leave out.
+MessageCreateInput = cast(
+    "type[StrictSerializer]", type("MessageCreateInput", (StrictSerializer,), dict(_message_fields))
+)
+MessageUpdateInput = cast(
+    "type[StrictSerializer]",
+    type(
+        "MessageUpdateInput",
+        (StrictSerializer,),
+        {k: type(f)(**{**f._kwargs, "required": False}) for k, f in _message_fields.items()},  # type: ignore[attr-defined]
+    ),
+)
+
+
+# message_create_input's shortcut holds for these field types and this serializer as written: a field of
+# another type, a validate()/validate_<field> method or serializer validators turn it off, and every request
+# then goes through the serializer. (It relies on StrictSerializer's unknown-key rule, repeated below.)
+_FAST_INPUT = (
+    all(
+        type(f)
+        in (serializers.CharField, serializers.ChoiceField, serializers.IntegerField, serializers.DictField)
+        for f in _message_fields.values()
+    )
+    and MessageCreateInput.validate is serializers.Serializer.validate
+    and MessageCreateInput.to_internal_value is StrictSerializer.to_internal_value
+    and not any(hasattr(MessageCreateInput, f"validate_{name}") for name in _message_fields)
+    and not getattr(getattr(MessageCreateInput, "Meta", None), "validators", None)
+)
+
+
+def message_create_input(data) -> dict:
+    """``MessageCreateInput(data=data)``'s validated_data, or its ValidationError.
+
+    A valid request (nearly every request) is validated field by field with the declared fields' own
+    ``run_validation`` (the same conversion and validators the serializer runs), without building a
+    serializer, which deep-copies every declared field per request. Anything else, including every
+    invalid request, goes through the serializer itself, so errors are exactly the serializer's."""
+    if (
+        _FAST_INPUT
+        and type(data) is dict
+        and data.keys() <= _message_fields.keys()
+        and not strict_input.json_type_errors(_message_fields, data)
+    ):
+        validated = {}
+        try:
+            for name, field in _message_fields.items():
+                if name in data:
+                    validated[name] = field.run_validation(data[name])
+                elif field.required:
+                    break
+            else:
+                return validated
+        except (serializers.ValidationError, DjangoValidationError):
+            pass
+    serializer = MessageCreateInput(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+_TIMESTAMP_FIELDS = (
+    "created_at",
+    "queued_at",
+    "sending_at",
+    "sent_at",
+    "delivered_at",
+    "failed_at",
+    "cancelled_at",
+    "expired_at",
+)
+
+
+def _requested(m: Message) -> dict:
+    return {
+        "send_at": m.requested_send_at or None,
+        "local_time": m.requested_local_time.replace(tzinfo=None).isoformat()
+        if m.requested_local_time
+        else None,
+        "timezone": m.requested_timezone or None,
+        "dst_policy": m.dst_policy,
+        "dst_adjustment": m.dst_adjustment,
+    }
+
+
+def _timestamps(m: Message) -> dict:
+    return {n: (getattr(m, n).isoformat() if getattr(m, n) else None) for n in _TIMESTAMP_FIELDS}
+
+
+class RequestedOutput(serializers.Serializer):
+    send_at = serializers.CharField(allow_null=True, help_text="`send_at` as given (null: send now).")
+    local_time = serializers.CharField(allow_null=True, help_text="The local wall time asked for.")
+    timezone = serializers.CharField(allow_null=True)
+    dst_policy = serializers.CharField()
+    dst_adjustment = serializers.CharField(help_text="How a skipped or repeated local time was resolved.")
+
+
+TimestampsOutput = type(
+    "TimestampsOutput",
+    (serializers.Serializer,),
+    {n: serializers.DateTimeField(allow_null=True) for n in _TIMESTAMP_FIELDS},
+)
+
+
+class ScheduleRefOutput(serializers.Serializer):
+    id = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    occurrence_key = serializers.CharField()
+
+
+class MessageQuietOutput(serializers.Serializer):
+    start = serializers.CharField(allow_null=True)
+    end = serializers.CharField(allow_null=True)
+    timezone = serializers.CharField()
+    deferred_from = serializers.DateTimeField(allow_null=True)
+
+
+# The message as the API shows it, for the OpenAPI schema. Responses are built by ``message_data``,
+# which returns exactly what this serializer's ``.data`` would (a docstring here would show in the schema).
+class MessageOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+    status_reason = serializers.CharField()
+    reason_code = serializers.CharField()
+    to = serializers.CharField()
+    body = serializers.CharField()
+    encoding = serializers.CharField()
+    segments = serializers.IntegerField()
+    priority = serializers.CharField()
+    messaging_service_sid = serializers.CharField()
+    metadata = serializers.DictField()
+    requested = serializers.SerializerMethodField()
+    due_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    expected_send_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it is expected to reach the provider; null once on its way."
+    )
+    provider = serializers.CharField()
+    provider_message_id = serializers.CharField(allow_null=True)
+    provider_status = serializers.CharField()
+    error_code = serializers.CharField()
+    attempts = serializers.IntegerField(source="attempt_count")
+    version = serializers.IntegerField()
+    timestamps = serializers.SerializerMethodField()
+    schedule = serializers.SerializerMethodField()
+    quiet_hours = serializers.SerializerMethodField()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.CharField(source="from_number")
+        return fields
+
+    @extend_schema_field(RequestedOutput)
+    def get_requested(self, m: Message) -> dict:
+        return _requested(m)
+
+    @extend_schema_field(TimestampsOutput)
+    def get_timestamps(self, m: Message) -> dict:
+        return _timestamps(m)
+
+    @extend_schema_field(ScheduleRefOutput(allow_null=True))
+    def get_schedule(self, m: Message) -> dict | None:
+        return _schedule(m)
+
+    @extend_schema_field(MessageQuietOutput(allow_null=True))
+    def get_quiet_hours(self, m: Message) -> dict | None:
+        return _quiet(m)
+
+
+def _schedule(m: Message) -> dict | None:
+    """The recurring schedule an occurrence came from (null for one-off messages)."""
+    if not m.occurrence_key:
+        return None
+    return {
+        "id": m.occurrence_key.split(":", 1)[0],
+        "version": m.schedule_version,
+        "occurrence_key": m.occurrence_key,
+    }
+
+
+def _quiet(m: Message) -> dict | None:
+    """The quiet window applied when the message was scheduled, and the move it caused (if any)."""
+    if not m.quiet_timezone:
+        return None
+    return {
+        "start": m.quiet_start.isoformat() if m.quiet_start else None,
+        "end": m.quiet_end.isoformat() if m.quiet_end else None,
+        "timezone": m.quiet_timezone,
+        "deferred_from": m.quiet_deferred_from.isoformat() if m.quiet_deferred_from else None,
+    }
+
+
+# DRF's representation of each field type, applied as MessageOutput applies it: None stays None.
+_datetime = serializers.DateTimeField().to_representation
+
+
+def _str(value):
+    return None if value is None else str(value)
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def _expected(m: Message) -> str | None:
+    """When the message is expected to be handed to the provider: its due time, or the slot it waits
+    for (paced, provider unavailable, held, a retry's backoff). Null once it is on its way or done."""
+    held = m.reason_code == ReasonCode.HELD_FOR_REVIEW  # not before an operator releases it
+    if m.run_after is None or held:
+        return None
+    if m.status == Status.SCHEDULED or (
+        m.status == Status.QUEUED and m.reason_code not in ("", ReasonCode.CIRCUIT_PROBE)
+    ):
+        return _datetime(m.run_after)
+    return None
+
+
+def message_data(m: Message) -> dict:
+    """``MessageOutput(m).data`` as a plain dict (same keys, order and values), without a serializer."""
+    metadata = m.metadata
+    return {
+        "id": _str(m.public_id),
+        "status": _str(m.status),
+        "status_reason": _str(m.status_reason),
+        "reason_code": _str(m.reason_code),
+        "to": _str(m.to),
+        "body": _str(m.body),
+        "encoding": _str(m.encoding),
+        "segments": _int(m.segments),
+        "priority": _str(m.priority),
+        "messaging_service_sid": _str(m.messaging_service_sid),
+        "metadata": None if metadata is None else {str(k): v for k, v in metadata.items()},
+        "requested": _requested(m),
+        "due_at": None if m.due_at is None else _datetime(m.due_at),
+        "expires_at": None if m.expires_at is None else _datetime(m.expires_at),
+        "expected_send_at": _expected(m),
+        "provider": _str(m.provider),
+        "provider_message_id": _str(m.provider_message_id),
+        "provider_status": _str(m.provider_status),
+        "error_code": _str(m.error_code),
+        "attempts": _int(m.attempt_count),
+        "version": _int(m.version),
+        "timestamps": _timestamps(m),
+        "schedule": _schedule(m),
+        "quiet_hours": _quiet(m),
+        "from": _str(m.from_number),
+    }
+
+
+class EventOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    from_status = serializers.CharField()
+    to_status = serializers.CharField()
+    actor = serializers.CharField()
+    details = serializers.DictField()
+    created_at = serializers.DateTimeField()
+
+
+class MessageCursor(StrictCursorPagination):
+    ordering = "-id"
+
+
+def _actor(request) -> str:
+    return str(request.user)
+
+
+def _idempotency_key(request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not key.strip() or len(key) > 255:
+        raise field_error("Idempotency-Key", "must be 1-255 characters")
+    return key.strip()
+
+
+LIST_PARAMS = frozenset(
+    (
+        "status",
+        "reason_code",
+        "to",
+        "created_after",
+        "created_before",
+        "due_after",
+        "due_before",
+        "cursor",
+        "page_size",
+    )
+)
+
+
+class MessageEventsOutput(serializers.Serializer):
+    message = serializers.CharField(help_text="The message's id.")
+    status = serializers.CharField(help_text="Its current status.")
+    events = EventOutput(many=True)
+
+
+class MessagesApi(APIView):
+    @extend_schema(
+        request=MessageCreateInput,
+        responses={
+            201: MessageOutput,
+            200: OpenApiResponse(MessageOutput, description="A replay of an earlier Idempotency-Key."),
+            422: schema.IDEMPOTENCY_MISMATCH,
+            429: schema.QUOTA_OR_RATE_LIMITED,
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="1-255 characters. A repeat with the same body returns the original (200, "
+                "`Idempotent-Replayed: true`); with a different body, 422.",
+            ),
+            OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201]),
+        ],
+        examples=[examples.SEND_NOW, examples.SEND_AT_LOCAL_TIME, examples.SEND_AT_INSTANT],
+        summary="Send a message now or at a time",
+    )
+    def post(self, request):
+        key = _idempotency_key(request)
+        data = message_create_input(request.data)
+        message, created = services.message_create(
+            tenant=request.user.tenant, actor=_actor(request), data=data, idempotency_key=key
+        )
+        headers = {"Location": f"/v1/messages/{message.public_id}"}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(message_data(message), status=201 if created else 200, headers=headers)
+
+    @extend_schema(
+        responses=schema.paginated(MessageOutput, "MessagePage"),
+        parameters=[
+            OpenApiParameter(
+                "status",
+                str,
+                description="Comma-separated statuses.",
+                examples=[OpenApiExample("Scheduled or queued", value="scheduled,queued")],
+            ),
+            OpenApiParameter(
+                "reason_code",
+                str,
+                description="Comma-separated machine-readable reasons (the `reason_code` field), e.g. "
+                "`held_for_review` for messages the velocity guard holds for an operator's review.",
+                examples=[OpenApiExample("Held for review", value="held_for_review")],
+            ),
+            OpenApiParameter(
+                "to",
+                str,
+                description="Recipient, normalised like the `to` field (E.164; a leading space from an "
+                "unencoded `+` is read as `+`). A number that cannot be one is a 400 naming `to`.",
+                examples=[OpenApiExample("One recipient", value="+14155550123")],
+            ),
+            OpenApiParameter("created_after", str, description="ISO 8601 instant."),
+            OpenApiParameter("created_before", str, description="ISO 8601 instant."),
+            OpenApiParameter(
+                "due_after",
+                str,
+                description="ISO 8601 instant.",
+                examples=[OpenApiExample("Due from", value="2026-12-24T00:00:00Z")],
+            ),
+            OpenApiParameter("due_before", str, description="ISO 8601 instant."),
+            *schema.PAGE_PARAMETERS,
+        ],
+        operation_id="messages_list",
+        summary="List messages (newest first, cursor pages)",
+    )
+    def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
+        qs = selectors.message_list(tenant=request.user.tenant, params=request.query_params)
+        paginator = MessageCursor()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
+        return paginator.get_paginated_response([message_data(m) for m in page])
+
+
+class MessageDetailApi(APIView):
+    @extend_schema(responses=MessageOutput, summary="Get one message")
+    def get(self, request, public_id: str):
+        return Response(message_data(services.message_get(tenant=request.user.tenant, public_id=public_id)))
+
+    @extend_schema(
+        request=MessageUpdateInput,
+        responses={200: MessageOutput, 409: schema.CONFLICT, 429: schema.QUOTA_OR_RATE_LIMITED},
+        examples=[examples.RESCHEDULE],
+        summary="Reschedule or edit a scheduled message (409 once queued or later)",
+    )
+    def patch(self, request, public_id: str):
+        data = MessageUpdateInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        message = services.message_update(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request), data=data.validated_data
+        )
+        return Response(message_data(message))
+
+
+class MessageCancelApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: MessageOutput, 409: schema.CONFLICT},
+        summary="Cancel (scheduled or queued only; 409 with the real stage otherwise)",
+    )
+    def post(self, request, public_id: str):
+        message = services.message_cancel(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request)
+        )
+        return Response(message_data(message), status=status.HTTP_200_OK)
+
+
+class MessageEventsApi(APIView):
+    @extend_schema(responses=MessageEventsOutput, summary="The message's timeline, oldest first")
+    def get(self, request, public_id: str):
+        message = services.message_get(tenant=request.user.tenant, public_id=public_id)
+        events = selectors.message_events(message=message)
+        return Response(
+            {
+                "message": message.public_id,
+                "status": message.status,
+                "events": EventOutput(events, many=True).data,
+            }
+        )
+
+
+__all__ = ["MessageCancelApi", "MessageDetailApi", "MessageEventsApi", "MessagesApi", "Status"]

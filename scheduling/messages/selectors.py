@@ -1,0 +1,78 @@
+"""Reads behind the tenant API. Every query starts from the tenant."""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
+
+from scheduling.models import Message, MessageEvent, Status
+from smsgw.domain_errors import InvalidInput
+from smsgw.values.phone import PhoneNumberError, normalize_e164_query
+
+MAX_TIMELINE = 1000
+
+
+def recipient_param(raw: str) -> str:
+    """The ``to`` filter, normalised as the ``to`` field is (or a 400 naming ``to``): a filter that can
+    never match must not silently answer an empty page."""
+    try:
+        return normalize_e164_query(raw)
+    except PhoneNumberError as exc:
+        raise InvalidInput("to", str(exc)) from exc
+
+
+def _instant(params, name: str):
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = parse_datetime(raw)
+    except ValueError:  # well formed but impossible, e.g. month 13: a 500 before
+        value = None
+    if value is None or value.tzinfo is None or not instant_in_range(value):
+        raise InvalidInput(name, "must be an ISO 8601 time with an offset, e.g. 2026-12-01T09:00:00Z")
+    return value
+
+
+def instant_in_range(value) -> bool:
+    """Year 1 with a positive offset (or 9999 with a negative one) is before (after) datetime's range in
+    UTC: the database adapter's conversion raised OverflowError (a 500)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
+
+
+def message_list(*, tenant, params) -> QuerySet[Message]:
+    qs = Message.objects.filter(tenant=tenant)
+    if params.get("status"):
+        statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
+        bad = [s for s in statuses if s not in Status.values]
+        if bad:
+            raise InvalidInput("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
+        qs = qs.filter(status__in=statuses)
+    if params.get("reason_code"):
+        codes = [c.strip() for c in params["reason_code"].split(",") if c.strip()]
+        if any(len(c) > 32 for c in codes):
+            raise InvalidInput("reason_code", "a reason code is at most 32 characters")
+        if codes:
+            qs = qs.filter(reason_code__in=codes)
+    if params.get("to"):
+        qs = qs.filter(to=recipient_param(params["to"]))
+    for name, lookup in (
+        ("created_after", "created_at__gte"),
+        ("created_before", "created_at__lt"),
+        ("due_after", "due_at__gte"),
+        ("due_before", "due_at__lt"),
+    ):
+        value = _instant(params, name)
+        if value is not None:
+            qs = qs.filter(**{lookup: value})
+    return qs
+
+
+def message_events(*, message: Message) -> QuerySet[MessageEvent]:
+    return message.events.order_by("id")[:MAX_TIMELINE]

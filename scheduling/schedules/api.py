@@ -1,0 +1,395 @@
+"""Tenant API for recurring schedules and the tenant's quiet hours (docs/scheduling.md). One thin view per
+endpoint; the rules live in ``scheduling.schedules.service`` (writes) and
+``scheduling.schedules.selectors``."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling.messages import examples
+from scheduling.messages.api import StrictSerializer, _metadata
+from scheduling.models import Priority, Schedule
+from scheduling.schedules import selectors
+from scheduling.schedules import service as services
+from scheduling.schedules.materialize import naive
+from smsgw import schema, strict_input
+from smsgw.pagination import StrictCursorPagination
+
+# One definition of the strictness and metadata rules for both message and schedule input.
+_Strict = StrictSerializer
+
+
+def _schedule_fields(required: bool) -> dict:
+    return {
+        "to": serializers.CharField(max_length=32, required=required, help_text="Recipient, E.164."),
+        "body": serializers.CharField(max_length=1600, trim_whitespace=False, required=required),
+        "from": serializers.CharField(max_length=32, required=False),
+        "messaging_service_sid": serializers.CharField(max_length=34, required=False),
+        "rrule": serializers.CharField(
+            max_length=1000,
+            required=required,
+            help_text="RFC 5545 RRULE, e.g. FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;UNTIL=20270630T215959Z. "
+            "Evaluated in local wall time; UNTIL is a UTC date-time.",
+        ),
+        "start": serializers.CharField(
+            max_length=64,
+            required=required,
+            help_text="DTSTART as a local wall time without offset, e.g. 2026-12-01T08:30:00.",
+        ),
+        "timezone": serializers.CharField(
+            max_length=64, required=False, help_text="IANA zone; default: the tenant's timezone."
+        ),
+        "dst_policy": serializers.ChoiceField(choices=["earlier", "later"], required=False),
+        "exdate": serializers.ListField(
+            child=serializers.CharField(max_length=40),
+            required=False,
+            max_length=500,
+            help_text="Exceptions in the schedule's local time: 2026-12-25 (the day) or 2026-12-25T08:30:00.",
+        ),
+        "priority": serializers.ChoiceField(choices=Priority.choices, required=False),
+        "validity_seconds": serializers.IntegerField(min_value=60, max_value=7 * 86400, required=False),
+        "metadata": serializers.DictField(required=False, validators=[_metadata]),
+        "quiet_hours": serializers.JSONField(
+            required=False,
+            help_text='{"start": "21:00", "end": "08:00"} replaces the tenant\'s window; '
+            '{"enabled": false} switches quiet hours off for this schedule.',
+        ),
+        "recipient_timezone": serializers.CharField(
+            max_length=64, required=False, help_text="Where quiet hours are evaluated; default: tenant's."
+        ),
+    }
+
+
+ScheduleCreateInput = type("ScheduleCreateInput", (_Strict,), _schedule_fields(True))
+ScheduleUpdateInput = type("ScheduleUpdateInput", (_Strict,), _schedule_fields(False))
+
+
+class ScheduleQuietOutput(serializers.Serializer):
+    requested = serializers.DictField(allow_null=True, help_text="The schedule's own override, if any.")
+    effective = serializers.DictField(allow_null=True, help_text="The window that applies (null: none).")
+
+
+class NextOccurrenceOutput(serializers.Serializer):
+    local_time = serializers.CharField()
+    occurrence_at = serializers.DateTimeField()
+
+
+class ScheduleTimestampsOutput(serializers.Serializer):
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    paused_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+
+
+class ScheduleOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+    version = serializers.IntegerField()
+    to = serializers.CharField()
+    body = serializers.CharField()
+    messaging_service_sid = serializers.CharField()
+    priority = serializers.CharField()
+    metadata = serializers.DictField()
+    validity_seconds = serializers.IntegerField()
+    rrule = serializers.CharField()
+    start = serializers.SerializerMethodField()
+    timezone = serializers.CharField()
+    dst_policy = serializers.CharField()
+    exdate = serializers.ListField(child=serializers.CharField())
+    quiet_hours = serializers.SerializerMethodField()
+    recipient_timezone = serializers.CharField()
+    next_occurrence = serializers.SerializerMethodField()
+    materialized_until = serializers.DateTimeField(allow_null=True)
+    materialized_count = serializers.IntegerField()
+    timestamps = serializers.SerializerMethodField()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.CharField(source="from_number")
+        return fields
+
+    def get_start(self, s: Schedule) -> str:
+        return naive(s.start_local).isoformat()
+
+    @extend_schema_field(ScheduleQuietOutput)
+    def get_quiet_hours(self, s: Schedule) -> dict:
+        window = services.quiet_window_of(s, s.tenant)
+        return {"requested": s.quiet_hours or None, "effective": window.as_dict() if window else None}
+
+    @extend_schema_field(NextOccurrenceOutput(allow_null=True))
+    def get_next_occurrence(self, s: Schedule) -> dict | None:
+        """The materializer's cursor: the first occurrence not yet made into a message."""
+        if s.cursor_local is None:
+            return None
+        return {
+            "local_time": naive(s.cursor_local).isoformat(),
+            "occurrence_at": s.next_occurrence_at.isoformat(),
+        }
+
+    @extend_schema_field(ScheduleTimestampsOutput)
+    def get_timestamps(self, s: Schedule) -> dict:
+        names = ("created_at", "updated_at", "paused_at", "ended_at", "cancelled_at")
+        return {n: (getattr(s, n).isoformat() if getattr(s, n) else None) for n in names}
+
+
+class OccurrenceChangesOutput(serializers.Serializer):
+    materialized = serializers.IntegerField(help_text="Occurrences made into messages by this change.")
+    cancelled = serializers.ListField(child=serializers.CharField(), help_text="Messages cancelled.")
+    kept = serializers.ListField(
+        child=serializers.DictField(), help_text="Messages already on their way, left as they were."
+    )
+
+
+class ScheduleChangeOutput(ScheduleOutput):
+    """A schedule after a write, with what the write did to its occurrences."""
+
+    occurrences = OccurrenceChangesOutput()
+    changed = serializers.BooleanField(help_text="False when the call changed nothing (e.g. a repeat).")
+
+
+class VersionOutput(serializers.Serializer):
+    version = serializers.IntegerField(source="number")
+    change = serializers.CharField()
+    status = serializers.CharField()
+    changed_fields = serializers.ListField(child=serializers.CharField())
+    definition = serializers.DictField()
+    actor = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class OccurrenceMessageOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+    schedule_version = serializers.IntegerField()
+    occurrence = serializers.CharField(source="occurrence_key")
+    local_time = serializers.SerializerMethodField()
+    timezone = serializers.CharField(source="requested_timezone")
+    dst_adjustment = serializers.CharField()
+    due_at = serializers.DateTimeField()
+    quiet_deferred_from = serializers.DateTimeField(allow_null=True)
+    sent_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_local_time(self, m) -> str | None:
+        return naive(m.requested_local_time).isoformat() if m.requested_local_time else None
+
+
+class OccurrencePreviewOutput(serializers.Serializer):
+    local_time = serializers.CharField(help_text="Local wall time the rule produced.")
+    timezone = serializers.CharField()
+    occurrence_at = serializers.CharField(help_text="That wall time resolved to UTC (SPEC §6).")
+    dst_adjustment = serializers.CharField()
+    dst_note = serializers.CharField(required=False)
+    due_at = serializers.CharField(help_text="When it is sent: after any quiet-hours move.")
+    quiet_hours_moved = serializers.BooleanField()
+    message = serializers.DictField(allow_null=True, help_text="The message made for it, if any.")
+
+
+class _Cursor(StrictCursorPagination):
+    ordering = "-id"
+
+
+def _actor(request) -> str:
+    return str(request.user)
+
+
+def _change_response(change: services.ScheduleChange, code: int = status.HTTP_200_OK) -> Response:
+    body = dict(ScheduleOutput(change.schedule).data)
+    body["occurrences"] = {
+        "materialized": change.materialized.created,
+        "cancelled": change.cancelled,
+        "kept": change.kept,
+    }
+    body["changed"] = change.changed
+    return Response(body, status=code, headers={"Location": f"/v1/schedules/{change.schedule.public_id}"})
+
+
+# The query parameters each read accepts; any other is a 400 naming it.
+PAGE_PARAMS = frozenset(("cursor", "page_size"))
+LIST_PARAMS = PAGE_PARAMS | {"status", "to"}
+PREVIEW_PARAMS = frozenset(("count", "after"))
+
+
+class SchedulesApi(APIView):
+    @extend_schema(
+        request=ScheduleCreateInput,
+        responses={201: ScheduleChangeOutput},
+        parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
+        examples=[examples.RECURRING],
+        summary="Create a recurring schedule",
+    )
+    def post(self, request):
+        data = ScheduleCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        change = services.schedule_create(
+            tenant=request.user.tenant, actor=_actor(request), data=data.validated_data
+        )
+        return _change_response(change, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses=schema.paginated(ScheduleOutput, "SchedulePage"),
+        parameters=[
+            OpenApiParameter("status", str, description="Comma-separated statuses."),
+            OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
+            *schema.PAGE_PARAMETERS,
+        ],
+        operation_id="schedules_list",
+        summary="List schedules (newest first, cursor pages)",
+    )
+    def get(self, request):
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
+        qs = selectors.schedule_list(tenant=request.user.tenant, params=request.query_params)
+        paginator = _Cursor()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        for s in page:
+            s.tenant = request.user.tenant
+        return paginator.get_paginated_response(ScheduleOutput(page, many=True).data)
+
+
+class ScheduleDetailApi(APIView):
+    @extend_schema(responses=ScheduleOutput, summary="Get one schedule")
+    def get(self, request, public_id: str):
+        schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        return Response(ScheduleOutput(schedule).data)
+
+    @extend_schema(
+        request=ScheduleUpdateInput,
+        responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
+        summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
+    )
+    def patch(self, request, public_id: str):
+        data = ScheduleUpdateInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        change = services.schedule_update(
+            tenant=request.user.tenant, public_id=public_id, actor=_actor(request), data=data.validated_data
+        )
+        return _change_response(change)
+
+
+def _action_view(name: str, service, summary: str, *, conflict: bool = True):
+    responses = {200: ScheduleChangeOutput, **({409: schema.SCHEDULE_CONFLICT} if conflict else {})}
+
+    class _View(APIView):
+        @extend_schema(request=None, responses=responses, summary=summary)
+        def post(self, request, public_id: str):
+            change = service(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
+            return _change_response(change)
+
+    _View.__name__ = _View.__qualname__ = name
+    return _View
+
+
+SchedulePauseApi = _action_view(
+    "SchedulePauseApi", services.schedule_pause, "Pause: cancels pending occurrences, makes no new ones"
+)
+ScheduleResumeApi = _action_view(
+    "ScheduleResumeApi", services.schedule_resume, "Resume from the next occurrence after now"
+)
+ScheduleCancelApi = _action_view(
+    "ScheduleCancelApi",
+    services.schedule_cancel,
+    "Cancel for good: cancels pending occurrences (a repeat answers 200, changed: false)",
+    conflict=False,
+)
+
+
+class OccurrencesOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    status = serializers.CharField()
+    occurrences = OccurrencePreviewOutput(many=True)
+
+
+class VersionsOutput(serializers.Serializer):
+    schedule = serializers.CharField(help_text="The schedule's id.")
+    versions = VersionOutput(many=True)
+
+
+class ScheduleOccurrencesApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("count", int, description=f"1-{selectors.PREVIEW_MAX}, default 10"),
+            OpenApiParameter("after", str, description="ISO 8601 instant; default now"),
+        ],
+        responses=OccurrencesOutput,
+        summary="Preview the next N occurrences in local time and UTC",
+    )
+    def get(self, request, public_id: str):
+        schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PREVIEW_PARAMS)
+        items = selectors.schedule_preview(schedule=schedule, params=request.query_params)
+        for item in items:
+            for key in ("occurrence_at", "due_at"):
+                item[key] = item[key].isoformat()
+        return Response({"schedule": schedule.public_id, "status": schedule.status, "occurrences": items})
+
+
+class ScheduleVersionsApi(APIView):
+    @extend_schema(responses=VersionsOutput, summary="Every version, with actor and time")
+    def get(self, request, public_id: str):
+        schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        versions = selectors.schedule_versions(schedule=schedule)
+        return Response({"schedule": schedule.public_id, "versions": VersionOutput(versions, many=True).data})
+
+
+class ScheduleMessagesApi(APIView):
+    @extend_schema(
+        responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
+        parameters=schema.PAGE_PARAMETERS,
+        operation_id="schedules_messages_list",
+        summary="Occurrences made so far (newest first, cursor pages)",
+    )
+    def get(self, request, public_id: str):
+        schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
+        strict_input.query_params_check(request.query_params, PAGE_PARAMS)
+        paginator = _Cursor()
+        page = paginator.paginate_queryset(selectors.schedule_messages(schedule=schedule), request, view=self)
+        return paginator.get_paginated_response(OccurrenceMessageOutput(page, many=True).data)
+
+
+class QuietHoursInput(_Strict):
+    start = serializers.CharField(max_length=8, allow_null=True, help_text="Local HH:MM, e.g. 21:00")
+    end = serializers.CharField(max_length=8, allow_null=True, help_text="Local HH:MM, e.g. 08:00")
+    exempt_transactional = serializers.BooleanField(required=False)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$", "example": "21:00"})
+class _HourMinuteField(serializers.TimeField):
+    """A local time of day as HH:MM (OpenAPI's "time" format would need seconds and an offset)."""
+
+
+class QuietHoursOutput(serializers.Serializer):
+    start = _HourMinuteField(source="quiet_hours_start", format="%H:%M", allow_null=True)
+    end = _HourMinuteField(source="quiet_hours_end", format="%H:%M", allow_null=True)
+    timezone = serializers.CharField(source="default_timezone")
+    exempt_transactional = serializers.BooleanField(source="quiet_hours_exempt_transactional")
+
+
+class QuietHoursApi(APIView):
+    @extend_schema(responses=QuietHoursOutput, summary="The tenant's quiet-hours policy")
+    def get(self, request):
+        return Response(QuietHoursOutput(request.user.tenant).data)
+
+    @extend_schema(
+        request=QuietHoursInput,
+        responses=QuietHoursOutput,
+        examples=[examples.QUIET_HOURS],
+        summary="Set quiet hours",
+    )
+    def put(self, request):
+        data = QuietHoursInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = services.tenant_quiet_hours_set(tenant=request.user.tenant, data=data.validated_data)
+        return Response(QuietHoursOutput(tenant).data)
+
+    # 200 with the resulting policy, like PUT: the policy stays (start and end null), only the window goes.
+    @extend_schema(request=None, responses={200: QuietHoursOutput}, summary="Switch quiet hours off")
+    def delete(self, request):
+        tenant = services.tenant_quiet_hours_set(
+            tenant=request.user.tenant, data={"start": None, "end": None}
+        )
+        return Response(QuietHoursOutput(tenant).data)

@@ -1,0 +1,525 @@
+"""Writes behind the schedules API: create, change (a new version), pause, resume, cancel.
+
+A schedule is a definition; its executions are ordinary Messages made by ``scheduling.materialize``.
+Every change locks the schedule row, validates the whole resulting definition (a rejected request
+changes nothing), records an immutable ScheduleVersion with actor and time, and deals with the
+occurrences already made:
+
+* occurrences of the old version still ``scheduled`` and not yet due are cancelled (through
+  ``scheduling.lifecycle.transitions``, each with a timeline event naming the new version) and regenerated
+  from
+  the new definition;
+* occurrences already due, ``queued`` or further are left alone, reported in the response and given a
+  timeline note, and the new version starts after the latest of them, so no slot is sent twice.
+
+Pause and cancel also cancel ``queued`` occurrences (the send worker's CAS decides any race with a
+send in progress); resume starts from the first occurrence after now, without backfilling the pause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.dispatch.quiet import QuietHoursError, parse_clock, parse_override
+from scheduling.lifecycle import transitions
+from scheduling.lifecycle.schedules import LIFECYCLE_FIELDS, schedule_transition
+from scheduling.messages.service import _body, _recipient, _sender, destination_allowed
+from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion, Status
+from scheduling.schedules.materialize import (
+    MaterializeReport,
+    naive,
+    quiet_window_of,
+    schedule_materialize_one,
+    stored,
+)
+from scheduling.schedules.recurrence import Recurrence, recurrence_build
+from scheduling.schedules.rrules import RuleError
+from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
+from smsgw.models import Tenant
+from smsgw.values.timeutil import TimeResolutionError, parse_timezone
+
+# The request fields that make up a definition (and each ScheduleVersion snapshot).
+DEFINITION_FIELDS = (
+    "to",
+    "body",
+    "from",
+    "messaging_service_sid",
+    "priority",
+    "metadata",
+    "validity_seconds",
+    "rrule",
+    "start",
+    "timezone",
+    "dst_policy",
+    "exdate",
+    "quiet_hours",
+    "recipient_timezone",
+)
+# How far back a slot of a still-live occurrence can lie (a quiet-hours move is under a day); bounds
+# the occurrence-key range read when a version starts, instead of reading the schedule's history.
+LIVE_LOOKBACK = timedelta(days=3)
+IN_FLIGHT = (Status.QUEUED, Status.SENDING)
+ROW_FIELDS = (
+    "id",
+    "public_id",
+    "status",
+    "due_at",
+    "quiet_deferred_from",
+    "requested_local_time",
+    "schedule_version",
+)
+
+
+@dataclass
+class ScheduleChange:
+    """What a change did to the occurrences, for the API response."""
+
+    schedule: Schedule
+    changed: bool = True
+    cancelled: list[str] = field(default_factory=list)
+    kept: list[dict] = field(default_factory=list)
+    materialized: MaterializeReport = field(default_factory=MaterializeReport)
+
+
+@dataclass(frozen=True)
+class _Definition:
+    values: dict[str, Any]  # model fields
+    snapshot: dict[str, Any]  # request-shaped, normalised
+    recurrence: Recurrence
+
+
+def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Definition:
+    """Validate a complete definition (request-shaped). Raises InvalidInput naming the field."""
+    to = _recipient(data["to"])
+    destination_allowed(tenant, to)
+    encoding, segments = _body(data["body"])
+    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    tz_name = data.get("timezone") or tenant.default_timezone or "UTC"
+    try:
+        rec = recurrence_build(
+            rrule=data["rrule"],
+            start=data["start"],
+            tz_name=tz_name,
+            dst_policy=data.get("dst_policy"),
+            exdate=data.get("exdate") or [],
+            now=now,
+            max_per_day=settings.SCHEDULE_MAX_PER_DAY,
+        )
+        quiet = parse_override(data.get("quiet_hours"))
+        recipient_tz = data.get("recipient_timezone") or ""
+        if recipient_tz:
+            try:
+                parse_timezone(recipient_tz)
+            except TimeResolutionError as exc:
+                raise QuietHoursError("recipient_timezone", str(exc)) from exc
+    except (RuleError, QuietHoursError) as exc:
+        raise InvalidInput(exc.field, str(exc)) from exc
+    exdate = sorted([d.isoformat() for d in rec.exdays] + [t.isoformat() for t in rec.exdates])
+    priority = data.get("priority") or "transactional"
+    validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
+    values = {
+        "to": to,
+        "body": data["body"],
+        "encoding": encoding,
+        "segments": segments,
+        "from_number": from_number,
+        "messaging_service_sid": service_sid,
+        "priority": priority,
+        "metadata": data.get("metadata") or {},
+        "validity_seconds": validity,
+        "rrule": rec.text,
+        "exdate": exdate,
+        "start_local": stored(rec.start),
+        "timezone": tz_name,
+        "dst_policy": rec.dst_policy.value,
+        "count_last_local": stored(rec.last_local),
+        "quiet_hours": quiet,
+        "recipient_timezone": recipient_tz,
+    }
+    snapshot = {
+        "to": to,
+        "body": data["body"],
+        "from": from_number or None,
+        "messaging_service_sid": service_sid or None,
+        "priority": priority,
+        "metadata": values["metadata"],
+        "validity_seconds": validity,
+        "rrule": rec.text,
+        "start": rec.start.isoformat(),
+        "timezone": tz_name,
+        "dst_policy": rec.dst_policy.value,
+        "exdate": exdate,
+        "quiet_hours": quiet,
+        "recipient_timezone": recipient_tz or None,
+    }
+    return _Definition(values, snapshot, rec)
+
+
+def snapshot_of(schedule: Schedule) -> dict[str, Any]:
+    """The schedule's current definition, request-shaped (what a PATCH is merged into)."""
+    return {
+        "to": schedule.to,
+        "body": schedule.body,
+        "from": schedule.from_number or None,
+        "messaging_service_sid": schedule.messaging_service_sid or None,
+        "priority": schedule.priority,
+        "metadata": schedule.metadata,
+        "validity_seconds": schedule.validity_seconds,
+        "rrule": schedule.rrule,
+        "start": naive(schedule.start_local).isoformat(),
+        "timezone": schedule.timezone,
+        "dst_policy": schedule.dst_policy,
+        "exdate": list(schedule.exdate or []),
+        "quiet_hours": schedule.quiet_hours or {},
+        "recipient_timezone": schedule.recipient_timezone or None,
+    }
+
+
+def _version_record(
+    schedule: Schedule, *, change: str, actor: str, changed: list[str], now: datetime
+) -> None:
+    ScheduleVersion.objects.create(
+        schedule=schedule,
+        number=schedule.version,
+        change=change,
+        status=schedule.status,
+        changed_fields=changed,
+        definition=snapshot_of(schedule),
+        actor=actor,
+        created_at=now,
+    )
+
+
+def _start_cursor(schedule: Schedule, rec: Recurrence, *, after: datetime) -> str:
+    """Point the cursor at the first occurrence after ``after``; returns the status that follows:
+    active, or ended when no occurrence is left."""
+    first = rec.first_after(after)
+    if first is None:
+        schedule.cursor_local = schedule.next_occurrence_at = None
+        return ScheduleStatus.ENDED
+    schedule.cursor_local, schedule.next_occurrence_at = stored(first.local), first.due_at
+    return ScheduleStatus.ACTIVE
+
+
+# What a service saves: the definition, its version and the cursor. The status and its stamps are
+# written by the transitions alone (scheduling.lifecycle.schedules).
+SAVED_FIELDS = [
+    f.name for f in Schedule._meta.concrete_fields if not f.primary_key and f.name not in LIFECYCLE_FIELDS
+]
+
+
+def _save(schedule: Schedule) -> None:
+    schedule.save(update_fields=SAVED_FIELDS)
+
+
+def _move(schedule: Schedule, *, to_status: str, now: datetime, set_fields: dict | None = None) -> None:
+    """The services hold the schedule's row locked, so the move cannot lose; should it all the same,
+    the answer would describe a change that did not happen: a conflict instead."""
+    if not schedule_transition(schedule, to_status=to_status, set_fields=set_fields, now=now):
+        current = Schedule.objects.filter(pk=schedule.pk).values_list("status", flat=True).first()
+        raise ConflictError(f"The schedule changed meanwhile; it is now {current}.", current_status=current)
+
+
+def schedule_create(*, tenant: Tenant, actor: str, data: dict[str, Any]) -> ScheduleChange:
+    now = timezone.now()
+    definition = _definition(tenant, data, now=now)
+    schedule = Schedule(tenant=tenant, **definition.values)
+    # Born in its first status: a new row has no status to compare with.
+    schedule.status = _start_cursor(schedule, definition.recurrence, after=now)
+    schedule.ended_at = now if schedule.status == ScheduleStatus.ENDED else None
+    with transaction.atomic():
+        schedule.save()
+        _version_record(schedule, change="created", actor=actor, changed=list(DEFINITION_FIELDS), now=now)
+        report = schedule_materialize_one(schedule, now=now)
+    return ScheduleChange(schedule, materialized=report)
+
+
+def schedule_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Schedule:
+    # Tenant in the filter: another tenant's schedule is simply not found.
+    qs = Schedule.objects.filter(tenant=tenant, public_id=public_id)
+    if lock:
+        qs = qs.select_for_update()
+    schedule = qs.first()
+    if schedule is None:
+        raise NotFoundError("No schedule with this id.")
+    schedule.tenant = tenant
+    return schedule
+
+
+def _slot(row: dict) -> datetime:
+    # The occurrence's own time: a quiet-hours move changes due_at but not the slot it stands for.
+    return row["quiet_deferred_from"] or row["due_at"]
+
+
+def _live_rows(schedule: Schedule, now: datetime) -> list[dict]:
+    """This schedule's occurrences not cancelled and not final, from LIVE_LOOKBACK ago on (keys sort
+    by local occurrence time, so the range read uses the unique key index)."""
+    since = (now - LIVE_LOOKBACK).replace(tzinfo=None)
+    return list(
+        Message.objects.filter(
+            schedule=schedule,
+            occurrence_key__gte=f"{schedule.public_id}:{since:%Y%m%dT%H%M%S}",
+            status__in=[Status.SCHEDULED, *IN_FLIGHT],
+        ).values(
+            "id",
+            "public_id",
+            "status",
+            "due_at",
+            "quiet_deferred_from",
+            "requested_local_time",
+            "schedule_version",
+        )
+    )
+
+
+def _cancel_occurrences(
+    schedule: Schedule,
+    *,
+    now: datetime,
+    actor: str,
+    reason: str,
+    new_version: int,
+    include_queued: bool,
+    only_future: bool,
+) -> tuple[list[str], list[dict]]:
+    """Cancel this schedule's pending occurrences; returns (cancelled public ids, kept rows)."""
+    rows = _live_rows(schedule, now) if only_future else _all_pending_rows(schedule)
+    by_id = {r["id"]: r for r in rows}
+    details = {
+        "reason": reason,
+        "schedule": schedule.public_id,
+        "schedule_version": schedule.version,
+        "new_schedule_version": new_version,
+    }
+    common = {
+        "to_status": Status.CANCELLED,
+        "kind": "cancelled",
+        "actor": actor,
+        "details": details,
+        "set_fields": {"run_after": None, "status_reason": reason[:255]},
+        "now": now,
+    }
+    scheduled = [
+        r["id"] for r in rows if r["status"] == Status.SCHEDULED and (not only_future or _slot(r) > now)
+    ]
+    won = {r["id"] for r in transitions.transition_many(scheduled, from_status=Status.SCHEDULED, **common)}
+    if include_queued:
+        queued = [r["id"] for r in rows if r["status"] == Status.QUEUED]
+        won |= {r["id"] for r in transitions.transition_many(queued, from_status=Status.QUEUED, **common)}
+    kept_ids = [mid for mid in by_id if mid not in won]
+    current = dict(Message.objects.filter(pk__in=kept_ids).values_list("id", "status"))
+    kept = []
+    for mid in kept_ids:
+        row = by_id[mid]
+        kept.append(
+            {
+                "id": row["public_id"],
+                "status": current.get(mid, row["status"]),
+                "local_time": naive(row["requested_local_time"]).isoformat(),
+                "due_at": row["due_at"].isoformat(),
+                "schedule_version": row["schedule_version"],
+                "_pk": mid,
+                "_slot": _slot(row),
+            }
+        )
+        # The audit trail answers "why did this still go out with the old definition?".
+        transitions.event_record(
+            mid,
+            kind="schedule_change_not_applied",
+            actor=actor,
+            status=current.get(mid, row["status"]),
+            details={**details, "reason": f"already {current.get(mid, row['status'])} when: {reason}"},
+        )
+    return [by_id[mid]["public_id"] for mid in sorted(won)], kept
+
+
+def _all_pending_rows(schedule: Schedule) -> list[dict]:
+    return list(
+        Message.objects.filter(schedule=schedule, status__in=[Status.SCHEDULED, *IN_FLIGHT]).values(
+            "id",
+            "public_id",
+            "status",
+            "due_at",
+            "quiet_deferred_from",
+            "requested_local_time",
+            "schedule_version",
+        )
+    )
+
+
+def _public_kept(kept: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in kept]
+
+
+def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> ScheduleChange:
+    now = timezone.now()
+    with transaction.atomic():
+        schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
+        if schedule.status == ScheduleStatus.CANCELLED:
+            raise ConflictError("A cancelled schedule cannot be changed.", current_status=schedule.status)
+        base = snapshot_of(schedule)
+        merged = {**base, **{k: v for k, v in data.items() if k in DEFINITION_FIELDS}}
+        if "from" in data or "messaging_service_sid" in data:
+            # A new sender replaces the old one, whichever kind it was.
+            merged["from"] = data.get("from")
+            merged["messaging_service_sid"] = data.get("messaging_service_sid")
+        definition = _definition(tenant, merged, now=now)
+        changed = sorted(k for k in DEFINITION_FIELDS if definition.snapshot[k] != base[k])
+        if not changed:
+            return ScheduleChange(schedule, changed=False)
+        new_version = schedule.version + 1
+        cancelled, kept = _cancel_occurrences(
+            schedule,
+            now=now,
+            actor=actor,
+            reason=f"schedule {schedule.public_id} changed to version {new_version}",
+            new_version=new_version,
+            include_queued=False,
+            only_future=True,
+        )
+        for name, value in definition.values.items():
+            setattr(schedule, name, value)
+        schedule.version = new_version
+        status = schedule.status
+        if status != ScheduleStatus.PAUSED:
+            # Start after every slot that is still going out under an older version.
+            after = max([now, *(row["_slot"] for row in kept)])
+            status = _start_cursor(schedule, definition.recurrence, after=after)
+        _save(schedule)
+        if status != ScheduleStatus.PAUSED:
+            _move(schedule, to_status=status, now=now)  # active, or ended when the new rule has nothing left
+        _version_record(schedule, change="updated", actor=actor, changed=changed, now=now)
+        report = schedule_materialize_one(schedule, now=now)
+    return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept), materialized=report)
+
+
+def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
+    now = timezone.now()
+    with transaction.atomic():
+        schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
+        if schedule.status == ScheduleStatus.PAUSED:
+            return ScheduleChange(schedule, changed=False)
+        if schedule.status != ScheduleStatus.ACTIVE:
+            raise ConflictError(
+                f"Only an active schedule can be paused; this one is {schedule.status}.",
+                current_status=schedule.status,
+            )
+        change = _schedule_stop(
+            schedule,
+            status=ScheduleStatus.PAUSED,
+            change="paused",
+            reason=f"paused (version {schedule.version + 1})",
+            actor=actor,
+            now=now,
+        )
+    return change
+
+
+def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
+    from scheduling.schedules.materialize import recurrence_of
+
+    now = timezone.now()
+    with transaction.atomic():
+        schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
+        if schedule.status == ScheduleStatus.ACTIVE:
+            return ScheduleChange(schedule, changed=False)
+        if schedule.status != ScheduleStatus.PAUSED:
+            raise ConflictError(
+                f"Only a paused schedule can be resumed; this one is {schedule.status}.",
+                current_status=schedule.status,
+            )
+        live = _live_rows(schedule, now)
+        after = max([now, *(_slot(r) for r in live)])
+        schedule.version += 1
+        status = _start_cursor(schedule, recurrence_of(schedule), after=after)
+        _save(schedule)
+        _move(schedule, to_status=status, now=now)
+        _version_record(schedule, change="resumed", actor=actor, changed=["status"], now=now)
+        report = schedule_materialize_one(schedule, now=now)
+    return ScheduleChange(schedule, materialized=report)
+
+
+def schedule_cancel(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
+    now = timezone.now()
+    with transaction.atomic():
+        schedule = schedule_get(tenant=tenant, public_id=public_id, lock=True)
+        if schedule.status == ScheduleStatus.CANCELLED:
+            return ScheduleChange(schedule, changed=False)
+        change = _schedule_stop(
+            schedule,
+            status=ScheduleStatus.CANCELLED,
+            change="cancelled",
+            reason="cancelled",
+            actor=actor,
+            now=now,
+        )
+    return change
+
+
+def _schedule_stop(
+    schedule: Schedule, *, status: str, change: str, reason: str, actor: str, now
+) -> ScheduleChange:
+    """Pause and cancel: a new version that cancels every pending occurrence (queued ones too) and
+    stops the materializer cursor. Runs inside the caller's transaction, with the schedule locked."""
+    new_version = schedule.version + 1
+    cancelled, kept = _cancel_occurrences(
+        schedule,
+        now=now,
+        actor=actor,
+        reason=f"schedule {schedule.public_id} {reason}",
+        new_version=new_version,
+        include_queued=True,
+        only_future=False,
+    )
+    _move(
+        schedule,
+        to_status=status,
+        now=now,
+        set_fields={"version": new_version, "cursor_local": None, "next_occurrence_at": None},
+    )
+    _version_record(schedule, change=change, actor=actor, changed=["status"], now=now)
+    return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept))
+
+
+def tenant_quiet_hours_set(*, tenant: Tenant, data: dict[str, Any]) -> Tenant:
+    """Set the tenant's quiet-hours policy; ``start`` and ``end`` both None clears the window."""
+    start, end = data.get("start"), data.get("end")
+    try:
+        if (start is None) != (end is None):
+            raise QuietHoursError("end" if end is None else "start", "give both start and end, or neither")
+        if start is not None:
+            start_t, end_t = parse_clock(start, "start"), parse_clock(end, "end")
+            if start_t == end_t:
+                raise QuietHoursError(
+                    "end", f"equals start ({start_t:%H:%M}): the window would be empty or the whole day"
+                )
+        else:
+            start_t = end_t = None
+    except QuietHoursError as exc:
+        raise InvalidInput(exc.field, str(exc)) from exc
+    tenant.quiet_hours_start, tenant.quiet_hours_end = start_t, end_t
+    if data.get("exempt_transactional") is not None:
+        tenant.quiet_hours_exempt_transactional = bool(data["exempt_transactional"])
+    tenant.save(update_fields=["quiet_hours_start", "quiet_hours_end", "quiet_hours_exempt_transactional"])
+    return tenant
+
+
+__all__ = [
+    "DEFINITION_FIELDS",
+    "ScheduleChange",
+    "quiet_window_of",
+    "schedule_cancel",
+    "schedule_create",
+    "schedule_get",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_update",
+    "snapshot_of",
+    "tenant_quiet_hours_set",
+]

@@ -1,0 +1,1 @@
+"""Tests of the scheduling admin pages (scheduling/admin.py, scheduling/console)."""
