@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from smsgw.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
+from smsgw.runtime.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -1,5 +1,5 @@
 """``python -m bench.embedded_broker``: kombu's filesystem transport as shipped against smsgw's
-(smsgw.transports.FilesystemTransport), in the same run, on the same folder layout.
+(smsgw.runtime.transports.FilesystemTransport), in the same run, on the same folder layout.
 
 Two figures per transport:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from kombu import Connection, Queue
 
 STOCK = "kombu.transport.filesystem:Transport"
-OURS = "smsgw.transports:FilesystemTransport"
+OURS = "smsgw.runtime.transports:FilesystemTransport"
 PAYLOAD = {"task": "delivery.send_batch", "ids": list(range(250)), "pad": "x" * 600}
 
 

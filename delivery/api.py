@@ -9,9 +9,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from delivery.flow import capacity
-from smsgw import schema
-from smsgw.errors import field_error
-from smsgw.strict_input import JsonTypedSerializer
+from smsgw.http import schema
+from smsgw.http.errors import field_error
+from smsgw.http.strict_input import JsonTypedSerializer
 
 MAX_RATE = 10_000.0
 

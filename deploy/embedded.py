@@ -282,7 +282,7 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
         "--access-logfile",
         "-",
         "--logger-class",
-        "smsgw.gunicorn_logging.RedactingLogger",
+        "smsgw.runtime.gunicorn_logging.RedactingLogger",
     ]
     # Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second
     # (they poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.

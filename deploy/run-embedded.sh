@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command, nothing but Python installed: SQLite (WAL), kombu's filesystem transport (with an atomic
-# publish: smsgw.transports), the sandbox provider, the web API (gunicorn), a real `celery worker` and a
+# publish: smsgw.runtime.transports), the sandbox provider, the web API (gunicorn), a real `celery worker` and a
 # real `celery beat`, supervised. Ctrl-C stops all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ A process that dies is started again (its line says so). Press Ctrl-C to stop.
 "
 # The sandbox, gunicorn, one celery worker on every queue and celery beat, kept running by a small
 # supervisor (deploy/embedded.py): a child that dies is restarted with a backoff; Ctrl-C stops them all.
-# The worker consumes every queue the code routes to (smsgw/queues.py, the one list).
-QUEUES=$($PY -c 'from smsgw.queues import ROUTED_QUEUES; print(",".join(ROUTED_QUEUES))')
+# The worker consumes every queue the code routes to (smsgw/runtime/queues.py, the one list).
+QUEUES=$($PY -c 'from smsgw.runtime.queues import ROUTED_QUEUES; print(",".join(ROUTED_QUEUES))')
 exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandbox-port "$SANDBOX_PORT" \
   --queues "$QUEUES" --banner "$BANNER"

@@ -19,8 +19,8 @@ from delivery.providers.base import CallbackInvalid
 from receipts import spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
-from smsgw.boundary import NUL_OR_SURROGATE, first_bad_field
-from smsgw.errors import field_error
+from smsgw.http.boundary import NUL_OR_SURROGATE, first_bad_field
+from smsgw.http.errors import field_error
 
 log = logging.getLogger(__name__)
 

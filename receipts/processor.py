@@ -44,7 +44,7 @@ from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw.db import is_postgres
+from smsgw.runtime.db import is_postgres
 
 log = logging.getLogger(__name__)
 

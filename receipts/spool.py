@@ -33,7 +33,7 @@ from django.db import transaction
 
 from delivery.providers.base import CallbackData
 from receipts.ingest import receipt_ingest
-from smsgw import unavailable
+from smsgw.http import unavailable
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from scheduling.models import Message
-from smsgw.db import PgInts, is_postgres
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.runtime.db import PgInts, is_postgres
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
 from scheduling.messages.service import ALPHANUMERIC_SENDER
-from smsgw import admin_beat  # noqa: F401  (guards the built-in periodic tasks)
-from smsgw.api_keys import api_key_revoke, api_key_rotate
+from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
 from smsgw.models import ApiKey, Tenant, api_key_create
+from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 

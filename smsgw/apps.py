@@ -7,4 +7,4 @@ class SmsgwConfig(AppConfig):
 
     def ready(self):
         # Registers the OpenAPI extension for the API key scheme (drf-spectacular finds it by import).
-        from smsgw import schema  # noqa: F401
+        from smsgw.http import schema  # noqa: F401

@@ -14,7 +14,7 @@ from celery.signals import (
 from kombu.utils.objects import cached_property
 
 from smsgw.observability.consumers import QueueConsumerHeartbeat
-from smsgw.transports import transports_register
+from smsgw.runtime.transports import transports_register
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smsgw.settings")
 # Before any connection: kombu's filesystem and Redis schemes resolve to smsgw's transports (atomic
@@ -25,10 +25,10 @@ transports_register()
 class App(Celery):
     @cached_property
     def Beat(self):
-        """``celery beat`` with a stop that cannot hang on the database (smsgw.beat says why)."""
+        """``celery beat`` with a stop that cannot hang on the database (smsgw.runtime.beat says why)."""
         # Celery resolves a "module:attr" name here (symbol_by_name), as its own Beat property does; the
         # stubs accept only a class.
-        return self.subclass_with_self("smsgw.beat:Beat")  # type: ignore[arg-type]
+        return self.subclass_with_self("smsgw.runtime.beat:Beat")  # type: ignore[arg-type]
 
 
 app = App("smsgw")
@@ -41,8 +41,8 @@ app.steps["worker"].add(QueueConsumerHeartbeat)
 @celeryd_init.connect
 def _check_role(options=None, conf=None, **_kwargs) -> None:
     # Before the worker connects or forks: a host missing a setting this worker's role needs stops here
-    # (smsgw.roles). SystemExit passes through Celery's signal dispatch, which catches only Exception.
-    from smsgw import roles
+    # (smsgw.runtime.roles). SystemExit passes through Celery's signal dispatch, which catches only Exception.
+    from smsgw.runtime import roles
 
     roles.check_worker(roles.queues_of(options or {}, conf))
 
@@ -88,9 +88,9 @@ def _warm_shutdown_bounded(how=None, **_kwargs) -> None:
 @after_setup_task_logger.connect
 def _quiet_logs(logger=None, **_kwargs) -> None:
     """Workers and beat: a repeated error once per window, no INFO line per periodic tick, and every line
-    redacted (no body, number, metadata value or secret; smsgw.logs.Redact)."""
-    from smsgw.logs import handlers_quiet
-    from smsgw.logs_json import handlers_format
+    redacted (no body, number, metadata value or secret; smsgw.runtime.logs.Redact)."""
+    from smsgw.runtime.logs import handlers_quiet
+    from smsgw.runtime.logs_json import handlers_format
 
     handlers_quiet(logger)
     handlers_format(logger)

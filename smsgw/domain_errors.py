@@ -2,7 +2,7 @@
 
 A service says *what* went wrong: a record that is not there, a state that forbids the change, an input
 that breaks a rule (naming the field), a quota or rate spent, a dependency that does not answer. It does
-not know about HTTP: ``smsgw.errors.api_exception_handler`` turns each of these into the API's error
+not know about HTTP: ``smsgw.http.errors.api_exception_handler`` turns each of these into the API's error
 envelope and status, and the admin and the tasks catch them by class.
 
 Plain Python: no Django, no DRF, so any module may import it.
@@ -92,6 +92,6 @@ class Unavailable(DomainError):
 
 
 class DatabaseUnavailable(Unavailable):
-    """The database does not answer (smsgw.unavailable)."""
+    """The database does not answer (smsgw.http.unavailable)."""
 
     code = "database_unavailable"

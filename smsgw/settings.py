@@ -10,8 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from smsgw import security
-from smsgw.env import env_bool, env_choice, env_float, env_int, env_list, env_pairs, env_str
+from smsgw.config import security
+from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_list, env_pairs, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
@@ -45,7 +45,7 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
 # development: a laptop (the embedded run, benchmarks); test: the test suite; production: everything
 # else, and the default as soon as DATABASE_URL is set. Production refuses to start insecurely: a weak
-# or missing DJANGO_SECRET_KEY, missing Twilio credentials (smsgw.security says why).
+# or missing DJANGO_SECRET_KEY, missing Twilio credentials (smsgw.config.security says why).
 SMSGW_ENV = env_choice(
     "SMSGW_ENV", "development" if EMBEDDED else "production", ("development", "test", "production")
 )
@@ -100,7 +100,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "smsgw.boundary.ApiBoundaryMiddleware",  # first: it turns every /v1/ and /receipts/ error into JSON
+    "smsgw.http.boundary.ApiBoundaryMiddleware",  # first: it turns every /v1/ and /receipts/ error into JSON
     "django.middleware.security.SecurityMiddleware",
     # Right after security (HTTPS redirect first): serves /static/ in every mode, DEBUG or not.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -111,7 +111,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "smsgw.limits.ratelimit.RateLimitHeadersMiddleware",
-    "smsgw.logs_json.LogContextMiddleware",
+    "smsgw.runtime.logs_json.LogContextMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires: it answers a locked-out login
 ]
 
@@ -166,7 +166,7 @@ else:
         }
     )
 # While the database does not answer, a request that needs it is a 503 with this Retry-After
-# (smsgw.unavailable): about one connect timeout, the time a restart or a failover usually takes.
+# (smsgw.http.unavailable): about one connect timeout, the time a restart or a failover usually takes.
 DB_RETRY_AFTER_SECONDS = env_int("SMSGW_DB_RETRY_AFTER_SECONDS", 5, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -185,13 +185,13 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up a
 # It also finds them in the installed apps, so the embedded run and the tests need no collectstatic.
 # Production links the compressed, content-hashed copies that `collectstatic` put in STATIC_ROOT
 # (smsgw-web.service runs it; cached for a year), and falls back to the plain files where it did
-# not run (smsgw.static), so the admin never breaks on a missing manifest.
+# not run (smsgw.http.static), so the admin never breaks on a missing manifest.
 WHITENOISE_USE_FINDERS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "smsgw.static.ForgivingManifestStorage"
+            "smsgw.http.static.ForgivingManifestStorage"
             if PRODUCTION
             else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
@@ -208,7 +208,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
 AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "smsgw.admin_login.client_ip"  # the client's address behind the TLS proxy
+AXES_CLIENT_IP_CALLABLE = "smsgw.console.login.client_ip"  # the client's address behind the TLS proxy
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # its own log lines carry the username and address on every attempt
 # An admin session ends after SMSGW_ADMIN_SESSION_IDLE_SECONDS without a request: each request moves
@@ -221,17 +221,17 @@ ADMIN_PHONE_REGION = env_str("SMSGW_ADMIN_PHONE_REGION", "US").upper()
 
 # --- API ------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["smsgw.auth.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["smsgw.tenancy.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["smsgw.boundary.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["smsgw.http.boundary.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "smsgw.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "smsgw.http.errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["smsgw.limits.ratelimit.ApiKeyRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 # Adds the error responses every operation can give (401, 429, 400, 404, 413, 415) to the schema.
-REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "smsgw.schema.ApiAutoSchema"
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "smsgw.http.schema.ApiAutoSchema"
 SPECTACULAR_SETTINGS = {
     "TITLE": "smsgw tenant API",
     "DESCRIPTION": (
@@ -251,7 +251,8 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
 if BROKER_IS_FILESYSTEM:
-    # smsgw.transports.FilesystemTransport: messages are written whole in tmp/ and renamed into out/, a
+    # smsgw.runtime.transports.FilesystemTransport: messages are written whole in tmp/ and renamed into out/,
+    # a
     # consumer renames the one it takes into claimed/, and a file it cannot read goes to bad/.
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("out", "tmp", "claimed", "bad", "processed", "control"):
@@ -328,7 +329,7 @@ CELERY_WORKER_SEND_TASK_EVENTS = env_bool("SMSGW_CELERY_EVENTS", PRODUCTION)
 CELERY_TASK_SEND_SENT_EVENT = CELERY_WORKER_SEND_TASK_EVENTS
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Celery's consumer with its bad-message handling kept and its log lines free of message contents.
-CELERY_WORKER_CONSUMER = "smsgw.worker_consumer:Consumer"
+CELERY_WORKER_CONSUMER = "smsgw.runtime.worker_consumer:Consumer"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 
@@ -453,19 +454,19 @@ CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.
 CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 
 # --- logging --------------------------------------------------------------------------------------
-# One JSON object per line (smsgw.logs_json) in production, plain text elsewhere.
+# One JSON object per line (smsgw.runtime.logs_json) in production, plain text elsewhere.
 LOG_FORMAT = env_choice("SMSGW_LOG_FORMAT", "json" if PRODUCTION else "plain", ("json", "plain"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "smsgw.logs_json.JsonFormatter"},
+        "json": {"()": "smsgw.runtime.logs_json.JsonFormatter"},
     },
     "filters": {
-        "repeat_limit": {"()": "smsgw.logs.RepeatLimit"},
-        "quiet_ticks": {"()": "smsgw.logs.QuietTicks"},
-        "redact": {"()": "smsgw.logs.Redact"},
+        "repeat_limit": {"()": "smsgw.runtime.logs.RepeatLimit"},
+        "quiet_ticks": {"()": "smsgw.runtime.logs.QuietTicks"},
+        "redact": {"()": "smsgw.runtime.logs.Redact"},
     },
     "handlers": {
         "console": {
@@ -479,7 +480,7 @@ LOGGING = {
     "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
     "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
 }
-# Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.boundary).
+# Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.http.boundary).
 API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)
 # POST /v1/campaigns with a CSV file (multipart/form-data) only: the file is streamed to disk and then into
 # the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two

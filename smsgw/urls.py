@@ -9,7 +9,7 @@ from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.messages import api
 from scheduling.schedules import api as sched
-from smsgw import docs, health
+from smsgw.http import docs, health
 from smsgw.observability import views as observability
 
 urlpatterns = [
@@ -71,5 +71,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-# A database that does not answer is a 503 with Retry-After, wherever it was needed (smsgw.unavailable).
-handler500 = "smsgw.unavailable.server_error"
+# A database that does not answer is a 503 with Retry-After, wherever it was needed (smsgw.http.unavailable).
+handler500 = "smsgw.http.unavailable.server_error"

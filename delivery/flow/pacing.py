@@ -55,8 +55,8 @@ from delivery.providers import get_adapter
 from delivery.sending import delays
 from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import ReasonCode
-from smsgw.db import is_postgres
 from smsgw.models import Tenant
+from smsgw.runtime.db import is_postgres
 
 log = logging.getLogger(__name__)
 

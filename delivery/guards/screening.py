@@ -26,9 +26,9 @@ from delivery.guards import suppression
 from delivery.models import Suppression
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw.db import PgInts, is_postgres
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.runtime.db import PgInts, is_postgres
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from rest_framework.views import APIView
 from delivery.flow import capacity
 from delivery.guards import suppression
 from delivery.models import Suppression, SuppressionSource
-from smsgw import schema, strict_input
-from smsgw.errors import field_error
-from smsgw.pagination import StrictCursorPagination
-from smsgw.strict_input import JsonTypedSerializer
+from smsgw.http import schema, strict_input
+from smsgw.http.errors import field_error
+from smsgw.http.pagination import StrictCursorPagination
+from smsgw.http.strict_input import JsonTypedSerializer
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 SENDER_HELP = (

@@ -47,8 +47,8 @@ from delivery.guards.models import (
 from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Status
-from smsgw.db import PgInts, is_postgres
 from smsgw.models import Tenant
+from smsgw.runtime.db import PgInts, is_postgres
 
 REASON_HELD = ReasonCode.HELD_FOR_REVIEW
 REASON_RELEASED = ReasonCode.REVIEW_RELEASED  # released by an operator: goes out, not counted or held again

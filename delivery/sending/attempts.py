@@ -2,7 +2,7 @@
 
 Django's bulk_update builds a CASE expression per column per row; for a 100-row batch that cost more
 CPU than the provider calls themselves. One UPDATE ... FROM (arrays or VALUES) does the same work in a
-single cheap statement (see smsgw.db for why arrays on PostgreSQL)."""
+single cheap statement (see smsgw.runtime.db for why arrays on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import connection
 
 from delivery.models import Attempt, AttemptOutcome
-from smsgw.db import PgInts, PgTexts, is_postgres
+from smsgw.runtime.db import PgInts, PgTexts, is_postgres
 
 TABLE = Attempt._meta.db_table
 

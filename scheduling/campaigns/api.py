@@ -26,10 +26,10 @@ from scheduling.messages.api import (
     message_data,
 )
 from scheduling.models import Campaign, CampaignTimeMode, Priority
-from smsgw import schema, strict_input
-from smsgw.boundary import NUL_OR_SURROGATE, StrictJSONParser, first_bad_field
-from smsgw.errors import field_error
-from smsgw.pagination import StrictCursorPagination
+from smsgw.http import schema, strict_input
+from smsgw.http.boundary import NUL_OR_SURROGATE, StrictJSONParser, first_bad_field
+from smsgw.http.errors import field_error
+from smsgw.http.pagination import StrictCursorPagination
 
 
 def _campaign_fields() -> dict:

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from scheduling.campaigns import control
 from scheduling.campaigns.api import CampaignOutput
-from smsgw import schema
+from smsgw.http import schema
 
 CAMPAIGN_CONFLICT = schema.error(
     409,

@@ -23,7 +23,7 @@ from django.db import connection
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Campaign, CampaignStatus, Message, Status
-from smsgw.db import PgInts, is_postgres
+from smsgw.runtime.db import PgInts, is_postgres
 
 REASON_PAUSED = ReasonCode.CAMPAIGN_PAUSED
 REASON_CANCELLED = ReasonCode.CAMPAIGN_CANCELLED

@@ -34,8 +34,8 @@ from django.db import connection
 
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Priority, Status
-from smsgw import broker
-from smsgw.queues import SEND_PREFIX
+from smsgw.runtime import broker
+from smsgw.runtime.queues import SEND_PREFIX
 
 if TYPE_CHECKING:
     import redis

@@ -38,8 +38,8 @@ from scheduling.dispatch.recovery import send_queue
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
-from smsgw.db import is_postgres
 from smsgw.models import Tenant
+from smsgw.runtime.db import is_postgres
 
 REASON_DISABLED = ReasonCode.TENANT_DISABLED
 PACED = ReasonCode.PACED

@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling.campaigns.progress import progress_add
 from scheduling.lifecycle.reasons import REASON_CODES
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
+from smsgw.runtime.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
 
 S = Status
 # The move's own time, in the edge table below.
@@ -458,7 +458,7 @@ def transition_versioned(
         [f.get_db_prep_save(values[f.name], connection) for _, _, values in items] for f in fields
     ]
     if is_postgres():
-        # Arrays: one statement text for every batch size (see smsgw.db).
+        # Arrays: one statement text for every batch size (see smsgw.runtime.db).
         types = ["bigint[]", "bigint[]", *[pg_array_type(f) for f in fields]]
         source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({vcols})"
         params: list[Any] = [PgInts(columns[0]), PgInts(columns[1])] + [

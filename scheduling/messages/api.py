@@ -21,9 +21,9 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages import examples, selectors
 from scheduling.messages import service as services
 from scheduling.models import Message, Priority, Status
-from smsgw import schema, strict_input
-from smsgw.errors import field_error
-from smsgw.pagination import StrictCursorPagination
+from smsgw.http import schema, strict_input
+from smsgw.http.errors import field_error
+from smsgw.http.pagination import StrictCursorPagination
 
 MAX_METADATA_BYTES = 4096
 

@@ -15,8 +15,8 @@ from scheduling.models import Priority, Schedule
 from scheduling.schedules import selectors
 from scheduling.schedules import service as services
 from scheduling.schedules.materialize import naive
-from smsgw import schema, strict_input
-from smsgw.pagination import StrictCursorPagination
+from smsgw.http import schema, strict_input
+from smsgw.http.pagination import StrictCursorPagination
 
 # One definition of the strictness and metadata rules for both message and schedule input.
 _Strict = StrictSerializer

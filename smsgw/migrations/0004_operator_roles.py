@@ -1,10 +1,10 @@
-"""The `viewer`, `operator` and `admin` groups (smsgw.operator_roles says what each may do)."""
+"""The `viewer`, `operator` and `admin` groups (smsgw.console.roles says what each may do)."""
 
 from django.db import migrations
 
 
 def roles_create(apps, schema_editor):
-    from smsgw.operator_roles import roles_sync
+    from smsgw.console.roles import roles_sync
 
     roles_sync(apps, allow_missing=True)  # models added later get their rights in a later migration
 

@@ -1,11 +1,11 @@
 """The roles again, now that delivery has review holds (viewer sees them; operator releases and cancels
-them; smsgw.operator_roles)."""
+them; smsgw.console.roles)."""
 
 from django.db import migrations
 
 
 def roles_update(apps, schema_editor):
-    from smsgw.operator_roles import roles_sync
+    from smsgw.console.roles import roles_sync
 
     roles_sync(apps)
 

@@ -1,11 +1,11 @@
 """The roles again, now that scheduling has campaigns (viewer sees them and their rejected rows;
-operator pauses, resumes and cancels them; smsgw.operator_roles)."""
+operator pauses, resumes and cancels them; smsgw.console.roles)."""
 
 from django.db import migrations
 
 
 def roles_update(apps, schema_editor):
-    from smsgw.operator_roles import roles_sync
+    from smsgw.console.roles import roles_sync
 
     roles_sync(apps)
 

@@ -77,8 +77,8 @@ RATE_LIMIT_REJECTIONS = Counter(
 BROKER_DISCARDED = Counter(
     "smsgw_broker_discarded",
     "Broker messages set aside without running, by queue and reason: empty, not_json, not_a_message (the "
-    "transport could not read them: smsgw.transports), unknown_task, undecodable, invalid (Celery could "
-    "not run them: smsgw.worker).",
+    "transport could not read them: smsgw.runtime.transports), unknown_task, undecodable, invalid "
+    "(Celery could not run them: smsgw.worker).",
     ["queue", "reason"],
 )
 

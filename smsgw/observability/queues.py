@@ -11,7 +11,7 @@ Why heartbeats in the database rather than asking the broker or Celery:
 
 So each worker's main process records, every SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS, one row per queue it
 consumes (smsgw.observability.consumers), and a scrape combines the rows with the broker's depth (one
-passive declare per queue, smsgw.broker.queue_depths: the same on every transport). A queue is
+passive declare per queue, smsgw.runtime.broker.queue_depths: the same on every transport). A queue is
 **unconsumed** while it has ready messages and no consumer heard from within
 SMSGW_QUEUE_CONSUMER_STALE_SECONDS.
 
@@ -35,9 +35,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from smsgw import broker
 from smsgw.observability.models import QueueConsumer, UnconsumedQueue
-from smsgw.queues import ROUTED_QUEUES
+from smsgw.runtime import broker
+from smsgw.runtime.queues import ROUTED_QUEUES
 
 # Rows of worker nodes not heard from for this long are deleted (a container's random hostname would
 # otherwise leave one row per queue per start for ever). A day keeps the last consumer of a queue

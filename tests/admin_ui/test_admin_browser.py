@@ -1,6 +1,7 @@
 """The operator console in a real browser: Debian's Chromium driven by Playwright against the live
 test server (pytest-django's live_server; it serves /static/ with Django's own handler, so the
-WhiteNoise path is proven by tests/smsgw/test_static.py and the embedded smoke test). Each role logs in through the login form; an operator finds a message by a
+WhiteNoise path is proven by tests/smsgw/http/test_static.py and the embedded smoke test). Each role logs in
+through the login form; an operator finds a message by a
 national-format number, cancels one, bulk-cancels a mix, reschedules and replays a dead letter; a
 viewer is refused. Playwright's own browser download is never used (it cannot work offline):
 deploy/test.sh installs Debian's chromium when it is missing, and these tests are skipped, saying so,
@@ -20,7 +21,7 @@ from django.db import connections
 from django.utils import timezone
 
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.operator_roles import roles_sync
+from smsgw.console.roles import roles_sync
 from tests.factories import message, recipient, tenant_with_key
 
 CHROMIUM = Path("/usr/bin/chromium")

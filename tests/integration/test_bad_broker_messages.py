@@ -1,5 +1,6 @@
 """A broker message a worker cannot run never stops it, and never comes back: real workers on the Redis
-broker, poison pushed onto the bulk queue by hand (smsgw.transports, smsgw.worker_consumer)."""
+broker, poison pushed onto the bulk queue by hand (smsgw.runtime.transports,
+smsgw.runtime.worker_consumer)."""
 
 from __future__ import annotations
 

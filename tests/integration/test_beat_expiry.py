@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from smsgw.broker import queue_depths
+from smsgw.runtime.broker import queue_depths
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from bench.devprocs import RedisServer
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.broker import queue_depths
+from smsgw.runtime.broker import queue_depths
 from tests.factories import messages_bulk, tenant_with_key
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 PostgreSQL, tests.integration.db_proxy): every POST /v1/messages during the outage is a 503 with
 Retry-After in the header and the error envelope, nothing is stored, the log has one rate-limited line and
 no traceback; once the database is back the same request is accepted. Then SIGTERM stops gunicorn within
-30 s, and it never opened a control socket (tests/smsgw/test_gunicorn_commands.py)."""
+30 s, and it never opened a control socket (tests/smsgw/runtime/test_gunicorn_commands.py)."""
 
 from __future__ import annotations
 

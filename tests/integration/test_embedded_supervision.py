@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from bench.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
-from smsgw.queues import ROUTED_QUEUES
+from smsgw.runtime.queues import ROUTED_QUEUES
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

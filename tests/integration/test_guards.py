@@ -14,7 +14,7 @@ from django.test import Client
 from delivery.models import ReviewHold
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw.operator_roles import roles_sync
+from smsgw.console.roles import roles_sync
 from tests.factories import message, recipient, tenant_with_key
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from scheduling.models import Campaign
 from smsgw.observability.models import QueueConsumer, UnconsumedQueue
 from smsgw.observability.queues import queue_states_observe
-from smsgw.queues import CAMPAIGNS
+from smsgw.runtime.queues import CAMPAIGNS
 from tests.factories import recipient, tenant_with_key
 from tests.metrics import TOKEN, scrape, value
 from tests.waiting import wait_for

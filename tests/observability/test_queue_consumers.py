@@ -17,7 +17,7 @@ from smsgw.observability.queues import (
     queue_consumers_stop,
     queue_states_observe,
 )
-from smsgw.queues import CAMPAIGNS, ROUTED_QUEUES
+from smsgw.runtime.queues import CAMPAIGNS, ROUTED_QUEUES
 from tests.metrics import TOKEN, scrape, value
 
 pytestmark = pytest.mark.django_db

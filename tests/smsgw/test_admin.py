@@ -13,8 +13,8 @@ from django.test import Client
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from scheduling.models import Message, Status
+from smsgw.console.roles import roles_sync
 from smsgw.models import ApiKey, Tenant
-from smsgw.operator_roles import roles_sync
 from tests.factories import message, tenant_with_key
 
 pytestmark = pytest.mark.django_db

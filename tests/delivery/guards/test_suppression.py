@@ -19,7 +19,7 @@ from delivery.models import Attempt, Suppression, SuppressionChange
 from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw.operator_roles import roles_sync
+from smsgw.console.roles import roles_sync
 from tests.factories import SENDER, message, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -21,7 +21,7 @@ from delivery.models import KnownNumber, ReviewHold, VelocityCounter
 from delivery.sending import worker as sending
 from scheduling.dispatch import release
 from scheduling.models import Message, Status
-from smsgw.operator_roles import roles_sync
+from smsgw.console.roles import roles_sync
 from tests.factories import message, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from scheduling.models import Campaign, CampaignError, Message, Status
-from smsgw.operator_roles import roles_sync
+from smsgw.console.roles import roles_sync
 from tests.factories import campaign_with_messages, message, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduling.dispatch import recovery, release, sweep
 from scheduling.models import Message, Status
-from smsgw.broker import queue_depths
+from smsgw.runtime.broker import queue_depths
 from tests.factories import message, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from smsgw import domain_errors
-from smsgw.errors import api_exception_handler
+from smsgw.http.errors import api_exception_handler
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
 # The HTTP edge: DRF views (modules named *api), the authentication, throttle and pagination classes,
 # the parsers and request checks, the schema, the error handler and the settings that name them.

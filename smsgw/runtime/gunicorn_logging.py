@@ -2,13 +2,14 @@
 propagate to the root logger, so settings.LOGGING's filters never see them; yet an access line holds
 the request's path and query string (``/v1/messages?to=%2B14155550123``,
 ``/v1/capacity/senders/+14155550100``). Run gunicorn with ``--logger-class
-smsgw.gunicorn_logging.RedactingLogger`` and those lines are redacted like every other (smsgw.logs)."""
+smsgw.runtime.gunicorn_logging.RedactingLogger`` and those lines are redacted like every other
+(smsgw.runtime.logs)."""
 
 from __future__ import annotations
 
 from gunicorn.glogging import Logger
 
-from smsgw.logs import Redact
+from smsgw.runtime.logs import Redact
 
 
 class RedactingLogger(Logger):

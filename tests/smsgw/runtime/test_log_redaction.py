@@ -24,7 +24,7 @@ from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.celery import app
-from smsgw.logs import Redact, RepeatLimit, redact
+from smsgw.runtime.logs import Redact, RepeatLimit, redact
 from tests.factories import SENDER, tenant_with_key
 from tests.sandbox_process import SandboxProcess
 
@@ -78,13 +78,13 @@ def captured(settings):
 
 @app.task(name="tests.message_copy_invalid", ignore_result=True)
 def message_copy_invalid_task(message_id: int) -> None:
-    from tests.smsgw.failing_urls import message_copy_invalid
+    from tests.smsgw.http.failing_urls import message_copy_invalid
 
     message_copy_invalid(message_id)
 
 
 def test_a_run_with_failures_logs_no_body_number_metadata_or_secret(captured, settings, sandbox):
-    settings.ROOT_URLCONF = "tests.smsgw.failing_urls"
+    settings.ROOT_URLCONF = "tests.smsgw.http.failing_urls"
     settings.WEBHOOK_ALLOW_PRIVATE = settings.WEBHOOK_ALLOW_HTTP = True
     settings.SMSGW_PROVIDER = "twilio"
     settings.TWILIO_API_BASE_URL = sandbox.base_url
@@ -279,7 +279,7 @@ def test_gunicorn_access_lines_are_redacted():
 
     from gunicorn.config import Config
 
-    from smsgw.gunicorn_logging import RedactingLogger
+    from smsgw.runtime.gunicorn_logging import RedactingLogger
 
     cfg = Config()
     cfg.set("accesslog", "-")

@@ -148,7 +148,7 @@ def envelope(
     error: dict = {"code": code or _CODES.get(status, "error"), "message": message}
     if fields:
         error["fields"] = fields
-    error.update(extra or {})  # e.g. database_unavailable: retry_after (smsgw.unavailable)
+    error.update(extra or {})  # e.g. database_unavailable: retry_after (smsgw.http.unavailable)
     return JsonResponse({"error": error}, status=status, json_dumps_params={"separators": (",", ":")})
 
 

@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTING = re.compile(r"--no-control-socket\b|--control-socket[= ]\S+")
 # A shell-style command line: the gunicorn executable (any path) followed by its application.
 COMMAND_LINE = re.compile(r"(?:^|[\s/:])gunicorn\s+(?:-\S+\s+)*smsgw\.wsgi\b")

@@ -18,7 +18,7 @@ from urllib import parse
 
 from rest_framework.pagination import Cursor, CursorPagination
 
-from smsgw.errors import field_error
+from smsgw.http.errors import field_error
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _INT64_MAX = 2**63 - 1

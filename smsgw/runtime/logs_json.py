@@ -7,7 +7,7 @@ process, and the context where it exists: ``task_id`` and ``task_name`` (the Cel
 ``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``). Anything
 else a library attaches to a record (Django's ``request`` object with its query string, ``extra`` dicts)
 is left out: a field not listed here could carry a number or a body. The message itself has already
-been through smsgw.logs.Redact (the handler's filter chain keeps it, last), and context values are
+been through smsgw.runtime.logs.Redact (the handler's filter chain keeps it, last), and context values are
 redacted again here.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
-from smsgw.logs import redact
+from smsgw.runtime.logs import redact
 
 CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids")
 FIELDS = frozenset(
@@ -108,7 +108,7 @@ class LogContextMiddleware:
         from django.core.signals import request_finished
 
         self.get_response = get_response
-        request_finished.connect(_request_finished, dispatch_uid="smsgw.logs_json.context")
+        request_finished.connect(_request_finished, dispatch_uid="smsgw.runtime.logs_json.context")
 
     def __call__(self, request):
         context_clear()

@@ -1,4 +1,5 @@
-"""smsgw.transports: the embedded broker publishes atomically and sets aside what it cannot read; the Redis
+"""smsgw.runtime.transports: the embedded broker publishes atomically and sets aside what it cannot read; the
+Redis
 transport drops a list item that is not a kombu message. Real folders and a real Redis; no worker here
 (tests/integration/test_bad_broker_messages.py runs real workers against the same faults)."""
 
@@ -14,7 +15,7 @@ import pytest
 from django.conf import settings
 from kombu import Connection, Queue
 
-from smsgw.transports import FilesystemTransport, RedisTransport, payload_decode, transports_register
+from smsgw.runtime.transports import FilesystemTransport, RedisTransport, payload_decode, transports_register
 from tests.metrics import TOKEN, scrape, value
 
 

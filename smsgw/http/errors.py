@@ -4,7 +4,8 @@ Services raise the project's own errors (smsgw.domain_errors); this handler (RES
 ["EXCEPTION_HANDLER"]) is where they become HTTP: a status per class (``STATUS``), the envelope, and
 Retry-After where the error says how long to wait. Views, serializers and the authentication, throttle
 and pagination classes may raise DRF's own exceptions; they land in the same envelope.
-A database that does not answer is a 503 ``database_unavailable`` with Retry-After (smsgw.unavailable)."""
+A database that does not answer is a 503 ``database_unavailable`` with Retry-After
+(smsgw.http.unavailable)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from smsgw import domain_errors, unavailable
+from smsgw import domain_errors
+from smsgw.http import unavailable
 
 # The HTTP status of each domain error; a subclass not listed takes its nearest listed base's.
 STATUS: dict[type[domain_errors.DomainError], int] = {

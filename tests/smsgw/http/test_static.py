@@ -30,7 +30,7 @@ def test_admin_login_page_links_styles_that_are_served(settings):
         assert client.get(href).status_code == 200, href
 
 
-PRODUCTION_STORAGE = {"BACKEND": "smsgw.static.ForgivingManifestStorage"}
+PRODUCTION_STORAGE = {"BACKEND": "smsgw.http.static.ForgivingManifestStorage"}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.test import Client
 
-from smsgw.docs import VERSION
+from smsgw.http.docs import VERSION
 
 pytestmark = pytest.mark.django_db
 

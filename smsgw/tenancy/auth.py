@@ -9,8 +9,8 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from smsgw import logs_json
 from smsgw.models import ApiKey, Tenant
+from smsgw.runtime import logs_json
 
 # Writing last_used_at on every request would add a write per API call; once a minute is enough to
 # answer "is this key still in use".

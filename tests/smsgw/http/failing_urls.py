@@ -1,6 +1,6 @@
 """Test-only URLconf: the real routes plus views that fail, to see what a 500 looks like on the API, on the
-receipt endpoint and elsewhere, and what it leaves in the logs (tests/smsgw/test_hostile_input.py,
-tests/smsgw/test_log_redaction.py)."""
+receipt endpoint and elsewhere, and what it leaves in the logs (tests/smsgw/http/test_hostile_input.py,
+tests/smsgw/runtime/test_log_redaction.py)."""
 
 import json
 

@@ -5,13 +5,13 @@ Celery already survives a broker message it cannot run: a body that does not dec
 unknown task name or an invalid message is rejected without requeue (celery/worker/consumer/consumer.py,
 ``on_decode_error``, ``on_unknown_task``, ``on_invalid_task``, ``on_unknown_message``). But each of those
 writes the message's body into the log (``dump_body``), and a task's arguments and headers are not for
-logs here (smsgw.logs). This consumer writes one line naming the queue, the task name and the reason,
+logs here (smsgw.runtime.logs). This consumer writes one line naming the queue, the task name and the reason,
 counts the message (``smsgw_broker_discarded_total``), and then does what Celery does. On RabbitMQ the
 rejected message goes to the dead-letter exchange (deploy/rabbitmq/definitions.json); on Redis and the
 filesystem transport it is gone. Either way it is never redelivered, so it cannot loop.
 
 Messages the transport itself cannot read (an empty file, a list item that is not JSON) never get this
-far: smsgw.transports sets them aside.
+far: smsgw.runtime.transports sets them aside.
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ def unauthenticated_walk(c: Contract) -> None:
 
 
 def hostile_walk(c: Contract, settings) -> None:
-    """What the API's edge refuses (smsgw.boundary): an oversized body on every operation that takes one
+    """What the API's edge refuses (smsgw.http.boundary): an oversized body on every operation that takes one
     is a 413, a NUL in a query parameter a 400 naming it; both in the documented envelope."""
     settings.API_MAX_BODY_BYTES = 4096
     big = {"body": "x" * 5000}
@@ -402,7 +402,7 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
             assert op["security"] == [{"ApiKey": []}], (path, method)
             for code in ("401", "429", "503"):
                 assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
-            for code in ("429", "503"):  # 503: the database is unavailable (smsgw.unavailable)
+            for code in ("429", "503"):  # 503: the database is unavailable (smsgw.http.unavailable)
                 assert set(op["responses"][code]["headers"]) == {
                     "Retry-After",
                     "RateLimit-Limit",

@@ -16,10 +16,10 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from scheduling.models import Message
-from smsgw import unavailable
+from smsgw.http import unavailable
 from tests.factories import RECIPIENT, message, tenant_with_key
 from tests.processes import free_port
-from tests.smsgw.test_openapi_contract import Contract, served_schema
+from tests.smsgw.http.test_openapi_contract import Contract, served_schema
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +68,7 @@ def test_post_message_while_the_database_is_unreachable_is_a_documented_503_and_
         contract.call("get", "/v1/quiet-hours", 503)
         assert Client().get("/healthz").status_code == 200  # liveness needs no database
     assert not _error_records(caplog), [r.getMessage() for r in _error_records(caplog)]
-    noted = [r for r in caplog.records if r.name == "smsgw.unavailable"]
+    noted = [r for r in caplog.records if r.name == "smsgw.http.unavailable"]
     assert noted and all(r.levelno == logging.WARNING for r in noted)
     assert {r.getMessage() for r in noted} == {
         "database unavailable (OperationalError): answering 503 with Retry-After 7 s"
@@ -99,7 +99,7 @@ def test_admin_page_while_the_database_is_unreachable_is_a_plain_503(settings, c
 
 def test_a_database_error_that_is_not_an_outage_is_still_a_500(settings):
     """A check violation on a reachable database is a bug to fix, not a moment to wait: 500, not 503."""
-    settings.ROOT_URLCONF = "tests.smsgw.failing_urls"
+    settings.ROOT_URLCONF = "tests.smsgw.http.failing_urls"
     tenant, _ = tenant_with_key("acme")
     pk = message(tenant).pk
     resp = Client(raise_request_exception=False).post(

@@ -8,7 +8,7 @@ from its shape, so a view declares only the ones particular to it (409, 422, 403
 - 400 where there is a request body, a query parameter or a request header to get wrong;
 - 404 where the path names an object by id;
 - 413 and 415 where there is a request body.
-tests/smsgw/test_openapi_contract.py checks real responses against the result."""
+tests/smsgw/http/test_openapi_contract.py checks real responses against the result."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rest_framework import serializers
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "smsgw.auth.ApiKeyAuthentication"
+    target_class = "smsgw.tenancy.auth.ApiKeyAuthentication"
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):

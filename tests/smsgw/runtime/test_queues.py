@@ -1,4 +1,5 @@
-"""One list of queues (smsgw.queues.ROUTED_QUEUES), held to what the code publishes and to what the deploy
+"""One list of queues (smsgw.runtime.queues.ROUTED_QUEUES), held to what the code publishes and to what the
+deploy
 examples run: a queue the code routes to with no worker line in docs/deploy.md's production block, the
 Procfile or the systemd examples leaves its tasks waiting for ever (every campaign ``creating``), and a
 publish to a queue missing from the list would be one readiness and /metrics never look at."""
@@ -14,9 +15,9 @@ from django.conf import settings
 
 from scheduling.dispatch.recovery import send_queue
 from scheduling.models import Priority
-from smsgw.queues import ROUTED_QUEUES, SEND_PREFIX
+from smsgw.runtime.queues import ROUTED_QUEUES, SEND_PREFIX
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
 PUBLISH_METHODS = {"send_task", "apply_async", "delay", "signature", "s", "si"}
 ROUTED = set(ROUTED_QUEUES)
@@ -160,7 +161,7 @@ def test_every_publish_names_a_routed_queue():
     assert unrouted == [], "tasks published with no queue and no CELERY_TASK_ROUTES entry"
     assert len(sites) >= 5, sites  # the release, sweep, campaign control and campaign creation publishes
     strays = {site: sorted(queues - ROUTED) for site, queues in sites.items() if queues - ROUTED}
-    assert strays == {}, "add these queues to smsgw.queues.ROUTED_QUEUES (and a worker for each)"
+    assert strays == {}, "add these queues to smsgw.runtime.queues.ROUTED_QUEUES (and a worker for each)"
 
 
 def test_every_route_and_beat_entry_names_a_routed_queue():

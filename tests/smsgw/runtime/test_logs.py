@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from smsgw.logs import QuietTicks, RepeatLimit
+from smsgw.runtime.logs import QuietTicks, RepeatLimit
 
 
 def record(name, level, msg, args=None):
@@ -14,7 +14,7 @@ def record(name, level, msg, args=None):
 
 def test_a_repeated_error_is_written_once_per_window_then_with_the_count(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("smsgw.logs.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("smsgw.runtime.logs.time.monotonic", lambda: clock[0])
     f = RepeatLimit(window=10)
     first = record("celery.beat", logging.ERROR, "beat: Connection error: %s. Trying again", ("refused",))
     assert f.filter(first)

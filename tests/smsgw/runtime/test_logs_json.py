@@ -13,8 +13,8 @@ import sys
 import pytest
 from django.test import RequestFactory
 
-from smsgw import logs_json
-from smsgw.logs import QuietTicks, Redact, RepeatLimit
+from smsgw.runtime import logs_json
+from smsgw.runtime.logs import QuietTicks, Redact, RepeatLimit
 
 NUMBER = "+14155550143"
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from tests.production_env import production_env
 from tests.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 

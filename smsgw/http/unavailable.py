@@ -5,10 +5,10 @@ authenticated call) is answered ``503 database_unavailable`` with ``Retry-After`
 and nothing of it is stored: each write runs in a transaction that either commits or is rolled back.
 Before, it was a 500 with a traceback at ERROR for every request (django.request logs every uncaught
 exception), so an outage of a few seconds buried the log; now one WARNING line per process per
-SMSGW_LOG_REPEAT_WINDOW (smsgw.logs.RepeatLimit counts the rest).
+SMSGW_LOG_REPEAT_WINDOW (smsgw.runtime.logs.RepeatLimit counts the rest).
 
 Two doors lead here. DRF views (the tenant API: authentication, the rate limiter's database bucket, the
-view itself) go through ``smsgw.errors.api_exception_handler``, which answers ``DatabaseUnavailable`` in
+view itself) go through ``smsgw.http.errors.api_exception_handler``, which answers ``DatabaseUnavailable`` in
 place of the database error. Everything else (plain views such as /inbound/ and /metrics, the admin,
 middleware) ends in Django's ``handler500`` (smsgw.urls): ``convert_exception_to_response`` wraps every
 middleware and the view, and turns an exception into ``handle_uncaught_exception``, which calls it with
@@ -64,7 +64,7 @@ def connection_drop() -> None:
 
 
 def unavailable_noted(request: HttpRequest, exc: BaseException, response: HttpResponse) -> HttpResponse:
-    """The one log line (rate-limited by smsgw.logs.RepeatLimit: its template never varies), and the
+    """The one log line (rate-limited by smsgw.runtime.logs.RepeatLimit: its template never varies), and the
     response marked as logged so django.request does not add its own ERROR line for the 503."""
     log.warning(
         "database unavailable (%s): answering 503 with Retry-After %d s",
@@ -78,7 +78,7 @@ def unavailable_noted(request: HttpRequest, exc: BaseException, response: HttpRe
 
 def unavailable_response(request: HttpRequest, exc: BaseException) -> HttpResponse:
     """The 503 for a request outside DRF: the error envelope on the API's paths, plain text elsewhere."""
-    from smsgw.boundary import envelope, is_api_path
+    from smsgw.http.boundary import envelope, is_api_path
 
     seconds = retry_after_seconds()
     message = _message(seconds)

@@ -505,7 +505,7 @@ def test_outside_the_api_django_pages_stay_html(client):
 
 @pytest.fixture
 def failing_urls(settings):
-    settings.ROOT_URLCONF = "tests.smsgw.failing_urls"
+    settings.ROOT_URLCONF = "tests.smsgw.http.failing_urls"
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["production", "debug"])
