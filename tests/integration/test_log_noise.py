@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting..."
-TICK_LINES = ("Task scheduling.dispatch.sweep[", "receipts.process[", "deliver_webhooks[", "Sending due task")
+TICK_LINES = ("Task scheduling.sweep[", "receipts.process[", "deliver_webhooks[", "Sending due task")
 # Celery's log format: "[2026-12-01 11:58:22,123: ERROR/MainProcess] message"
 RECORD = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}): (\w+)/([^\]]+)\] (.*)$", re.MULTILINE)
 REPEAT_WINDOW = 10.0

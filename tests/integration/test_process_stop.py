@@ -185,7 +185,7 @@ def test_worker_stops_within_30s_of_sigterm_right_after_a_database_outage(pipeli
         worker = processes.celery_worker("outage", {**env, "SMSGW_LOG_TICKS": "1"})
         pipeline.procs.append(worker)
         _beat_running(pipeline, "ticks")  # beat on the direct link: ticks keep coming during the outage
-        worker.wait_for("Task scheduling.dispatch.sweep", timeout=60)
+        worker.wait_for("Task scheduling.sweep", timeout=60)
         proxy.down()
         worker.wait_for("OperationalError", timeout=60)  # the worker's tasks met the outage
         proxy.up()
@@ -229,7 +229,7 @@ def test_worker_stops_within_30s_of_sigterm_while_its_task_waits_on_the_database
         worker = processes.celery_worker("locked", env, queues="sweep")
         pipeline.procs.append(worker)
         _beat_running(pipeline, "ticks")
-        worker.wait_for("Task scheduling.dispatch.sweep", timeout=60)
+        worker.wait_for("Task scheduling.sweep", timeout=60)
         locker.execute("LOCK TABLE scheduling_message IN ACCESS EXCLUSIVE MODE")
         wait_for(
             lambda: locker.execute(
