@@ -10,6 +10,7 @@ from delivery.guards import review_holds as review
 from delivery.guards import suppression
 from delivery.models import (
     AccountCapacity,
+    Attempt,
     DuplicateSubmission,
     OptOutSignal,
     ProviderCircuit,
@@ -21,7 +22,32 @@ from delivery.models import (
     SuppressionChange,
     SuppressionSource,
 )
+from scheduling.admin import HistoryInline, MessageAdmin, when
 from smsgw.values.phone import mask
+
+
+class AttemptInline(HistoryInline):
+    model = Attempt
+    fields = (
+        "number",
+        "provider",
+        "outcome",
+        "started",
+        "latency_ms",
+        "http_status",
+        "provider_code",
+        "provider_message_id",
+    )
+    readonly_fields = fields
+    ordering = ("number",)
+
+    @admin.display(description="started (UTC)")
+    def started(self, obj):
+        return when(obj.started_at)
+
+
+# The message page shows its attempts first, then its timeline.
+MessageAdmin.inlines = (AttemptInline, *MessageAdmin.inlines)
 
 
 class _ReadOnly(admin.ModelAdmin):

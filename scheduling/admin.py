@@ -17,7 +17,6 @@ from django.db.models import Q
 from django.http import HttpResponseNotAllowed
 from django.utils.html import format_html_join
 
-from delivery.models import Attempt
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
 from scheduling.console.filters import DateRangeFilter
@@ -60,7 +59,7 @@ def _message_zone(obj: Message) -> ZoneInfo:
     return _zone(obj.requested_timezone, obj.tenant.default_timezone)
 
 
-class _HistoryInline(admin.TabularInline):
+class HistoryInline(admin.TabularInline):
     """History is shown, never added, edited or deleted."""
 
     extra = 0
@@ -77,7 +76,7 @@ class _HistoryInline(admin.TabularInline):
         return False
 
 
-class EventInline(_HistoryInline):
+class EventInline(HistoryInline):
     model = MessageEvent
     verbose_name = "timeline entry"
     verbose_name_plural = "timeline"
@@ -104,26 +103,6 @@ class EventInline(_HistoryInline):
             "<div><strong>{}</strong>: {}</div>",
             ((k, v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(obj.details.items())),
         )
-
-
-class AttemptInline(_HistoryInline):
-    model = Attempt
-    fields = (
-        "number",
-        "provider",
-        "outcome",
-        "started",
-        "latency_ms",
-        "http_status",
-        "provider_code",
-        "provider_message_id",
-    )
-    readonly_fields = fields
-    ordering = ("number",)
-
-    @admin.display(description="started (UTC)")
-    def started(self, obj):
-        return when(obj.started_at)
 
 
 class MessageSearchMixin:
@@ -168,7 +147,8 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 100
     actions = ("cancel_messages", "reschedule_messages", "replay_messages")
-    inlines = (AttemptInline, EventInline)
+    # delivery/admin.py puts the attempts first (delivery owns them; this module does not import it).
+    inlines: tuple[type[admin.options.InlineModelAdmin], ...] = (EventInline,)
     fieldsets = (
         (
             "Request",
@@ -333,7 +313,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         return admin_bulk.run(self, request, queryset, admin_bulk.REPLAY)
 
 
-class ScheduleVersionInline(_HistoryInline):
+class ScheduleVersionInline(HistoryInline):
     model = ScheduleVersion
     fields = ("number", "change", "status", "changed_fields", "actor", "created_at", "definition")
     readonly_fields = fields

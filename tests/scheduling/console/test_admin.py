@@ -96,6 +96,26 @@ def test_detail_page_is_grouped_read_only_with_the_timeline(ops, tenant):
     assert 'name="_save"' not in page and "<textarea" not in page  # nothing to edit
 
 
+def test_detail_page_shows_the_attempts_before_the_timeline(ops, tenant):
+    # delivery's admin adds the attempts to scheduling's message page (scheduling imports no delivery).
+    from delivery.models import Attempt
+
+    msg = message(tenant)
+    Attempt.objects.create(
+        message=msg,
+        number=1,
+        provider="twilio",
+        idempotency_token="tok-1",
+        started_at=timezone.now(),
+        outcome="accepted",
+        http_status=201,
+        provider_message_id="SM" + "a" * 32,
+    )
+    page = ops.get(f"{CHANGELIST}{msg.pk}/change/").content.decode()
+    assert 'id="attempts-heading"' in page and "SM" + "a" * 32 in page
+    assert page.index('id="attempts-heading"') < page.index('id="events-heading"')
+
+
 def test_no_add_no_delete_for_messages_and_their_history(ops, tenant):
     msg = message(tenant)
     assert ops.get(f"{CHANGELIST}add/").status_code == 403
