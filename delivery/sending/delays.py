@@ -44,12 +44,12 @@ def retry_decide(
     retry_after: float | None = None,
     rng: random.Random | None = None,
 ) -> RetryDecision:
-    rng = rng or random
+    uniform = rng.uniform if rng is not None else random.uniform
     if attempt_number >= settings.RETRY_MAX_ATTEMPTS:
         return RetryDecision(False, None, f"gave up after {attempt_number} attempts")
     cap = min(settings.RETRY_MAX_DELAY_SECONDS, settings.RETRY_BASE_SECONDS * 2 ** (attempt_number - 1))
     # Full jitter spreads a provider outage's retries instead of returning them as one synchronized wave.
-    delay = rng.uniform(cap / 2, cap) if cap > 0 else 0.0
+    delay = uniform(cap / 2, cap) if cap > 0 else 0.0
     if retry_after:
         delay = max(delay, retry_after)
     at = now + timedelta(seconds=delay)
