@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -173,8 +174,15 @@ class ReleaseReport:
         )
 
 
+def _column(name: str) -> str:
+    field = Message._meta.get_field(name)
+    # get_field also finds reverse relations; _COLUMNS names concrete fields, which always have a column.
+    assert isinstance(field, Field) and field.column is not None
+    return field.column
+
+
 def _select(where: str, params: list, order: str, limit: int) -> list[dict]:
-    cols = ", ".join(f'"{Message._meta.get_field(c).column}"' for c in _COLUMNS)
+    cols = ", ".join(f'"{_column(c)}"' for c in _COLUMNS)
     lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
     table = Message._meta.db_table
     with connection.cursor() as cur:
@@ -428,8 +436,8 @@ def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseRepo
             details=details.get,
             now=now,
         )
-    for status, items in again.items():
-        transitions.run_after_set_many(items, status=status)
+    for status, waits in again.items():
+        transitions.run_after_set_many(waits, status=status)
 
 
 def _quiet_defer(quiet: list[tuple[dict, datetime, QuietWindow]], now: datetime) -> int:
