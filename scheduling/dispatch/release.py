@@ -22,9 +22,10 @@ goes through the same steps in one transaction:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -407,7 +408,9 @@ def _release(
         published.setdefault((priority, provider), []).extend(moved)
 
 
-def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseReport | None = None) -> None:
+def park_rows(
+    parks: Sequence[tuple[Mapping[str, Any], Park]], now: datetime, report: ReleaseReport | None = None
+) -> None:
     """Messages that wait stay in their status: run_after at the expected time (never past their validity,
     so they expire on time), the reason, and a timeline entry only when the reason is new."""
     again: dict[str, list[tuple[int, datetime]]] = {}
