@@ -15,8 +15,10 @@ Which of these applies to which provider answer is decided by ``delivery.sending
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 
@@ -30,7 +32,7 @@ class RetryDecision:
     reason: str
 
 
-def uncharged_calls(row: dict) -> int:
+def uncharged_calls(row: Mapping[str, Any]) -> int:
     """This message's earlier provider calls that cost it no attempt (throttles, holds, outages)."""
     return row["provider_calls"] - row["attempt_count"]
 
