@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 # Forward-only ranks, the one place they are defined. A receipt moves a message only to a higher rank;
 # terminal states share the top rank, so the first terminal evidence wins and later ones are recorded.
-RANK = {
+RANK: dict[str, int] = {
     Status.SCHEDULED: 0,
     Status.QUEUED: 1,
     Status.SENDING: 2,
@@ -63,7 +64,7 @@ RANK = {
 }
 # Normalised provider status -> the message status it proves. queued/sending/inbound are informational.
 TARGET = outcomes.RECEIPT_TARGET
-STAMP = {
+STAMP: dict[str, str] = {
     Status.SENT: "sent_at",
     Status.DELIVERED: "delivered_at",
     Status.UNDELIVERED: "failed_at",
@@ -71,6 +72,27 @@ STAMP = {
 }
 # A carrier's done date is trusted only if it is this close to what we know (its zone is not stated).
 DONE_AT_TOLERANCE = timedelta(minutes=15)
+
+
+class MessageRow(TypedDict):
+    """What the processor reads of a receipt's message (``_load``); status and version follow the moves
+    decided in the batch."""
+
+    id: int
+    provider: str
+    provider_message_id: str | None
+    status: str
+    version: int
+    tenant_id: int
+    to: str
+    from_number: str
+    messaging_service_sid: str
+    attempt_count: int
+    provider_calls: int
+    due_at: datetime
+    expires_at: datetime
+    sent_at: datetime | None
+    sending_at: datetime | None
 
 
 def _claim(now: datetime, limit: int) -> list[ReceiptEvent]:
@@ -98,16 +120,17 @@ def receipts_process_due(*, limit: int | None = None) -> int:
     return len(receipts)
 
 
-def _stamp(receipt: ReceiptEvent, msg: dict) -> datetime:
+def _stamp(receipt: ReceiptEvent, msg: MessageRow) -> datetime:
     done = receipt.done_at
     floor = msg.get("sent_at") or msg.get("sending_at")
-    plausible = done is not None and done <= receipt.received_at + DONE_AT_TOLERANCE
-    if plausible and (floor is None or done >= floor - DONE_AT_TOLERANCE):
+    if done is None or done > receipt.received_at + DONE_AT_TOLERANCE:  # none, or not plausible
+        return receipt.received_at
+    if floor is None or done >= floor - DONE_AT_TOLERANCE:
         return max(done, floor) if floor else done
     return receipt.received_at
 
 
-def _load(sids: set[str]) -> dict[tuple[str, str], dict]:
+def _load(sids: set[str]) -> dict[tuple[str, str | None], MessageRow]:
     return {
         (m["provider"], m["provider_message_id"]): m
         for m in Message.objects.filter(provider_message_id__in=sids).values(
@@ -137,7 +160,7 @@ class _Batch:
 
     done: list[ReceiptEvent] = field(default_factory=list)
     waiting: list[ReceiptEvent] = field(default_factory=list)
-    notes: list[tuple[int, str, str, dict]] = field(default_factory=list)
+    notes: list[tuple[int | None, str, str, dict]] = field(default_factory=list)
     # (from, to, kind, columns) -> rows: one CAS statement per group, every row naming the same columns
     moves: dict[tuple[str, str, str, tuple[str, ...]], list[tuple[int, int, dict]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -153,14 +176,19 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     batch = _Batch()
     pending = _match(receipts, by_sid, batch, now)
     # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.
-    pending.sort(key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status), -1), r.id))
+    pending.sort(
+        key=lambda r: (r.provider_message_id, -RANK.get(TARGET.get(r.normalized_status, ""), -1), r.id)
+    )
     for receipt in pending:
         _decide(receipt, by_sid[(receipt.provider, receipt.provider_message_id)], batch, now)
     _write(batch, now)
 
 
 def _match(
-    receipts: list[ReceiptEvent], by_sid: dict[tuple[str, str], dict], batch: _Batch, now: datetime
+    receipts: list[ReceiptEvent],
+    by_sid: dict[tuple[str, str | None], MessageRow],
+    batch: _Batch,
+    now: datetime,
 ) -> list[ReceiptEvent]:
     """The receipts whose message is known (``by_sid`` gains those found by their hints); the others
     are recorded as duplicates, superseded, unknown or orphaned, or wait to be tried again."""
@@ -189,7 +217,7 @@ def _match(
                 (
                     message_id,
                     "receipt",
-                    Message.objects.filter(pk=message_id).values_list("status", flat=True).first() or "",
+                    _status_of(message_id),
                     {
                         **_details(receipt),
                         "note": "receipt for a second submission of this message"
@@ -212,7 +240,13 @@ def _match(
     return pending
 
 
-def _decide(receipt: ReceiptEvent, msg: dict, batch: _Batch, now: datetime) -> None:
+def _status_of(message_id: int | None) -> str:
+    if message_id is None:  # filter(pk=None) matches no row
+        return ""
+    return Message.objects.filter(pk=message_id).values_list("status", flat=True).first() or ""
+
+
+def _decide(receipt: ReceiptEvent, msg: MessageRow, batch: _Batch, now: datetime) -> None:
     """A known message's receipt: a timeline note, or a move (delivery.sending.outcomes.RECEIPT_MOVES)."""
     receipt.message_id = msg["id"]
     current = msg["status"]
@@ -291,7 +325,10 @@ def _write(batch: _Batch, now: datetime) -> None:
         Attempt.objects.filter(provider=provider, provider_message_id=sid).update(
             outcome=AttemptOutcome.REJECTED, provider_code=code
         )
-    transitions.events_record_many([n for n in batch.notes if n[0] is not None], now=now)
+    transitions.events_record_many(
+        [(mid, kind, status, details) for mid, kind, status, details in batch.notes if mid is not None],
+        now=now,
+    )
     if batch.opt_outs:
         OptOutSignal.objects.bulk_create(batch.opt_outs)
         suppression.from_provider_signals(batch.opt_outs)
@@ -318,7 +355,7 @@ def _details(receipt: ReceiptEvent) -> dict:
     }
 
 
-def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | None:
+def _effect(receipt: ReceiptEvent, msg: MessageRow) -> tuple[str, str, dict, dict] | None:
     """(timeline kind, target status, per-row column values, extra details) or None for a note; the
     move is the table's (delivery.sending.outcomes.RECEIPT_MOVES)."""
     current = msg["status"]
@@ -328,12 +365,14 @@ def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | N
     canceled = receipt.normalized_status == "canceled"
     info = adapter.classify(receipt.error_code) if receipt.error_code and not canceled else None
     move = outcomes.receipt_move(receipt.normalized_status, info.error_class if info else None)
+    assert move is not None  # every status in TARGET has a move for each error class (RECEIPT_MOVES)
     values: dict = {"provider_status": receipt.raw_status, "error_code": receipt.error_code}
     if move.status == Status.QUEUED:  # a resend: only while the provider still had the message
         requeue = _requeue(receipt, msg, info, move, values) if current in REQUEUE_FROM else None
         if requeue is not None:
             return requeue
         move = move.otherwise
+        assert move is not None  # every resend move names what happens without one (RECEIPT_MOVES)
     if RANK[move.status] <= RANK[current] or (current, move.status) not in transitions.ALLOWED:
         return None
     values[STAMP[move.status]] = _stamp(receipt, msg)
@@ -349,7 +388,7 @@ def _effect(receipt: ReceiptEvent, msg: dict) -> tuple[str, str, dict, dict] | N
 
 
 def _requeue(
-    receipt: ReceiptEvent, msg: dict, info, move: outcomes.Move, values: dict
+    receipt: ReceiptEvent, msg: MessageRow, info, move: outcomes.Move, values: dict
 ) -> tuple[str, str, dict, dict] | None:
     """A `failed` the table says to resend: the provider never handed it on (queue overflow, a held
     account, an unknown transient error), so it goes back to `queued`, off the failed sid. None: no
@@ -366,6 +405,7 @@ def _requeue(
         if not decision.retry:
             return None
         run_after, text = decision.run_after, f"{failed_it}; {decision.reason}"[:255]
+        assert run_after is not None  # a retry always has its time (delays.retry_decide)
         extra: dict = {"retry_at": run_after.isoformat()}
     elif move.delay == Delay.HOLD:
         hold = holds_service.hold_open_for(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import ClassVar
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -148,7 +149,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     list_per_page = 100
     actions = ("cancel_messages", "reschedule_messages", "replay_messages")
     # delivery/admin.py puts the attempts first (delivery owns them; this module does not import it).
-    inlines: tuple[type[admin.options.InlineModelAdmin], ...] = (EventInline,)
+    inlines: ClassVar[tuple[type[admin.options.InlineModelAdmin], ...]] = (EventInline,)
     fieldsets = (
         (
             "Request",

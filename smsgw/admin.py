@@ -217,6 +217,7 @@ class TenantAdmin(admin.ModelAdmin):
             return None
         tenant = tenants[0]
         secret = tenant_webhook_configure(tenant=tenant, url=tenant.webhook_url, rotate_secret=True)
+        assert secret is not None  # a non-empty URL with rotate_secret always gets a new secret
         self.log_change(request, tenant, "rotated the webhook signing secret")
         return secret_page(
             request,

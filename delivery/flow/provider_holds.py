@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import phonenumbers
 from django.conf import settings
@@ -179,7 +181,13 @@ def hold_open(
 
 
 def hold_open_for(
-    *, provider: str, account: str, info, error_code: str, message: dict, now: datetime | None = None
+    *,
+    provider: str,
+    account: str,
+    info,
+    error_code: str,
+    message: Mapping[str, Any],
+    now: datetime | None = None,
 ) -> OpenHold:
     """Open (or meet again) the hold an account fault calls for, scoped by the error table's row
     (``ErrorInfo.scope``) around the message that met it (``to``, ``from_number``,

@@ -28,7 +28,9 @@ SENDER_HELP = (
 class SuppressionOutput(serializers.Serializer):
     number = serializers.CharField(help_text="E.164.")
     sender = serializers.CharField(help_text=SENDER_HELP)
-    source = serializers.ChoiceField(choices=SuppressionSource.choices)
+    # The serializer's metaclass pops declared fields off the class, so this never shadows Field.source;
+    # the stubs cannot know that (rest_framework/serializers.py, SerializerMetaclass._get_declared_fields).
+    source = serializers.ChoiceField(choices=SuppressionSource.choices)  # type: ignore[assignment]
     created_at = serializers.DateTimeField()
 
 
@@ -97,6 +99,7 @@ class SuppressionsApi(APIView):
             qs = qs.filter(sender=_sender(request.query_params["sender"]))
         paginator = SuppressionCursor()
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
         return paginator.get_paginated_response([_data(e) for e in page])
 
     @extend_schema(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -232,7 +232,7 @@ class ProviderAdapter:
         """The URL this provider should post status callbacks for one attempt to ("" without a base)."""
         raise NotImplementedError
 
-    def validate_callback(self, url: str, params: dict, headers: dict) -> bool:
+    def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         raise NotImplementedError
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:

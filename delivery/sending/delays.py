@@ -15,8 +15,10 @@ Which of these applies to which provider answer is decided by ``delivery.sending
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 
@@ -30,7 +32,7 @@ class RetryDecision:
     reason: str
 
 
-def uncharged_calls(row: dict) -> int:
+def uncharged_calls(row: Mapping[str, Any]) -> int:
     """This message's earlier provider calls that cost it no attempt (throttles, holds, outages)."""
     return row["provider_calls"] - row["attempt_count"]
 
@@ -44,12 +46,12 @@ def retry_decide(
     retry_after: float | None = None,
     rng: random.Random | None = None,
 ) -> RetryDecision:
-    rng = rng or random
+    uniform = rng.uniform if rng is not None else random.uniform
     if attempt_number >= settings.RETRY_MAX_ATTEMPTS:
         return RetryDecision(False, None, f"gave up after {attempt_number} attempts")
     cap = min(settings.RETRY_MAX_DELAY_SECONDS, settings.RETRY_BASE_SECONDS * 2 ** (attempt_number - 1))
     # Full jitter spreads a provider outage's retries instead of returning them as one synchronized wave.
-    delay = rng.uniform(cap / 2, cap) if cap > 0 else 0.0
+    delay = uniform(cap / 2, cap) if cap > 0 else 0.0
     if retry_after:
         delay = max(delay, retry_after)
     at = now + timedelta(seconds=delay)

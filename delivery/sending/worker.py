@@ -25,9 +25,11 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -321,7 +323,7 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
 
 def _admission_filter(
     message_ids: list[int], open_holds: list[holds_service.OpenHold], circuit_open: bool, now: datetime
-) -> tuple[list[int], list[tuple[dict, Park]], dict[int, holds_service.OpenHold]]:
+) -> tuple[list[int], list[tuple[Mapping[str, Any], Park]], dict[int, holds_service.OpenHold]]:
     """Split a batch into what may be submitted and what must wait: everything but the probe while the
     account's circuit is open; what an open hold covers (a sender or destination hold whose probe is due
     lets exactly one of its messages through; account-wide holds are probed without a message)."""
@@ -329,7 +331,7 @@ def _admission_filter(
         "id", "version", "status", "to", "from_number", "messaging_service_sid", "reason_code", "expires_at"
     )
     allowed: list[int] = []
-    parks: list[tuple[dict, Park]] = []
+    parks: list[tuple[Mapping[str, Any], Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
     probing: set[int] = set()
     for row in rows:
@@ -430,6 +432,7 @@ def _attempt_answered(attempt: Attempt, res: SubmitResult, move: outcomes.Move, 
     attempt.provider_message_id = res.provider_message_id
     attempt.latency_ms = res.latency_ms
     attempt.response = res.response
+    assert move.attempt is not None  # every submission move (outcomes.SUBMIT_MOVES) names the outcome
     attempt.outcome = move.attempt
 
 
@@ -438,7 +441,10 @@ def _move_add(batch: _Recorded, adapter, row: dict, attempt: Attempt, res: Submi
     mid, version = row["id"], row["version"]
     details = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
     if move.status == Status.SENT:
-        values = {"provider_message_id": res.provider_message_id, "provider_status": res.provider_status}
+        values: dict[str, Any] = {
+            "provider_message_id": res.provider_message_id,
+            "provider_status": res.provider_status,
+        }
         batch.sent.append((mid, version, values))
         batch.details[mid] = {"provider_message_id": res.provider_message_id, "attempt": attempt.number}
         return

@@ -303,6 +303,7 @@ class CampaignsApi(APIView):
         strict_input.query_params_check(request.query_params, PAGE_PARAMS)
         paginator = _Newest()
         page = paginator.paginate_queryset(selectors.campaign_list(tenant=request.user.tenant), request, self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
         progress = progress_read_many(c.pk for c in page)
         return paginator.get_paginated_response(
             CampaignOutput(page, many=True, context={"progress": progress}).data
@@ -332,6 +333,7 @@ class CampaignMessagesApi(APIView):
         qs = selectors.campaign_messages(campaign=campaign, params=request.query_params)
         paginator = _Newest()
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
         return paginator.get_paginated_response([message_data(m) for m in page])
 
 

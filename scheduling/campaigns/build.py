@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
 from django.conf import settings
@@ -115,7 +115,7 @@ class RowBuilder:
         expires = due + self.validity
         details.update(dst_adjustment=adjustment, due_at=due.isoformat(), expires_at=expires.isoformat())
         fields = {
-            "requested_local_time": timezone.make_aware(local, timezone.UTC) if local else None,
+            "requested_local_time": timezone.make_aware(local, UTC) if local else None,
             "requested_timezone": self._requested_zone(zone),
             "dst_adjustment": adjustment,
             "due_at": due,

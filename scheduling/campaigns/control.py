@@ -173,7 +173,9 @@ def _move(campaign: Campaign, *, to_status: str, set_fields: dict, now: datetime
         campaign, from_status=campaign.status, to_status=to_status, set_fields=set_fields, now=now
     ):
         current = Campaign.objects.filter(pk=campaign.pk).values_list("status", flat=True).first()
-        raise ConflictError(f"The campaign changed meanwhile; it is now {current}.", current_status=current)
+        raise ConflictError(
+            f"The campaign changed meanwhile; it is now {current}.", current_status=current or ""
+        )
 
 
 def _enqueue(task: str, campaign_id: int) -> None:

@@ -15,8 +15,9 @@ Resuming releases the parked ones by their reason (scheduling.campaigns.control)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 
@@ -69,7 +70,7 @@ def pause_until(now: datetime) -> datetime:
     return now + timedelta(days=PAUSE_PARK_DAYS)
 
 
-def cancel_rows(rows: Iterable[dict], now: datetime, *, actor: str = "system") -> int:
+def cancel_rows(rows: Iterable[Mapping[str, Any]], now: datetime, *, actor: str = "system") -> int:
     """Cancel these rows (``id``, ``version``, ``status``) of cancelled campaigns, each by its own
     compare-and-set: a message that moved on since it was read is left as it is now."""
     by_status: dict[str, list[tuple[int, int, dict]]] = {}

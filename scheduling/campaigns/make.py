@@ -96,10 +96,9 @@ def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:
 def _records(campaign: Campaign) -> Iterator[tuple[int, list[str] | None]]:
     """(line, fields) of every data row, the header first, one stored chunk in memory at a time. For a
     JSON array the line is the item's position (1-based), not the re-encoded CSV's line."""
-    seqs = (
+    seqs = list(
         CampaignUpload.objects.filter(campaign_id=campaign.pk).order_by("seq").values_list("seq", flat=True)
     )
-    seqs = list(seqs)
 
     def chunks() -> Iterator[bytes]:
         for seq in seqs:

@@ -143,7 +143,7 @@ def _csv_field_limit() -> None:
     csv.field_size_limit(MAX_FIELD_CHARS)
 
 
-def csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+def csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None]]:
     """(line number, fields) per CSV record; the line is the record's last physical line (1 = the header).
     A record that is not valid CSV is yielded with fields None."""
     _csv_field_limit()

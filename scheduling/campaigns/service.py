@@ -282,6 +282,7 @@ def _source_bytes(source: Source, columns: list[str]):
     import csv
     import io
 
+    assert source.rows is not None  # _source_columns refused a source with neither upload nor rows
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)

@@ -45,8 +45,10 @@ class RescheduleForm(forms.Form):
 
     def __init__(self, *args, initial_timezone: str = "UTC", **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["timezone"].choices = [(z, z) for z in sorted(zoneinfo.available_timezones())]
-        self.fields["timezone"].initial = initial_timezone
+        zone_field = self.fields["timezone"]
+        assert isinstance(zone_field, forms.ChoiceField)  # declared above
+        zone_field.choices = [(z, z) for z in sorted(zoneinfo.available_timezones())]
+        zone_field.initial = initial_timezone
 
     def api_data(self) -> dict[str, str]:
         """What the API's PATCH would carry: a wall time without offset, in the named zone."""
@@ -63,7 +65,7 @@ class Operation:
     apply: Callable[[Message, str, dict], object]  # (message, actor, data) -> raises a DomainError
     # Selected messages already where the action would take them: counted, not touched.
     already: frozenset[str] = field(default_factory=frozenset)
-    form: type[forms.Form] | None = None
+    form: type[RescheduleForm] | None = None
     # How the others read: "50 were already sending" (too late to cancel), "1 was scheduled" (not failed).
     refused_prefix: str = ""
 
@@ -159,7 +161,10 @@ def _apply(modeladmin, request, op: Operation, ids: list[int], form) -> tuple[st
     """Apply ``op`` to each message; (the outcome, whether every selected message was changed)."""
     actor = operator_actor(request)
     data = form.api_data() if form is not None else {}
-    changed, already, refused, errors = 0, Counter(), Counter(), Counter()
+    changed = 0
+    already: Counter[str] = Counter()
+    refused: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     for message in Message.objects.filter(id__in=ids).select_related("tenant").order_by("id").iterator():
         if message.status in op.already:
             already[message.status] += 1

@@ -26,7 +26,7 @@ class DateRangeFilter(admin.FieldListFilter):
                 self.used_parameters.pop(lookup, None)
                 continue
             try:
-                self.values[lookup] = date.fromisoformat(value)
+                self.values[lookup] = date.fromisoformat(str(value))
             except ValueError as exc:
                 raise IncorrectLookupParameters(f"{lookup}: not a date (YYYY-MM-DD)") from exc
             self.used_parameters[lookup] = value

@@ -22,12 +22,14 @@ goes through the same steps in one transaction:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -173,8 +175,15 @@ class ReleaseReport:
         )
 
 
+def _column(name: str) -> str:
+    field = Message._meta.get_field(name)
+    # get_field also finds reverse relations; _COLUMNS names concrete fields, which always have a column.
+    assert isinstance(field, Field) and field.column is not None
+    return field.column
+
+
 def _select(where: str, params: list, order: str, limit: int) -> list[dict]:
-    cols = ", ".join(f'"{Message._meta.get_field(c).column}"' for c in _COLUMNS)
+    cols = ", ".join(f'"{_column(c)}"' for c in _COLUMNS)
     lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
     table = Message._meta.db_table
     with connection.cursor() as cur:
@@ -399,7 +408,9 @@ def _release(
         published.setdefault((priority, provider), []).extend(moved)
 
 
-def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseReport | None = None) -> None:
+def park_rows(
+    parks: Sequence[tuple[Mapping[str, Any], Park]], now: datetime, report: ReleaseReport | None = None
+) -> None:
     """Messages that wait stay in their status: run_after at the expected time (never past their validity,
     so they expire on time), the reason, and a timeline entry only when the reason is new."""
     again: dict[str, list[tuple[int, datetime]]] = {}
@@ -428,8 +439,8 @@ def park_rows(parks: list[tuple[dict, Park]], now: datetime, report: ReleaseRepo
             details=details.get,
             now=now,
         )
-    for status, items in again.items():
-        transitions.run_after_set_many(items, status=status)
+    for status, waits in again.items():
+        transitions.run_after_set_many(waits, status=status)
 
 
 def _quiet_defer(quiet: list[tuple[dict, datetime, QuietWindow]], now: datetime) -> int:

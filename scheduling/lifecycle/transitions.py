@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, JSONField
+from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -201,11 +201,18 @@ def _settable(set_fields: dict[str, Any]) -> None:
     reason_check(set_fields.get("reason_code", ""))
 
 
+def _field(name: str) -> Field:
+    """A Message column's field (get_field also finds reverse relations; these names are never one)."""
+    field = Message._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
 def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
     _settable(set_fields)
     parts, params = [], []
     for column, value in set_fields.items():
-        field = Message._meta.get_field(column)
+        field = _field(column)
         parts.append(f'"{field.column}" = %s')
         params.append(field.get_db_prep_save(value, connection))
     return (", " + ", ".join(parts)) if parts else "", params
@@ -215,7 +222,7 @@ def _returning(columns: Sequence[str]) -> str:
     unknown = set(columns) - RETURNABLE
     if unknown:
         raise ValueError(f"not returnable: {sorted(unknown)}")
-    return ", ".join(f'"{Message._meta.get_field(c).column}"' for c in columns)
+    return ", ".join(f'"{_field(c).column}"' for c in columns)
 
 
 def rows_from(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
@@ -451,7 +458,7 @@ def transition_versioned(
     if "reason_code" in per_row:
         for _, _, values in items:
             reason_check(values["reason_code"])
-    fields = [Message._meta.get_field(c) for c in per_row]
+    fields = [_field(c) for c in per_row]
     vcols = ", ".join(["vid", "vversion", *[f"v_{c}" for c in per_row]])
     per_row_set = "".join(f', "{f.column}" = v.v_{f.name}' for f in fields)
     columns = [[mid for mid, _, _ in items], [version for _, version, _ in items]] + [

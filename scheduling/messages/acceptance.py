@@ -38,7 +38,7 @@ class AcceptanceChecks(Protocol):
 
 @cache
 def _checks() -> AcceptanceChecks:
-    module: AcceptanceChecks = import_module(settings.ACCEPTANCE_CHECKS)  # type: ignore[assignment]
+    module: AcceptanceChecks = import_module(settings.ACCEPTANCE_CHECKS)
     return module
 
 

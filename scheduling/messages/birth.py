@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, lru_cache
+from typing import cast
 
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import JSONField
@@ -45,7 +47,12 @@ FACTS = ("public_id", "tenant_id", "due_at", "segments", "campaign_id")  # what 
 
 
 def messages_birth(
-    rows: list[Row], *, actor: str, now: datetime, tenants: dict[int, Tenant], refuse_over_quota: bool = False
+    rows: Sequence[Row],
+    *,
+    actor: str,
+    now: datetime,
+    tenants: dict[int, Tenant],
+    refuse_over_quota: bool = False,
 ) -> Births:
     """Insert ``rows`` (``status`` scheduled) with their "created" events, book the quota of the rows
     that went in and add campaign rows to their campaign's ``scheduled`` count. Call inside the
@@ -69,10 +76,13 @@ def messages_birth(
         if isinstance(chunk[0][0], Message):
             assert len(chunk) == 1, "a Message row is born on its own"
             made = _insert_one(chunk[0][0], chunk[0][1], actor, now)
-        elif connection.vendor == "postgresql":
-            made = _insert_pg(chunk, actor, now)
         else:
-            made = _insert_orm(chunk, actor, now)
+            # The rows of a chunk whose first row is a dict are all dicts (a Message is born alone).
+            dict_rows = cast("Sequence[tuple[dict, dict | str]]", chunk)
+            if connection.vendor == "postgresql":
+                made = _insert_pg(dict_rows, actor, now)
+            else:
+                made = _insert_orm(dict_rows, actor, now)
         result.ids += [mid for mid, _ in made]
         result.inserted_public_ids.update(pid for _, pid in made)
     result.existing = len(rows) - len(result.ids)
@@ -184,7 +194,9 @@ def _one_row_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str,
         message_fields = [f for f in message_fields if f.attname in names]
     message_fk = MessageEvent._meta.get_field("message")
     event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
-    pk = qn(Message._meta.pk.column)
+    pk_column = Message._meta.pk.column
+    assert pk_column is not None  # a concrete field always has a column (Field.get_attname_column)
+    pk = qn(pk_column)
     sql = (
         f"WITH m AS (INSERT INTO {qn(Message._meta.db_table)} "  # noqa: S608
         f"({', '.join(qn(f.column) for f in message_fields)}) "
@@ -196,7 +208,7 @@ def _one_row_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str,
     return sql, message_fields, event_fields
 
 
-def _insert_orm(rows: list[tuple[dict, dict]], actor: str, now: datetime) -> list[tuple[int, str]]:
+def _insert_orm(rows: Sequence[tuple[dict, dict | str]], actor: str, now: datetime) -> list[tuple[int, str]]:
     # The inserted rows are found by their fresh random public ids, so a conflicting (pre-existing)
     # row is never mistaken for one of ours.
     Message.objects.bulk_create([Message(**row) for row, _ in rows], ignore_conflicts=True)
@@ -210,9 +222,7 @@ def _insert_orm(rows: list[tuple[dict, dict]], actor: str, now: datetime) -> lis
                 from_status=Status.SCHEDULED,
                 to_status=Status.SCHEDULED,
                 actor=actor,
-                details=json.loads(by_public[public_id])
-                if isinstance(by_public[public_id], str)
-                else by_public[public_id],
+                details=_details_dict(by_public[public_id]),
                 created_at=now,
             )
             for mid, public_id in found
@@ -269,7 +279,11 @@ def _json(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _insert_pg(rows: list[tuple[dict, dict | str]], actor: str, now: datetime) -> list[tuple[int, str]]:
+def _details_dict(details: dict | str) -> dict:
+    return json.loads(details) if isinstance(details, str) else details
+
+
+def _insert_pg(rows: Sequence[tuple[dict, dict | str]], actor: str, now: datetime) -> list[tuple[int, str]]:
     first = rows[0][0]
     # Parameters in statement order: the scalars (in the SELECT list), then the arrays (in unnest).
     scalars, columns, constant = [], [], set()

@@ -8,7 +8,7 @@ import json
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -94,7 +94,7 @@ def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) ->
     raise InvalidInput("from", "no sender given and the tenant has no default sender")
 
 
-def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str, now: datetime):
+def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str | None, now: datetime):
     try:
         dst_policy = DstPolicy(policy or DstPolicy.EARLIER)
     except ValueError as exc:
@@ -143,9 +143,7 @@ def _time_fields(
     return {
         "requested_send_at": raw_send_at or "",
         "requested_local_time": (
-            timezone.make_aware(resolved.local_time, timezone.UTC)
-            if resolved and resolved.local_time
-            else None
+            timezone.make_aware(resolved.local_time, UTC) if resolved and resolved.local_time else None
         ),
         "requested_timezone": (resolved.timezone if resolved else tz_name or ""),
         "dst_policy": policy.value,
@@ -365,7 +363,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
     if not changes:
         return message
-    details = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
+    details: dict[str, Any] = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
     if "due_at" in changes:
         details.update(
             old_due_at=message.due_at.isoformat(),

@@ -125,6 +125,7 @@ class ScheduleOutput(serializers.Serializer):
         """The materializer's cursor: the first occurrence not yet made into a message."""
         if s.cursor_local is None:
             return None
+        assert s.next_occurrence_at is not None  # set and cleared together with cursor_local
         return {
             "local_time": naive(s.cursor_local).isoformat(),
             "occurrence_at": s.next_occurrence_at.isoformat(),
@@ -246,6 +247,7 @@ class SchedulesApi(APIView):
         qs = selectors.schedule_list(tenant=request.user.tenant, params=request.query_params)
         paginator = _Cursor()
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
         for s in page:
             s.tenant = request.user.tenant
         return paginator.get_paginated_response(ScheduleOutput(page, many=True).data)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import overload
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -47,11 +48,23 @@ class MaterializeReport:
     created_ids: list[int] = field(default_factory=list, repr=False)
 
 
+@overload
+def naive(value: datetime) -> datetime: ...
+@overload
+def naive(value: None) -> None: ...
+@overload
+def naive(value: datetime | None) -> datetime | None: ...
 def naive(value: datetime | None) -> datetime | None:
     """A local wall time stored in a DateTimeField (as UTC-less, like Message.requested_local_time)."""
     return None if value is None else value.astimezone(UTC).replace(tzinfo=None)
 
 
+@overload
+def stored(value: datetime) -> datetime: ...
+@overload
+def stored(value: None) -> None: ...
+@overload
+def stored(value: datetime | None) -> datetime | None: ...
 def stored(value: datetime | None) -> datetime | None:
     return None if value is None else timezone.make_aware(value, UTC)
 

@@ -19,8 +19,8 @@ send in progress); resume starts from the first occurrence after now, without ba
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime, time, timedelta
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
@@ -74,6 +74,18 @@ ROW_FIELDS = (
     "requested_local_time",
     "schedule_version",
 )
+
+
+class OccurrenceRow(TypedDict):
+    """One ``ROW_FIELDS`` row of a schedule's occurrence (``Message.objects.values(...)``)."""
+
+    id: int
+    public_id: str
+    status: str
+    due_at: datetime
+    quiet_deferred_from: datetime | None
+    requested_local_time: datetime | None
+    schedule_version: int | None
 
 
 @dataclass
@@ -223,7 +235,9 @@ def _move(schedule: Schedule, *, to_status: str, now: datetime, set_fields: dict
     the answer would describe a change that did not happen: a conflict instead."""
     if not schedule_transition(schedule, to_status=to_status, set_fields=set_fields, now=now):
         current = Schedule.objects.filter(pk=schedule.pk).values_list("status", flat=True).first()
-        raise ConflictError(f"The schedule changed meanwhile; it is now {current}.", current_status=current)
+        raise ConflictError(
+            f"The schedule changed meanwhile; it is now {current}.", current_status=current or ""
+        )
 
 
 def schedule_create(*, tenant: Tenant, actor: str, data: dict[str, Any]) -> ScheduleChange:
@@ -252,12 +266,12 @@ def schedule_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Sched
     return schedule
 
 
-def _slot(row: dict) -> datetime:
+def _slot(row: OccurrenceRow) -> datetime:
     # The occurrence's own time: a quiet-hours move changes due_at but not the slot it stands for.
     return row["quiet_deferred_from"] or row["due_at"]
 
 
-def _live_rows(schedule: Schedule, now: datetime) -> list[dict]:
+def _live_rows(schedule: Schedule, now: datetime) -> list[OccurrenceRow]:
     """This schedule's occurrences not cancelled and not final, from LIVE_LOOKBACK ago on (keys sort
     by local occurrence time, so the range read uses the unique key index)."""
     since = (now - LIVE_LOOKBACK).replace(tzinfo=None)
@@ -297,7 +311,7 @@ def _cancel_occurrences(
         "schedule_version": schedule.version,
         "new_schedule_version": new_version,
     }
-    common = {
+    common: dict[str, Any] = {
         "to_status": Status.CANCELLED,
         "kind": "cancelled",
         "actor": actor,
@@ -317,11 +331,13 @@ def _cancel_occurrences(
     kept = []
     for mid in kept_ids:
         row = by_id[mid]
+        local_time = naive(row["requested_local_time"])
+        assert local_time is not None  # every occurrence records its local time (materialize)
         kept.append(
             {
                 "id": row["public_id"],
                 "status": current.get(mid, row["status"]),
-                "local_time": naive(row["requested_local_time"]).isoformat(),
+                "local_time": local_time.isoformat(),
                 "due_at": row["due_at"].isoformat(),
                 "schedule_version": row["schedule_version"],
                 "_pk": mid,
@@ -339,7 +355,7 @@ def _cancel_occurrences(
     return [by_id[mid]["public_id"] for mid in sorted(won)], kept
 
 
-def _all_pending_rows(schedule: Schedule) -> list[dict]:
+def _all_pending_rows(schedule: Schedule) -> list[OccurrenceRow]:
     return list(
         Message.objects.filter(schedule=schedule, status__in=[Status.SCHEDULED, *IN_FLIGHT]).values(
             "id",
@@ -490,6 +506,8 @@ def _schedule_stop(
 def tenant_quiet_hours_set(*, tenant: Tenant, data: dict[str, Any]) -> Tenant:
     """Set the tenant's quiet-hours policy; ``start`` and ``end`` both None clears the window."""
     start, end = data.get("start"), data.get("end")
+    start_t: time | None
+    end_t: time | None
     try:
         if (start is None) != (end is None):
             raise QuietHoursError("end" if end is None else "start", "give both start and end, or neither")

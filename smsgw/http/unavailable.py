@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from typing import TypeGuard
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
@@ -42,7 +43,7 @@ def retry_after_seconds() -> int:
     return int(settings.DB_RETRY_AFTER_SECONDS)
 
 
-def is_unavailable(exc: BaseException | None) -> bool:
+def is_unavailable(exc: BaseException | None) -> TypeGuard[BaseException]:
     return isinstance(exc, DB_UNAVAILABLE)
 
 
@@ -72,7 +73,8 @@ def unavailable_noted(request: HttpRequest, exc: BaseException, response: HttpRe
         retry_after_seconds(),
     )
     connection_drop()
-    response._has_been_logged = True  # django.utils.log.log_response skips a response marked so
+    # django.utils.log.log_response skips a response marked so; a private flag the stubs do not declare.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 
@@ -84,7 +86,7 @@ def unavailable_response(request: HttpRequest, exc: BaseException) -> HttpRespon
     message = _message(seconds)
     if is_api_path(request.path_info):
         code = DatabaseUnavailable.code
-        response = envelope(503, message, code=code, extra={"retry_after": seconds})
+        response: HttpResponse = envelope(503, message, code=code, extra={"retry_after": seconds})
     else:
         response = HttpResponse(message + "\n", status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(seconds)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -212,7 +212,9 @@ def rebook(
 def usage_view(tenant: Tenant, now: datetime) -> dict:
     """What GET /v1/capacity shows of the quotas: limits, today's window and the pending count."""
     day = window_day(tenant, now)
-    row = QuotaWindow.objects.filter(tenant_id=tenant.pk, day=day).values("booked", "released").first() or {}
+    row: Mapping[str, object] = (
+        QuotaWindow.objects.filter(tenant_id=tenant.pk, day=day).values("booked", "released").first() or {}
+    )
     return {
         DAILY: {
             "limit": tenant.daily_message_quota or None,

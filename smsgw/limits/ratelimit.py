@@ -129,7 +129,7 @@ def _db_take(key: str, interval: float, burst: int) -> tuple[bool, float, float]
         f"allowed = {ok}, seen = excluded.seen "
         f"RETURNING allowed, tat, seen"
     )
-    params = [key, interval, *params_now, interval, tau, interval, interval, tau]
+    params: list[str | float] = [key, interval, *params_now, interval, tau, interval, interval, tau]
     with connection.cursor() as cur:
         cur.execute(sql, params)
         allowed, tat, seen = cur.fetchone()

@@ -158,7 +158,8 @@ class ResolvedTime:
             )
         if self.adjustment in (DstAdjustment.AMBIGUOUS_FIRST, DstAdjustment.AMBIGUOUS_SECOND):
             which = "first" if self.adjustment is DstAdjustment.AMBIGUOUS_FIRST else "second"
-            offset = "" if zone is None else f" (UTC{_fmt_offset(self.due_at.astimezone(zone).utcoffset())})"
+            utc_offset = None if zone is None else self.due_at.astimezone(zone).utcoffset()
+            offset = "" if utc_offset is None else f" (UTC{_fmt_offset(utc_offset)})"
             fold = "DST fall-back" if kind == "DST" else "clock change"
             return (
                 f"{clock} occurs twice in {self.timezone} on {day} ({fold}); "

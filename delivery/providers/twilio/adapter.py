@@ -37,6 +37,7 @@ import re
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -557,7 +558,7 @@ class TwilioAdapter(ProviderAdapter):
             f"&{twilio_callbacks.HINT_ATTEMPT}={attempt_number}"
         )
 
-    def validate_callback(self, url: str, params: dict, headers: dict) -> bool:
+    def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         return twilio_callbacks.validate(
             url,
             params,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
@@ -127,7 +128,9 @@ def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
     )
 
 
-def validate(url: str, params: dict, headers: dict, *, auth_token: str, shared_keys: dict[str, str]) -> bool:
+def validate(
+    url: str, params: dict, headers: Mapping[str, str], *, auth_token: str, shared_keys: dict[str, str]
+) -> bool:
     """The classic Auth Token signature (HMAC-SHA1), or a SharedKey signature when Twilio announces one
     in ``X-Twilio-Webhooks-Signature-Settings`` (the key must be one we configured)."""
     signature = headers.get("X-Twilio-Signature", "")
