@@ -18,6 +18,8 @@ fi
 .venv/bin/ruff format --check --quiet .
 # The layers point one way (pyproject.toml, [tool.importlinter]).
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+# Types of the app packages (pyproject.toml, [tool.mypy]: the stubs, the strict modules, the ignore list).
+DJANGO_SECRET_KEY=type-check-only .venv/bin/mypy
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 

@@ -34,7 +34,7 @@ class RetryDecision:
 
 def uncharged_calls(row: Mapping[str, Any]) -> int:
     """This message's earlier provider calls that cost it no attempt (throttles, holds, outages)."""
-    return row["provider_calls"] - row["attempt_count"]
+    return int(row["provider_calls"]) - int(row["attempt_count"])
 
 
 def retry_decide(

@@ -9,6 +9,11 @@ A database that does not answer is a 503 ``database_unavailable`` with Retry-Aft
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -50,9 +55,13 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
     return exceptions.ValidationError({field: [message]})
 
 
-def as_drf(exc):
+def as_drf(exc: Exception) -> Exception:
     """A domain error as the DRF exception that answers it (an invalid input is a ValidationError, so it
     reads like a serializer's); anything else unchanged."""
+    if isinstance(exc, Http404):  # as DRF's own handler does, so that the envelope reads `detail`
+        return exceptions.NotFound(*exc.args)
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(*exc.args)
     if isinstance(exc, domain_errors.InvalidInput):
         return exceptions.ValidationError({exc.field: [exc.message]})
     if isinstance(exc, domain_errors.DomainError):
@@ -60,7 +69,7 @@ def as_drf(exc):
     return exc
 
 
-def api_exception_handler(exc, context):
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     database_error = exc if unavailable.is_unavailable(exc) else None
     if database_error is not None:
         exc = unavailable.database_unavailable()
@@ -70,7 +79,7 @@ def api_exception_handler(exc, context):
         return None
     code = getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ParseError):
-        body = {
+        body: dict[str, Any] = {
             "code": "malformed_request",
             "message": str(exc.detail),
             "fields": {"body": [str(exc.detail)]},
@@ -83,6 +92,7 @@ def api_exception_handler(exc, context):
         first = next(iter(fields.items()), ("request", ["invalid"]))
         body = {"code": "invalid", "message": f"{first[0]}: {first[1][0]}", "fields": fields}
     else:
+        assert isinstance(exc, exceptions.APIException)  # DRF answered it, so it is one (as_drf)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         body = {"code": code, "message": str(message)}
         if isinstance(exc, DomainRefusal):
@@ -108,12 +118,12 @@ PASSED_HEADERS = frozenset(
 )
 
 
-def _headers(response: Response) -> dict:
+def _headers(response: Response) -> dict[str, str]:
     return {k: v for k, v in response.items() if k in PASSED_HEADERS}
 
 
-def _flatten(detail, prefix: str = "") -> dict:
-    out: dict = {}
+def _flatten(detail: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for key, value in detail.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):

@@ -97,3 +97,16 @@ def test_a_subclass_takes_its_nearest_bases_status():
 
     response = api_exception_handler(Gone("It went."), {})
     assert (response.status_code, response.data["error"]["code"]) == (404, "gone")
+
+
+def test_djangos_own_404_and_permission_denied_are_answered_in_the_envelope_not_a_500():
+    from django.core.exceptions import PermissionDenied
+    from django.http import Http404
+
+    missing = api_exception_handler(Http404("No such message."), {})
+    assert (missing.status_code, missing.data) == (
+        404,
+        {"error": {"code": "not_found", "message": "No such message."}},
+    )
+    refused = api_exception_handler(PermissionDenied("Not yours."), {})
+    assert (refused.status_code, refused.data["error"]["code"]) == (403, "permission_denied")
