@@ -98,7 +98,7 @@ def _stop(message_id: int, tries: int, status: str, note: str, now: datetime) ->
         )
 
 
-def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:
+def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:  # noqa: C901, PLR0915
     """One bounded pass; returns counts by what happened (for logs and tests)."""
     counts = {"looked_up": 0, "final": 0, "not_final": 0, "stopped": 0, "missing": 0, "skipped": 0}
     now = now or timezone.now()

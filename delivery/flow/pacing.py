@@ -303,7 +303,7 @@ def release_gate(candidates: list[Candidate], now: datetime | None = None) -> De
     return decision
 
 
-def _account_gate(
+def _account_gate(  # noqa: C901, PLR0915
     provider: str, account: str, candidates: list[Candidate], now: datetime, decision: Decision
 ) -> None:
     now_s = now.timestamp()

@@ -210,7 +210,7 @@ PAGE_PARAMS = frozenset(("cursor", "page_size"))
 LIST_PARAMS = PAGE_PARAMS | {"status"}
 
 
-def _form_data(request) -> tuple[dict, object]:
+def _form_data(request) -> tuple[dict, object]:  # noqa: C901
     """A multipart body as the JSON body's dict (typed values) and the uploaded file."""
     form, files = request.data, request.FILES
     field = first_bad_field(form)

@@ -181,7 +181,7 @@ def error_row(
     )
 
 
-def rows_build(
+def rows_build(  # noqa: C901, PLR0915
     maker: RowBuilder, records: list[tuple[int, list[str] | None]], names: list[str], now: datetime
 ) -> BuiltBatch:
     """Message rows and per-row errors for one batch of records. The hot loop of a campaign: per row one

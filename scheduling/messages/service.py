@@ -318,7 +318,7 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     return message
 
 
-def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:
+def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:  # noqa: C901
     message = message_get(tenant=tenant, public_id=public_id)
     if message.status != Status.SCHEDULED:
         raise ConflictError(

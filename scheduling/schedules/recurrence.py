@@ -119,7 +119,7 @@ class Recurrence:
     """A parsed rule bound to a start, a zone, a DST policy and its exceptions. Immutable; cheap to
     keep in a cache keyed by the schedule's definition."""
 
-    def __init__(
+    def __init__(  # noqa: C901
         self,
         rule: ParsedRule,
         *,

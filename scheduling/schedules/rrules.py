@@ -180,7 +180,7 @@ def _until(value: str) -> datetime:
     raise _err(f"UNTIL={value}: expected a UTC date-time such as 20270630T215959Z")
 
 
-def parse_rrule(text: str) -> ParsedRule:
+def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
     """Parse an RRULE value (``"FREQ=WEEKLY;BYDAY=MO,TU"``, optionally prefixed ``RRULE:``).
 
     Errors name the offending part (``BYMONTHDAY=32: 32 is out of range``). Syntax and RFC 5545
@@ -299,7 +299,7 @@ def parse_start(value: str) -> datetime:
     return parsed
 
 
-def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[date]]:
+def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[date]]:  # noqa: C901
     """EXDATE values in the schedule's local time: ``2026-12-25`` (that whole local day) or
     ``2026-12-25T08:30:00`` (that occurrence). RFC 5545 compact forms (``20261225``,
     ``20261225T083000``) are accepted too. A value with an offset or ``Z`` is not in the rule's local
