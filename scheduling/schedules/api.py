@@ -183,7 +183,7 @@ class OccurrenceMessageOutput(serializers.Serializer):
 class OccurrencePreviewOutput(serializers.Serializer):
     local_time = serializers.CharField(help_text="Local wall time the rule produced.")
     timezone = serializers.CharField()
-    occurrence_at = serializers.CharField(help_text="That wall time resolved to UTC (SPEC §6).")
+    occurrence_at = serializers.CharField(help_text="That wall time resolved to UTC.")
     dst_adjustment = serializers.CharField()
     dst_note = serializers.CharField(required=False)
     due_at = serializers.CharField(help_text="When it is sent: after any quiet-hours move.")
