@@ -1,4 +1,4 @@
-"""Destination guards across real processes (issue 12 §3): beat, the sweep and the send worker as
+"""Destination guards across real processes (docs/guards.md): beat, the sweep and the send worker as
 separate processes against the sandbox. A prefix over the tenant's velocity limit is held for review by
 the real sweep, never submitted while held, and sent once each after an operator releases it in the
 admin; a destination refused after acceptance is cancelled by the real send worker, never submitted."""

@@ -1,5 +1,5 @@
 """Log noise from real worker and beat processes: an idle gateway writes nothing per tick, and a broker
-outage leaves a few lines per 10 s, not several a second (issue 9, defect 6: beat wrote about 3 error
+outage leaves a few lines per 10 s, not several a second (docs/operations.md, logs: beat wrote about 3 error
 lines a second through an outage, workers an AttributeError from gossip after each reconnect, and idle
 processes an INFO line per tick)."""
 

@@ -1,5 +1,5 @@
-"""A real worker's log after a real database failure holds no body, number or metadata value (issue 10,
-section 2). PostgreSQL is made to refuse the sweep's release (a CHECK constraint added for the test),
+"""A real worker's log after a real database failure holds no body, number or metadata value
+(docs/api.md, log redaction). PostgreSQL is made to refuse the sweep's release (a CHECK constraint added for the test),
 so the `scheduling.sweep` task fails on an UPDATE whose error carries ``DETAIL: Failing row contains
 (…)``: the whole row, with the recipient, the sender, the body and the metadata."""
 

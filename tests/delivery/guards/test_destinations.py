@@ -1,4 +1,4 @@
-"""Destination permissions (issue 12 §3): a country the tenant may not send to or a premium-rate /
+"""Destination permissions (docs/guards.md): a country the tenant may not send to or a premium-rate /
 high-risk range is a 400 naming `to` at acceptance with nothing stored, and a destination refused after
 acceptance (the tenant's permissions changed) is cancelled at execution, never submitted. Real
 database, real sandbox through the real Twilio adapter."""

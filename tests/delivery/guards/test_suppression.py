@@ -1,4 +1,4 @@
-"""Opt-outs (issue 12 §2): STOP/START through signed inbound webhooks, 21610 from the sandbox, the list
+"""Opt-outs (docs/guards.md): STOP/START through signed inbound webhooks, 21610 from the sandbox, the list
 enforced at acceptance (a 400 naming `to`) and at execution (cancelled, reason opted_out, never
 submitted), every change audited with its source. Real sandbox, real Twilio adapter, real database."""
 

@@ -1,4 +1,4 @@
-"""The velocity guard (issue 12 §3): over a tenant's limit of messages to one destination prefix, or to
+"""The velocity guard (docs/guards.md): over a tenant's limit of messages to one destination prefix, or to
 numbers it never sent to, further sends are held for review at the release step (status stays
 `scheduled`, reason held_for_review, one timeline entry), never submitted until an operator releases
 them in the admin (audited), or cancelled there. Real database, the release step and the in-process send

@@ -1,5 +1,5 @@
 """The send worker's service and the reconciler, in-process, against the real sandbox through the real
-Twilio adapter: every provider outcome ends each message in the state SPEC §4/§5 require."""
+Twilio adapter: every provider outcome ends each message in the state the lifecycle requires (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile input (issue 10, section 2): whatever arrives at /v1/... or /receipts/..., the answer is the JSON
+"""Hostile input (docs/api.md, "Bad input, error responses and log redaction"): whatever arrives at /v1/... or /receipts/..., the answer is the JSON
 error envelope, a 4xx naming the field (never a 500, never HTML, never a traceback), and nothing already
 accepted changes. Each class of input is one parametrized test over every route and field it can reach."""
 

@@ -1,4 +1,4 @@
-"""No log line holds a message body, a full phone number, a metadata value or a secret (issue 10, section 2),
+"""No log line holds a message body, a full phone number, a metadata value or a secret (docs/api.md, "Bad input, error responses and log redaction"),
 including the database's error text (``DETAIL: Failing row contains (…)``, ``LINE 1: …``) inside the
 tracebacks Django writes for a 500 and Celery writes for a failed task.
 
