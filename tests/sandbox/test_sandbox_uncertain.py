@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 from twilio.base.exceptions import TwilioRestException
 
+from sandbox.server import SandboxState
 from tests.sandbox.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
 from tests.sandbox.test_sandbox_fidelity import raw_request
 from tests.sandbox_process import SandboxProcess
@@ -218,3 +219,25 @@ def test_the_new_switches_are_flags_too():
         assert (status, body["code"]) == (503, 20503)
         process.config(list_lag_seconds=0)
         assert [m["to"] for m in process.messages_json()] == ["+15550900011"]
+
+
+def test_list_lag_holds_for_every_page_of_one_listing():
+    now = [1000.0]
+    state = SandboxState(clock=lambda: now[0])
+    for i in range(5):
+        now[0] = 1000.0 + i
+        state.store("+15550900012", FROM, f"m{i}", "", "")
+    state.set_config(state.config.updated({"list_lag_seconds": 2.5}))
+    now[0] = 1005.0  # m0, m1 and m2 are 2.5 s old or more
+    first, token, _ = state.query(
+        to="+15550900012", from_=None, lo=None, hi=None, page=0, page_size=2, token=None
+    )
+    now[0] = 1100.0  # the next page is cut from the same snapshot: m3 and m4 stay out of this listing
+    second, end, _ = state.query(
+        to="+15550900012", from_=None, lo=None, hi=None, page=1, page_size=2, token=token
+    )
+    assert [m.body for m in first + second] == ["m2", "m1", "m0"] and end is None
+    fresh, _, _ = state.query(
+        to="+15550900012", from_=None, lo=None, hi=None, page=0, page_size=10, token=None
+    )
+    assert [m.body for m in fresh] == ["m4", "m3", "m2", "m1", "m0"]
