@@ -12,9 +12,10 @@ at every call; when they change, the clients are rebuilt.
 Outcomes (what the provider has), then the error table (``twilio_errors``) says what to do:
 
 * 2xx -> ACCEPTED (sid, status).
-* an error answer -> TRANSIENT when the table says throttled or transient (Twilio did not take it: 429,
-  21611, 5xx, ...), else REJECTED (permanent, opted out, account fault); 502/504, which a gateway in
-  front of Twilio answers after forwarding the request -> UNCERTAIN.
+* an error answer -> ``twilio_errors.submission_outcome``: TRANSIENT only where Twilio documents that it
+  did not process the request (429; a 4xx whose code a resend may get past, such as 21611), REJECTED for
+  any other 4xx (permanent, opted out, account fault), UNCERTAIN for everything else (500, 503, any 5xx,
+  408, an unreadable 2xx), which may hide a stored message.
 * the request was never written (connection refused, DNS, connect timeout, no free connection)
   -> TRANSIENT; it was written but no response came back (read timeout, reset, disconnect) -> UNCERTAIN.
   "Written" is observed when aiohttp starts writing the request on an open connection (twilio_http). An
@@ -389,12 +390,7 @@ class TwilioAdapter(ProviderAdapter):
         message = redact(str(payload.get("message") or exc.msg or ""))
         retry_after = parse_retry_after(call.headers.get("Retry-After"))
         info = self.classify(error_code, status)
-        if 200 <= status < 300 or status in (502, 504):
-            outcome = Outcome.UNCERTAIN  # taken but unreadable, or a gateway answered after forwarding
-        elif info.error_class in (ErrorClass.THROTTLED, ErrorClass.TRANSIENT):
-            outcome = Outcome.TRANSIENT  # Twilio did not process it: safe to send again
-        else:
-            outcome = Outcome.REJECTED
+        outcome = twilio_errors.submission_outcome(status, info)
         return SubmitResult(
             outcome=outcome,
             error_code=error_code,
