@@ -19,7 +19,7 @@ from delivery.providers.base import CallbackInvalid
 from receipts import spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
-from smsgw.http.boundary import NUL_OR_SURROGATE, first_bad_field
+from smsgw.http.boundary import NUL_OR_SURROGATE, bad_text_removed, first_bad_field
 from smsgw.http.errors import field_error
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ def _signed_form(request: HttpRequest, provider: str):
     """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
     403 (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be
-    stored (a NUL; PostgreSQL refuses it in jsonb), never a 500 that the provider would retry."""
+    stored (a NUL; PostgreSQL refuses it in jsonb) unless it is only in a free-text field, which is
+    stored without it (``adapter.free_text_fields``), never a 500 that the provider would retry."""
     if provider not in PROVIDERS:
         return None, None, _error(404, "provider", "unknown provider")
     length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -56,6 +57,9 @@ def _signed_form(request: HttpRequest, provider: str):
     params = {key: request.POST.get(key, "") for key in request.POST}
     if not adapter.validate_callback(callback_url(request), params, request.headers):
         return None, None, _error(403, adapter.signature_header, "missing or invalid signature")
+    # Verified, so it came from the provider: a NUL in a mere description is removed, not refused.
+    for key in adapter.free_text_fields & params.keys():
+        params[key] = bad_text_removed(params[key])
     bad = first_bad_field(params)
     if bad is not None:
         return None, None, _error(400, bad, NUL_OR_SURROGATE)

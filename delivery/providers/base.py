@@ -158,6 +158,10 @@ class ProviderAdapter:
     name: str = "base"
     # The request header that carries a callback's signature (named in a 403's error).
     signature_header: str = "signature"
+    # Free-text fields of a callback whose exact text means nothing to us (a description): a verified
+    # callback with a NUL in one is stored with the NUL removed instead of refused (the provider would
+    # not send it again after a 4xx). NUL anywhere else is still refused.
+    free_text_fields: frozenset[str] = frozenset()
 
     @property
     def request_timeout(self) -> float:

@@ -178,6 +178,7 @@ class _AsyncRuntime:
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
     signature_header = "X-Twilio-Signature"
+    free_text_fields = twilio_callbacks.FREE_TEXT_FIELDS
 
     def __init__(self, name: str = "twilio", settings_prefix: str = "TWILIO") -> None:
         # One adapter per provider key (``message.provider``): another Twilio account is another key

@@ -45,6 +45,8 @@ STATUS_MAP = {
 }
 
 NUMBER_FIELDS = ("To", "From", "Called", "Caller")
+# Descriptions only: nothing we decide reads them (ErrorCode, not its text, is what the error table takes).
+FREE_TEXT_FIELDS = frozenset({"ErrorMessage"})
 DROPPED_FIELDS = ("Body",)
 HINT_MESSAGE = "m"  # query parameters of the StatusCallback URL we give with each submission
 HINT_ATTEMPT = "a"
