@@ -139,6 +139,15 @@ class CallbackData:
 LOOKUP_SOURCE = "lookup"
 
 
+class CallbackKeyUnknown(Exception):
+    """A callback signed with a key the provider names but this host does not hold (our configuration,
+    not the caller, is what is missing): it cannot be verified, yet may well be genuine."""
+
+    def __init__(self, key_id: str):
+        super().__init__(f"signed with key id {key_id[:64]!r}, not configured here")
+        self.key_id = key_id[:64]
+
+
 class CallbackInvalid(ValueError):
     def __init__(self, field_name: str, message: str):
         super().__init__(message)
@@ -237,6 +246,8 @@ class ProviderAdapter:
         raise NotImplementedError
 
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
+        """Is the callback signed by the provider? Raises CallbackKeyUnknown when it names a signing key
+        this host does not hold."""
         raise NotImplementedError
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
