@@ -12,6 +12,7 @@ provider's codes or HTTP statuses.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -65,12 +66,23 @@ class Submission:
     # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
     # provider after the message expired here. 0 = the provider's default.
     validity_period: int = 0
+    # When the message expires here. Given, the validity period is taken from it at the instant the
+    # request is written (``validity_at``), not when the batch was claimed: a message that then waited
+    # (its paced slot, the flight's concurrency) would otherwise outlive its expiry at the provider.
+    expires_at: datetime | None = None
     # Not before this instant (epoch seconds; 0 = now): a paced message's slot. The adapter waits for it
     # so the provider sees the spacing the limits asked for.
     not_before: float = 0.0
     # Asked just before the request goes (after any wait): False leaves it unsent, reported as a
     # transient outcome with sent=False (the caller knows why, e.g. the provider's circuit opened).
     still_wanted: Callable[[], bool] | None = None
+
+    def validity_at(self, now: datetime) -> int:
+        """``ceil(expires_at - now)`` seconds (unbounded: the adapter applies its provider's range), else
+        ``validity_period``."""
+        if self.expires_at is None:
+            return self.validity_period
+        return math.ceil((self.expires_at - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,7 @@ class SubmitResult:
     error_title: str = ""
     scope: Scope | None = None
     sent: bool = True  # False: never sent (Submission.still_wanted said no); says nothing of the provider
+    validity_period: int | None = None  # the validity period the request carried, once it was written
 
 
 ResultCallback = Callable[[int, SubmitResult], None]
