@@ -179,6 +179,7 @@ class _AsyncRuntime:
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
     signature_header = "X-Twilio-Signature"
+    free_text_fields = twilio_callbacks.FREE_TEXT_FIELDS
 
     def __init__(self, name: str = "twilio", settings_prefix: str = "TWILIO") -> None:
         # One adapter per provider key (``message.provider``): another Twilio account is another key
@@ -329,6 +330,14 @@ class TwilioAdapter(ProviderAdapter):
         on_result(index, result)
 
     async def _submit_one(self, runtime: _AsyncRuntime, submission: Submission) -> SubmitResult:
+        written: dict[str, Any] = {}
+        result = await self._submit_request(runtime, submission, written)
+        return dataclasses.replace(result, validity_period=written.get("validity_period"))
+
+    async def _submit_request(
+        self, runtime: _AsyncRuntime, submission: Submission, written: dict[str, Any]
+    ) -> SubmitResult:
+        """``written``: what the request carried that its caller records (its validity period)."""
         # A paced message goes at its slot (what the provider counts is each sender's spacing).
         while (wait := submission.not_before - time.time()) > 0:
             await asyncio.sleep(wait)
@@ -344,9 +353,12 @@ class TwilioAdapter(ProviderAdapter):
                 kwargs["messaging_service_sid"] = submission.sender_pool
             if submission.status_callback:
                 kwargs["status_callback"] = submission.status_callback
-            if submission.validity_period:
+            # Taken as the request is written, after any wait for its slot or for room in the flight.
+            validity = submission.validity_at(datetime.now(UTC))
+            if validity or submission.expires_at is not None:
                 # Twilio's default keeps a message queued for 10 h; ours ends at expires_at.
-                kwargs["validity_period"] = min(max(submission.validity_period, VALIDITY_MIN), VALIDITY_MAX)
+                kwargs["validity_period"] = min(max(validity, VALIDITY_MIN), VALIDITY_MAX)
+                written["validity_period"] = kwargs["validity_period"]
             # Twilio's Messages API has no idempotency key: submission.idempotency_token is not sent;
             # duplicates after an UNCERTAIN outcome are prevented by reconciling (find_submissions).
             started = time.perf_counter()
