@@ -15,12 +15,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from delivery.providers import PROVIDERS, get_adapter
-from delivery.providers.base import CallbackInvalid
-from receipts import spool, webhooks
+from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
+from receipts import lookup, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
-from smsgw.http.boundary import NUL_OR_SURROGATE, first_bad_field
+from smsgw.http.boundary import NUL_OR_SURROGATE, bad_text_removed, first_bad_field, is_bad_text
 from smsgw.http.errors import field_error
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def _signed_form(request: HttpRequest, provider: str):
     """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
     403 (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be
-    stored (a NUL; PostgreSQL refuses it in jsonb), never a 500 that the provider would retry."""
+    stored (a NUL; PostgreSQL refuses it in jsonb) unless it is only in a free-text field, which is
+    stored without it (``adapter.free_text_fields``), never a 500 that the provider would retry."""
     if provider not in PROVIDERS:
         return None, None, _error(404, "provider", "unknown provider")
     length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -54,12 +56,45 @@ def _signed_form(request: HttpRequest, provider: str):
         return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
     adapter = get_adapter(provider)
     params = {key: request.POST.get(key, "") for key in request.POST}
-    if not adapter.validate_callback(callback_url(request), params, request.headers):
+    try:
+        verified = adapter.validate_callback(callback_url(request), params, request.headers)
+    except CallbackKeyUnknown as exc:
+        return None, None, _key_unknown(provider, params, exc)
+    if not verified:
         return None, None, _error(403, adapter.signature_header, "missing or invalid signature")
+    # Verified, so it came from the provider: a NUL in a mere description is removed, not refused.
+    for key in adapter.free_text_fields & params.keys():
+        params[key] = bad_text_removed(params[key])
     bad = first_bad_field(params)
     if bad is not None:
         return None, None, _error(400, bad, NUL_OR_SURROGATE)
     return adapter, params, None
+
+
+def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonResponse:
+    """Signed with a key this host does not hold: our configuration is missing, and the callback may be
+    genuine. A 503, not a 403: Twilio sends a callback again only after a failure its retry policy names
+    (``rp``, which can include ``5xx``), never after an answer outside it, and by default it retries
+    neither (twilio.com/docs/usage/webhooks/webhooks-connection-overrides). So the message it names is
+    also looked up by sid at the next status look-up run (receipts.lookup), not an hour after it was sent.
+    Nothing of the callback is stored: it is not verified."""
+    sid = str(params.get("MessageSid") or params.get("SmsSid") or "")[:64]
+    events.callback_key_unknown(provider)
+    message_id = None
+    if sid and not is_bad_text(sid):
+        try:
+            message_id = lookup.lookup_soon(provider, sid)
+        except spool.DB_UNAVAILABLE as db_error:
+            spool.connection_drop()
+            log.warning("callback key unknown: no look-up scheduled, database unavailable (%s)", db_error)
+    log.error(
+        "callback refused (503): %s; set TWILIO_WEBHOOK_SHARED_KEYS. provider=%s sid=%r looked_up_soon=%s",
+        exc,
+        provider,
+        sid,
+        message_id is not None,
+    )
+    return _error(503, "X-Twilio-Webhooks-Signature-Settings", "signing key not configured here")
 
 
 @csrf_exempt

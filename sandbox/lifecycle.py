@@ -85,6 +85,13 @@ def service_sender(service_sid: str) -> str:
     return f"+1500555{digits:04d}"
 
 
+def default_service_sid(account_sid: str) -> str:
+    """The account's default Messaging Service (Twilio's "[Auto-generated] Default Messaging Service",
+    one per account): ``MG`` and 32 hex digits of SHA-256 of the account sid, so it is stable across
+    restarts and differs between accounts."""
+    return "MG" + hashlib.sha256(f"default-service:{account_sid}".encode()).hexdigest()[:32]
+
+
 def price(segments: int) -> str:
     return f"{-PRICE_PER_SEGMENT * segments:.5f}"
 

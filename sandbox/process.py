@@ -2,6 +2,7 @@
 
     with SandboxProcess() as sandbox:
         sandbox.config(latency_ms=50, rules=[{"to": "+15550001111", "action": "429"}])
+        sandbox.config(store_then_500_rate=0.01, store_then_drop_rate=0.005, list_lag_seconds=120)
         ...
         sandbox.stats(); sandbox.list_messages(to="+15550001111"); sandbox.reset()
         sandbox.message_info("SM...")  # what the client sent, and the message's timeline

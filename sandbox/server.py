@@ -5,12 +5,14 @@ Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``; every call answers 401
 closed):
 
 * ``POST /2010-04-01/Accounts/{AccountSid}/Messages.json`` (form: To, From | MessagingServiceSid, Body,
-  StatusCallback, ValidityPeriod, ...) -> 201 message resource, or a Twilio-shaped error.
+  StatusCallback, ValidityPeriod, ...) -> 201 message resource, or a Twilio-shaped error; the
+  ``store_then_*`` faults store the message and then answer 500/20500, 503/20503 or nothing.
 * ``GET /2010-04-01/Accounts/{AccountSid}/Messages/{Sid}.json`` -> the resource or 404 (code 20404).
 * ``GET /2010-04-01/Accounts/{AccountSid}/Messages.json`` with ``To``, ``From``, ``DateSent``,
   ``DateSent<``, ``DateSent>`` (a date ``YYYY-MM-DD`` or an ISO datetime, on ``date_sent``), unsent
   messages first (newest first), then by ``date_sent`` newest first, paged with ``PageSize`` (default 50,
-  max 1000), ``Page`` and ``PageToken`` exactly as the SDK follows them.
+  max 1000), ``Page`` and ``PageToken`` exactly as the SDK follows them; with ``list_lag_seconds`` the
+  messages created less than that long ago are left out.
 * ``GET /2010-04-01/Accounts/{AccountSid}.json`` -> the Account resource (a credentials probe).
 
 A message's lifecycle (``lifecycle.py``) is fixed at create and derived from the clock at every read:
@@ -72,6 +74,7 @@ from sandbox.lifecycle import (
     TRIAL_PREFIX,
     SandboxMessage,
     count_segments,
+    default_service_sid,
     price,
     rfc2822,
     service_sender,
@@ -101,7 +104,16 @@ MAX_VALIDITY_PERIOD = 36000
 MORE_INFO = "https://www.twilio.com/docs/errors/"
 SUBMISSIONS_CHUNK = 10_000  # rows of /_sandbox/submissions encoded at a time, between which creates run
 
-RATE_KEYS = ("error_rate_5xx", "error_rate_429", "error_rate_400", "timeout_rate", "accept_then_hang_rate")
+RATE_KEYS = (
+    "error_rate_5xx",
+    "error_rate_429",
+    "error_rate_400",
+    "timeout_rate",
+    "accept_then_hang_rate",
+    "store_then_500_rate",
+    "store_then_503_rate",
+    "store_then_drop_rate",
+)
 CALLBACK_SHARE_KEYS = ("callback_delivered_share", "callback_undelivered_share", "callback_failed_share")
 _UNIT_KEYS = frozenset((*RATE_KEYS, *CALLBACK_SHARE_KEYS, "callback_drop_rate", "callback_early_rate"))
 _INT_RANGES = {
@@ -110,13 +122,27 @@ _INT_RANGES = {
     "callback_retries": (0, 10),
     "max_concurrent_requests": (0, None),
 }
-_BOOL_KEYS = frozenset(("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix"))
+_BOOL_KEYS = frozenset(
+    ("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix", "default_messaging_service")
+)
 _STR_KEYS = frozenset(("callback_retry_policy", "callback_shared_key_id", "callback_shared_key_secret"))
 _LIST_KEYS = frozenset(("opted_out",))
 # "none"; "503": every Twilio API call answers 503/20503; "refuse": the API listener is closed
 OUTAGE_MODES = ("none", "503", "refuse")
 _CHOICE_KEYS = {"outage": OUTAGE_MODES}
-RULE_ACTIONS = ("500", "503", "429", "400", "timeout", "accept_then_hang")
+RULE_ACTIONS = (
+    "500",
+    "503",
+    "429",
+    "400",
+    "timeout",
+    "accept_then_hang",
+    "store_then_500",
+    "store_then_503",
+    "store_then_drop",
+)
+# actions whose message is stored before the (missing, late or wrong) answer
+STORED_ACTIONS = frozenset(("accept_then_hang", "store_then_500", "store_then_503", "store_then_drop"))
 OUTCOMES = (
     "accepted",
     "error_500",
@@ -125,6 +151,9 @@ OUTCOMES = (
     "error_400",
     "timeout",
     "accept_then_hang",
+    "store_then_500",
+    "store_then_503",
+    "store_then_drop",
     "invalid_request",
     "unauthorized",
     "concurrency_limited",
@@ -153,6 +182,11 @@ class SandboxConfig:
     timeout_rate: float = 0.0  # nothing stored, hang timeout_hang_seconds, then 503
     timeout_hang_seconds: float = 30.0
     accept_then_hang_rate: float = 0.0  # stored, hang timeout_hang_seconds, then 201
+    store_then_500_rate: float = 0.0  # stored (listed, sent, its callbacks), yet answered 500/20500
+    store_then_503_rate: float = 0.0  # stored, yet answered 503/20503
+    store_then_drop_rate: float = 0.0  # stored, then the connection is closed without an answer
+    # GET Messages.json hides the messages created less than this many seconds ago (fetch does not)
+    list_lag_seconds: float = 0.0
     # [{"to": "+1...", "action": one of RULE_ACTIONS, "times": N | None (unlimited),
     #   "error_code": int (400 only), "retry_after_seconds": float (429 only)}], matched by exact To
     rules: list[dict] = field(default_factory=list)
@@ -190,6 +224,8 @@ class SandboxConfig:
     auth_fail: bool = False  # every Twilio API call answers 401/20003
     opted_out: list[str] = field(default_factory=list)  # recipients who replied STOP (21610)
     trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
+    # a send without MessagingServiceSid shows the account's default service in messaging_service_sid
+    default_messaging_service: bool = True
     # "503": every Twilio API call answers 503/20503 at once; "refuse": the API listener is closed, so
     # connections to its port are refused (the control API stays up on --control-port)
     outage: str = "none"
@@ -436,6 +472,7 @@ class SandboxState:
         self.start_config = (config or SandboxConfig()).updated({})  # validated copy
         self.seed = seed
         self._service_senders: dict[str, str] = {}
+        self.default_service_sid = default_service_sid(account_sid)
         self.callbacks = StatusCallbackHook(self)
         self.journal = None  # sandbox.journal.Journal with --state-file
         self._restored: list[SandboxMessage] = []
@@ -589,6 +626,9 @@ class SandboxState:
             ("error_rate_400", "400"),
             ("timeout_rate", "timeout"),
             ("accept_then_hang_rate", "accept_then_hang"),
+            ("store_then_500_rate", "store_then_500"),
+            ("store_then_503_rate", "store_then_503"),
+            ("store_then_drop_rate", "store_then_drop"),
         ):
             rate = getattr(cfg, key)
             if x < rate:
@@ -812,7 +852,7 @@ class SandboxState:
             "error_code": error,
             "error_message": None if error is None else ERROR_MESSAGES[error],
             "from": from_,
-            "messaging_service_sid": m.messaging_service_sid or None,
+            "messaging_service_sid": self._service_sid_of(m),
             "num_media": "0",
             "num_segments": "0" if from_ is None else str(m.num_segments),
             "price": None if sent is None else price(m.num_segments),
@@ -823,6 +863,20 @@ class SandboxState:
             "to": m.to,
             "uri": f"{base}.json",
         }
+
+    def _service_sid_of(self, m: SandboxMessage) -> str | None:
+        """The given MessagingServiceSid; for a send without one, the account's default service. Twilio's
+        Message resource: messaging_service_sid "The SID of the Messaging Service associated with the
+        Message resource. A unique default value is assigned if a Messaging Service is not used"
+        (twilio-oai spec/json/twilio_api_v2010.json, api.v2010.account.message); since April 2024 "POST
+        request will return the messaging_service_sid parameter with a default value for messages which
+        did not specify one ... unique for each account_sid" (twilio.com/en-us/changelog,
+        "Messaging API response & Logs with default messaging service"; help.twilio.com/articles/
+        23584481873307). The status callbacks keep MessagingServiceSid for given services only: Twilio's
+        sources say nothing of the default service there."""
+        if m.messaging_service_sid:
+            return m.messaging_service_sid
+        return self.default_service_sid if self.config.default_messaging_service else None
 
     def debug(self, m: SandboxMessage) -> dict:
         """``GET /_sandbox/messages/{sid}``: what the client sent and the lifecycle fixed at create."""
@@ -925,7 +979,8 @@ class SandboxState:
         """The matching messages among the first ``upto``, in list order, as of the snapshot. O(bucket):
         candidates come from the To or From index (the smaller when both are given); kept for the
         following pages of the same listing."""
-        key = (to, from_, lo, hi, snapshot_us, upto)
+        lag = self.config.list_lag_seconds
+        key = (to, from_, lo, hi, snapshot_us, upto, lag)
         cached = self._lists.get(key)
         if cached is not None:
             self._lists.move_to_end(key)
@@ -940,10 +995,14 @@ class SandboxState:
         else:
             candidates = self.all
         now = snapshot_us / 1e6
+        # list_lag_seconds: a message younger than the lag is not listed yet. Twilio documents no freshness
+        # for the Messages list; its users report minutes (twilio/twilio-java#442) to hours
+        # (twilio/twilio-node#647) before a sent message shows up in it.
+        newest = now - lag if lag > 0 else math.inf
         dated = lo is not None or hi is not None
         out = []
-        for m in candidates:  # in seq order
-            if m.seq >= upto:
+        for m in candidates:  # in seq order, hence in created order
+            if m.seq >= upto or m.created > newest:
                 break
             if to is not None and m.to != to:
                 continue
@@ -1061,9 +1120,10 @@ class SandboxApp:
         elif len(body) > MAX_BODY_CHARS:
             error = (21617, "The concatenated message body exceeds the 1600 character limit.")
         elif validity is None:
-            # the range is Twilio's (twilio-oai CreateMessageRequest, ValidityPeriod); the error code
-            # Twilio answers for a value outside it is not confirmed: 20001 (invalid parameter) here
-            error = (20001, "ValidityPeriod must be an integer from 1 to 36000.")
+            # Twilio 21624 "Invalid validity period value": "Validity period can only be set to integers
+            # between 1 and 36,000 seconds (10 hours max)" (twilio.com/docs/api/errors/21624); the same
+            # range as twilio-oai CreateMessageRequest, ValidityPeriod
+            error = (21624, "Invalid validity period value")
         if error is not None:
             st.outcomes["invalid_request"] += 1
             return st.reject(400, *error)
@@ -1072,7 +1132,7 @@ class SandboxApp:
         if cfg.latency_ms:
             await asyncio.sleep(cfg.latency_ms / 1000.0)
         fault = st.pick_fault(to)
-        if fault is None or fault[0] == "accept_then_hang":
+        if fault is None or fault[0] in STORED_ACTIONS:
             try:
                 message = st.store(
                     to,
@@ -1086,16 +1146,9 @@ class SandboxApp:
             except Refused as exc:
                 st.outcomes[exc.outcome] += 1
                 return st.reject(400, exc.code, exc.message)
-            response = _json(st.render(message, initial=True), 201)
             if message.status_callback:  # an "early" callback goes out before this answer
                 await st.callbacks.before_response(message)
-            if fault is None:
-                st.outcomes["accepted"] += 1
-                return response
-            # accept_then_hang: the provider has it; the client will not hear about it in time
-            st.outcomes["accept_then_hang"] += 1
-            await asyncio.sleep(cfg.timeout_hang_seconds)
-            return response
+            return await self._answer_stored(request, message, None if fault is None else fault[0])
 
         action, rule = fault
         if action == "500":
@@ -1116,6 +1169,35 @@ class SandboxApp:
         st.outcomes["timeout"] += 1
         await asyncio.sleep(cfg.timeout_hang_seconds)
         return st.reject(503, 20503, "Service unavailable")
+
+    async def _answer_stored(
+        self, request: web.Request, message: SandboxMessage, action: str | None
+    ) -> web.Response:
+        """The answer to a create whose message is stored (listed, fetched, sent, its callbacks posted):
+        201, or by ``action`` a late 201, an error or none at all."""
+        st = self.state
+        if action is None:
+            st.outcomes["accepted"] += 1
+            return _json(st.render(message, initial=True), 201)
+        st.outcomes[action] += 1
+        if action == "accept_then_hang":  # the provider has it; the client will not hear about it in time
+            await asyncio.sleep(st.config.timeout_hang_seconds)
+            return _json(st.render(message, initial=True), 201)
+        if action == "store_then_500":
+            # Twilio 20500: "sending an SMS ... [is] not idempotent. If you get a 500 Server Error on these
+            # requests, and you retry the request, it is possible for a customer to receive multiple
+            # messages" (twilio.com/docs/api/errors/20500): a 500 does not say the message was not taken
+            return st.reject(500, 20500, "An internal server error has occurred")
+        if action == "store_then_503":
+            # Twilio 20503 "Service unavailable", HTTP 503 (twilio.com/docs/api/errors/20503); like the
+            # 500, nothing in it says the request was not processed
+            return st.reject(503, 20503, "Service unavailable")
+        # store_then_drop: the connection is closed with the message stored and no answer written (a
+        # proxy or load balancer dropping the response; the sandbox's own model, no Twilio source)
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        return web.Response(status=500)  # never written: the connection is gone
 
     async def fetch_message(self, request: web.Request) -> web.Response:
         st = self.state

@@ -12,6 +12,7 @@ provider's codes or HTTP statuses.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -65,12 +66,23 @@ class Submission:
     # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
     # provider after the message expired here. 0 = the provider's default.
     validity_period: int = 0
+    # When the message expires here. Given, the validity period is taken from it at the instant the
+    # request is written (``validity_at``), not when the batch was claimed: a message that then waited
+    # (its paced slot, the flight's concurrency) would otherwise outlive its expiry at the provider.
+    expires_at: datetime | None = None
     # Not before this instant (epoch seconds; 0 = now): a paced message's slot. The adapter waits for it
     # so the provider sees the spacing the limits asked for.
     not_before: float = 0.0
     # Asked just before the request goes (after any wait): False leaves it unsent, reported as a
     # transient outcome with sent=False (the caller knows why, e.g. the provider's circuit opened).
     still_wanted: Callable[[], bool] | None = None
+
+    def validity_at(self, now: datetime) -> int:
+        """``ceil(expires_at - now)`` seconds (unbounded: the adapter applies its provider's range), else
+        ``validity_period``."""
+        if self.expires_at is None:
+            return self.validity_period
+        return math.ceil((self.expires_at - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,7 @@ class SubmitResult:
     error_title: str = ""
     scope: Scope | None = None
     sent: bool = True  # False: never sent (Submission.still_wanted said no); says nothing of the provider
+    validity_period: int | None = None  # the validity period the request carried, once it was written
 
 
 ResultCallback = Callable[[int, SubmitResult], None]
@@ -139,6 +152,15 @@ class CallbackData:
 LOOKUP_SOURCE = "lookup"
 
 
+class CallbackKeyUnknown(Exception):
+    """A callback signed with a key the provider names but this host does not hold (our configuration,
+    not the caller, is what is missing): it cannot be verified, yet may well be genuine."""
+
+    def __init__(self, key_id: str):
+        super().__init__(f"signed with key id {key_id[:64]!r}, not configured here")
+        self.key_id = key_id[:64]
+
+
 class CallbackInvalid(ValueError):
     def __init__(self, field_name: str, message: str):
         super().__init__(message)
@@ -158,6 +180,10 @@ class ProviderAdapter:
     name: str = "base"
     # The request header that carries a callback's signature (named in a 403's error).
     signature_header: str = "signature"
+    # Free-text fields of a callback whose exact text means nothing to us (a description): a verified
+    # callback with a NUL in one is stored with the NUL removed instead of refused (the provider would
+    # not send it again after a 4xx). NUL anywhere else is still refused.
+    free_text_fields: frozenset[str] = frozenset()
 
     @property
     def request_timeout(self) -> float:
@@ -233,6 +259,8 @@ class ProviderAdapter:
         raise NotImplementedError
 
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
+        """Is the callback signed by the provider? Raises CallbackKeyUnknown when it names a signing key
+        this host does not hold."""
         raise NotImplementedError
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:

@@ -78,8 +78,9 @@ def attempts_finish(attempts: list[Attempt], *, finished_at: datetime) -> None:
         [a.provider_message_id or "" for a in attempts],
         [a.latency_ms for a in attempts],
         [json.dumps(a.response or {}, default=str) for a in attempts],
+        [a.validity_seconds for a in attempts],
     ]
-    names = "vid, voutcome, vhttp, vcode, vclass, vsid, vlatency, vresponse"
+    names = "vid, voutcome, vhttp, vcode, vclass, vsid, vlatency, vresponse, vvalidity"
     if is_postgres():
         types = [
             "bigint[]",
@@ -90,13 +91,17 @@ def attempts_finish(attempts: list[Attempt], *, finished_at: datetime) -> None:
             "text[]",
             "double precision[]",
             "text[]",
+            "integer[]",
         ]
         source = f"SELECT * FROM unnest({', '.join(f'%s::{t}' for t in types)}) AS v({names})"
-        fast = [PgInts, PgTexts, PgInts, PgTexts, PgTexts, PgTexts, list, PgTexts]
+        fast = [PgInts, PgTexts, PgInts, PgTexts, PgTexts, PgTexts, list, PgTexts, PgInts]
         params: list = [kind(values) for kind, values in zip(fast, columns, strict=True)]
         response = "v.vresponse::jsonb"
     else:
-        row_sql = "(CAST(%s AS BIGINT), %s, CAST(%s AS INTEGER), %s, %s, %s, CAST(%s AS REAL), %s)"
+        row_sql = (
+            "(CAST(%s AS BIGINT), %s, CAST(%s AS INTEGER), %s, %s, %s, CAST(%s AS REAL), %s, "
+            "CAST(%s AS INTEGER))"
+        )
         source = f"WITH v({names}) AS (VALUES {', '.join([row_sql] * len(attempts))}) SELECT * FROM v"
         params = [value for row in zip(*columns, strict=True) for value in row]
         response = "v.vresponse"
@@ -104,6 +109,7 @@ def attempts_finish(attempts: list[Attempt], *, finished_at: datetime) -> None:
         f'UPDATE "{TABLE}" SET "finished_at" = %s, "outcome" = v.voutcome, "http_status" = v.vhttp, '
         f'"provider_code" = v.vcode, "error_class" = v.vclass, "provider_message_id" = v.vsid, '
         f'"latency_ms" = v.vlatency, '
+        f'"validity_seconds" = COALESCE(v.vvalidity, "{TABLE}"."validity_seconds"), '
         f'"response" = {response} FROM ({source}) AS v WHERE "{TABLE}"."id" = v.vid'
     )
     with connection.cursor() as cur:

@@ -210,6 +210,7 @@ def send_batch(
             status_callback=adapter.status_callback_url(base, r["public_id"].removeprefix("msg_"), a.number),
             idempotency_token=a.idempotency_token,
             validity_period=validity[r["id"]],
+            expires_at=r["expires_at"],  # the period sent is taken again as the request is written
             not_before=slots.get(r["id"], 0.0),
             still_wanted=None
             if r["id"] in probing
@@ -432,6 +433,8 @@ def _attempt_answered(attempt: Attempt, res: SubmitResult, move: outcomes.Move, 
     attempt.provider_message_id = res.provider_message_id
     attempt.latency_ms = res.latency_ms
     attempt.response = res.response
+    if res.validity_period is not None:  # the request was written: what it carried, not the claim's
+        attempt.validity_seconds = res.validity_period
     assert move.attempt is not None  # every submission move (outcomes.SUBMIT_MOVES) names the outcome
     attempt.outcome = move.attempt
 

@@ -76,6 +76,12 @@ def is_bad_text(value: str) -> bool:
     return _BAD_TEXT.search(value) is not None
 
 
+def bad_text_removed(value: str) -> str:
+    """``value`` without its NULs and unpaired surrogates: only for text whose exact bytes mean nothing to
+    us and that arrived authenticated (a verified provider callback's free-text field)."""
+    return _BAD_TEXT.sub("", value)
+
+
 def first_bad_field(mapping) -> str | None:
     """The first key of a flat str -> str|list[str] mapping (a QueryDict, form params, URL kwargs) whose
     key or value(s) hold a NUL or a surrogate; None if all are clean."""

@@ -82,6 +82,13 @@ BROKER_DISCARDED = Counter(
     ["queue", "reason"],
 )
 
+CALLBACKS_KEY_UNKNOWN = Counter(
+    "smsgw_callbacks_key_unknown",
+    "Provider callbacks signed with a key id this host does not hold, answered 503 (a configuration "
+    "fault: their messages are looked up instead), by provider.",
+    ["provider"],
+)
+
 
 def _safe(fn):
     def wrapper(*args, **kwargs):
@@ -154,6 +161,11 @@ def opted_out_stopped(stage: str, n: int = 1) -> None:
 @_safe
 def rate_limited() -> None:
     RATE_LIMIT_REJECTIONS.inc()
+
+
+@_safe
+def callback_key_unknown(provider: str) -> None:
+    CALLBACKS_KEY_UNKNOWN.labels(provider).inc()
 
 
 @_safe

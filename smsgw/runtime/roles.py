@@ -3,8 +3,11 @@
 Settings that every process needs are checked when the settings load (smsgw.settings, smsgw.config.security).
 Some are needed only by one role, and a host that runs only that role is where they go missing: a send
 worker on a host without ``SMSGW_PUBLIC_BASE_URL`` submits messages with no StatusCallback, so the
-provider never reports back and every message stays ``sent`` with nothing logged. In production such a
-process refuses to start, naming the setting; elsewhere it starts and logs a warning."""
+provider never reports back and every message stays ``sent`` with nothing logged. A web process needs it
+too: a provider signs the public URL it calls (twilio.com/docs/usage/webhooks/webhooks-security), and
+behind a proxy the URL Django sees is another one, so every genuine callback would fail its signature
+check and be refused with a 4xx, which Twilio does not retry (webhooks-connection-overrides: ``rp``). In
+production such a process refuses to start, naming the setting; elsewhere it starts and logs a warning."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from smsgw.runtime.queues import SEND_PREFIX
 
@@ -54,6 +58,27 @@ def check_worker(queues: Iterable[str]) -> None:
         )
     for problem in problems:
         log.warning("worker configuration: %s", problem)
+
+
+def web_problems() -> list[str]:
+    """Configuration problems of a web process (the API, and the provider callbacks it verifies)."""
+    problem = _public_base_url_problem()
+    return [problem] if problem else []
+
+
+def check_web() -> None:
+    """Refuse to start a production web process that could not verify a provider's callbacks; warn
+    elsewhere. An exception rather than SystemExit: gunicorn halts when a worker fails to boot with one
+    (its arbiter's WORKER_BOOT_ERROR), while a worker that merely exits is started again, for ever."""
+    problems = web_problems()
+    if not problems:
+        return
+    if settings.PRODUCTION:
+        raise ImproperlyConfigured(
+            "smsgw web refuses to start (SMSGW_ENV=production):\n  - " + "\n  - ".join(problems)
+        )
+    for problem in problems:
+        log.warning("web configuration: %s", problem)
 
 
 def queues_of(options: dict, conf) -> list[str]:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from delivery.models import ProviderCircuit
 from delivery.providers import get_adapter
-from receipts.lookup import GAVE_UP, stale_sent_lookup_run
+from receipts.lookup import GAVE_UP, lookup_soon, stale_sent_lookup_run
 from receipts.models import ReceiptEvent, StatusLookup
 from scheduling.models import Message, MessageEvent, Status
 from tests.receipts.test_receipts import drain, sent_message, tenant  # noqa: F401
@@ -68,6 +68,23 @@ def test_stuck_sent_message_delivered_at_provider_becomes_delivered_from_a_looku
     fresh.refresh_from_db()
     assert fresh.status == Status.SENT and not StatusLookup.objects.filter(message=fresh).exists()
     assert stale_sent_lookup_run()["looked_up"] == 0  # nothing left at `sent` past the threshold
+
+
+def test_a_message_asked_for_soon_is_looked_up_at_the_next_run_not_after_the_hour(lookups, tenant):  # noqa: F811
+    # What a callback signed with a key we do not hold asks for (receipts.api): its message, sent a
+    # minute ago, is looked up by sid at once, and its final status comes from the look-up.
+    lookups.config(callback_gap_ms=0)
+    msg = stuck_sent(tenant, lookups, sent_ago=60)
+    other = stuck_sent(tenant, lookups, sent_ago=60)
+    assert stale_sent_lookup_run()["looked_up"] == 0
+    assert lookup_soon("twilio", msg.provider_message_id) == msg.pk
+    counts = stale_sent_lookup_run()
+    assert counts["looked_up"] == 1 and counts["final"] == 1
+    drain()
+    msg.refresh_from_db()
+    other.refresh_from_db()
+    assert (msg.status, other.status) == (Status.DELIVERED, Status.SENT)
+    assert MessageEvent.objects.get(message=msg, kind="delivered").details["source"] == "lookup"
 
 
 def test_still_sent_at_provider_is_looked_up_again_with_backoff_then_left_alone(lookups, tenant):  # noqa: F811

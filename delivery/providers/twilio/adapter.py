@@ -12,9 +12,10 @@ at every call; when they change, the clients are rebuilt.
 Outcomes (what the provider has), then the error table (``twilio_errors``) says what to do:
 
 * 2xx -> ACCEPTED (sid, status).
-* an error answer -> TRANSIENT when the table says throttled or transient (Twilio did not take it: 429,
-  21611, 5xx, ...), else REJECTED (permanent, opted out, account fault); 502/504, which a gateway in
-  front of Twilio answers after forwarding the request -> UNCERTAIN.
+* an error answer -> ``twilio_errors.submission_outcome``: TRANSIENT only where Twilio documents that it
+  did not process the request (429; a 4xx whose code a resend may get past, such as 21611), REJECTED for
+  any other 4xx (permanent, opted out, account fault), UNCERTAIN for everything else (500, 503, any 5xx,
+  408, an unreadable 2xx), which may hide a stored message.
 * the request was never written (connection refused, DNS, connect timeout, no free connection)
   -> TRANSIENT; it was written but no response came back (read timeout, reset, disconnect) -> UNCERTAIN.
   "Written" is observed when aiohttp starts writing the request on an open connection (twilio_http). An
@@ -178,6 +179,7 @@ class _AsyncRuntime:
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
     signature_header = "X-Twilio-Signature"
+    free_text_fields = twilio_callbacks.FREE_TEXT_FIELDS
 
     def __init__(self, name: str = "twilio", settings_prefix: str = "TWILIO") -> None:
         # One adapter per provider key (``message.provider``): another Twilio account is another key
@@ -328,6 +330,14 @@ class TwilioAdapter(ProviderAdapter):
         on_result(index, result)
 
     async def _submit_one(self, runtime: _AsyncRuntime, submission: Submission) -> SubmitResult:
+        written: dict[str, Any] = {}
+        result = await self._submit_request(runtime, submission, written)
+        return dataclasses.replace(result, validity_period=written.get("validity_period"))
+
+    async def _submit_request(
+        self, runtime: _AsyncRuntime, submission: Submission, written: dict[str, Any]
+    ) -> SubmitResult:
+        """``written``: what the request carried that its caller records (its validity period)."""
         # A paced message goes at its slot (what the provider counts is each sender's spacing).
         while (wait := submission.not_before - time.time()) > 0:
             await asyncio.sleep(wait)
@@ -343,9 +353,12 @@ class TwilioAdapter(ProviderAdapter):
                 kwargs["messaging_service_sid"] = submission.sender_pool
             if submission.status_callback:
                 kwargs["status_callback"] = submission.status_callback
-            if submission.validity_period:
+            # Taken as the request is written, after any wait for its slot or for room in the flight.
+            validity = submission.validity_at(datetime.now(UTC))
+            if validity or submission.expires_at is not None:
                 # Twilio's default keeps a message queued for 10 h; ours ends at expires_at.
-                kwargs["validity_period"] = min(max(submission.validity_period, VALIDITY_MIN), VALIDITY_MAX)
+                kwargs["validity_period"] = min(max(validity, VALIDITY_MIN), VALIDITY_MAX)
+                written["validity_period"] = kwargs["validity_period"]
             # Twilio's Messages API has no idempotency key: submission.idempotency_token is not sent;
             # duplicates after an UNCERTAIN outcome are prevented by reconciling (find_submissions).
             started = time.perf_counter()
@@ -389,12 +402,7 @@ class TwilioAdapter(ProviderAdapter):
         message = redact(str(payload.get("message") or exc.msg or ""))
         retry_after = parse_retry_after(call.headers.get("Retry-After"))
         info = self.classify(error_code, status)
-        if 200 <= status < 300 or status in (502, 504):
-            outcome = Outcome.UNCERTAIN  # taken but unreadable, or a gateway answered after forwarding
-        elif info.error_class in (ErrorClass.THROTTLED, ErrorClass.TRANSIENT):
-            outcome = Outcome.TRANSIENT  # Twilio did not process it: safe to send again
-        else:
-            outcome = Outcome.REJECTED
+        outcome = twilio_errors.submission_outcome(status, info)
         return SubmitResult(
             outcome=outcome,
             error_code=error_code,

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
 
-from delivery.providers.base import CallbackData, CallbackInvalid
+from delivery.providers.base import CallbackData, CallbackInvalid, CallbackKeyUnknown
 from smsgw.values.phone import mask
 
 # Raw Twilio status -> ours (delivery.providers.base.RECEIPT_STATUSES).
@@ -45,6 +45,8 @@ STATUS_MAP = {
 }
 
 NUMBER_FIELDS = ("To", "From", "Called", "Caller")
+# Descriptions only: nothing we decide reads them (ErrorCode, not its text, is what the error table takes).
+FREE_TEXT_FIELDS = frozenset({"ErrorMessage"})
 DROPPED_FIELDS = ("Body",)
 HINT_MESSAGE = "m"  # query parameters of the StatusCallback URL we give with each submission
 HINT_ATTEMPT = "a"
@@ -132,7 +134,8 @@ def validate(
     url: str, params: dict, headers: Mapping[str, str], *, auth_token: str, shared_keys: dict[str, str]
 ) -> bool:
     """The classic Auth Token signature (HMAC-SHA1), or a SharedKey signature when Twilio announces one
-    in ``X-Twilio-Webhooks-Signature-Settings`` (the key must be one we configured)."""
+    in ``X-Twilio-Webhooks-Signature-Settings`` (the key must be one we configured: CallbackKeyUnknown
+    otherwise, so the caller can tell our missing key from a forged request)."""
     signature = headers.get("X-Twilio-Signature", "")
     if not signature:
         return False
@@ -143,9 +146,11 @@ def validate(
             name, _, value = part.partition("=")
             if name.strip() == "key":
                 key_id = value.strip()
+        if not key_id:
+            return False
         secret = shared_keys.get(key_id, "")
         if not secret:
-            return False
+            raise CallbackKeyUnknown(key_id)
         return bool(
             RequestValidator(secret).validate(
                 url, params, signature, get_signature_algorithm(settings_header)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -131,17 +135,113 @@ def test_429_is_transient_with_retry_after(adapter, sandbox):
     assert stats["by_outcome"]["error_429"] == 1
 
 
-@pytest.mark.parametrize("action", ["500", "503"])
-def test_5xx_is_transient_and_nothing_is_stored(adapter, sandbox, action):
+@pytest.mark.parametrize(("action", "code"), [("500", "20500"), ("503", "20503")])
+def test_5xx_is_uncertain_never_a_blind_retry(adapter, sandbox, action, code):
+    # Twilio documents no "not processed" for a 5xx: a 500 retried "it is possible for a customer to
+    # receive multiple messages" (https://www.twilio.com/docs/api/errors/20500). Looked up first.
     to = "+15550100700"
     sandbox.config(rules=[{"to": to, "action": action}])
 
     [result] = adapter.submit_many([sub(to)])
 
-    assert result.outcome == Outcome.TRANSIENT
+    assert result.outcome == Outcome.UNCERTAIN
     assert result.http_status == int(action)
+    assert result.error_code == code
+    assert result.error_class == ErrorClass.TRANSIENT  # what to do once reconciliation finds it absent
     assert result.retry_after is None
     assert sandbox.stats()["submissions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "outcome", "cls", "scope"),
+    [
+        (21611, Outcome.TRANSIENT, ErrorClass.THROTTLED, Scope.SENDER),  # documented: not created
+        (63038, Outcome.TRANSIENT, ErrorClass.THROTTLED, Scope.ACCOUNT),
+        (30022, Outcome.TRANSIENT, ErrorClass.THROTTLED, Scope.SENDER),
+        (30023, Outcome.TRANSIENT, ErrorClass.THROTTLED, Scope.SENDER),
+        (14107, Outcome.TRANSIENT, ErrorClass.THROTTLED, None),
+        (30500, Outcome.TRANSIENT, ErrorClass.TRANSIENT, None),
+        (21705, Outcome.REJECTED, ErrorClass.ACCOUNT_FAULT, Scope.SENDER),
+        (21659, Outcome.REJECTED, ErrorClass.ACCOUNT_FAULT, Scope.SENDER),
+        (21660, Outcome.REJECTED, ErrorClass.ACCOUNT_FAULT, Scope.SENDER),
+        (21661, Outcome.REJECTED, ErrorClass.ACCOUNT_FAULT, Scope.SENDER),
+        (20404, Outcome.REJECTED, ErrorClass.ACCOUNT_FAULT, Scope.ACCOUNT),
+        (29999, Outcome.REJECTED, ErrorClass.PERMANENT, None),  # an unknown code in a 4xx
+    ],
+)
+def test_4xx_codes_at_submission(adapter, sandbox, code, outcome, cls, scope):
+    to = "+15550100750"
+    sandbox.config(rules=[{"to": to, "action": "400", "error_code": code}])
+
+    [result] = adapter.submit_many([sub(to)])
+
+    assert (result.outcome, result.error_class, result.scope) == (outcome, cls, scope)
+    assert result.error_code == str(code) and result.http_status == 400
+    assert sandbox.stats()["submissions"] == 0
+
+
+def test_a_wrong_base_url_answers_404_and_holds_the_account(adapter, sandbox, settings):
+    # "sending the request to the wrong host or base URL" (https://www.twilio.com/docs/api/errors/20404):
+    # the account's configuration, not the message.
+    settings.TWILIO_API_BASE_URL = sandbox.base_url + "/not-twilio"
+
+    [result] = adapter.submit_many([sub("+15550100760")])
+
+    assert result.outcome == Outcome.REJECTED and result.http_status == 404
+    assert (result.error_class, result.scope) == (ErrorClass.ACCOUNT_FAULT, Scope.ACCOUNT)
+    assert sandbox.stats()["submissions"] == 0
+
+
+@contextlib.contextmanager
+def answering(status: int, code: int | None):
+    """A stand-in API that answers every request with ``status`` (and a Twilio-shaped body when ``code``):
+    statuses the sandbox has no switch for."""
+    body = json.dumps({"code": code, "message": "injected", "status": status}).encode() if code else b"oops"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if code else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "outcome", "cls"),
+    [
+        (500, 20500, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),
+        (502, None, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),
+        (504, None, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),
+        (520, None, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),  # an unknown 5xx
+        (599, 29998, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),  # an unknown code in a 5xx
+        (408, None, Outcome.UNCERTAIN, ErrorClass.TRANSIENT),  # no "not processed" documented either
+        (429, 20429, Outcome.TRANSIENT, ErrorClass.THROTTLED),
+        (429, None, Outcome.TRANSIENT, ErrorClass.THROTTLED),
+        (418, None, Outcome.REJECTED, ErrorClass.PERMANENT),  # an unknown 4xx
+        (422, 29997, Outcome.REJECTED, ErrorClass.PERMANENT),
+    ],
+)
+def test_error_answers_by_http_status(adapter, settings, status, code, outcome, cls):
+    with answering(status, code) as base_url:
+        settings.TWILIO_API_BASE_URL = base_url
+        [result] = adapter.submit_many([sub("+15550100770")])
+
+    assert (result.outcome, result.error_class, result.http_status) == (outcome, cls, status)
+    assert result.error_code == (str(code) if code else "")
 
 
 def test_400_is_rejected_with_twilio_error_code_and_redacted(adapter, sandbox):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from delivery.flow import circuit
 from delivery.flow import provider_holds as holds
+from delivery.models import AttemptOutcome
 from delivery.providers.base import RECEIPT_STATUSES, ErrorClass, Outcome, SubmitResult
 from delivery.providers.twilio import callbacks as twilio_callbacks
 from delivery.providers.twilio import errors as twilio_errors
@@ -195,8 +196,9 @@ def test_delays(settings):
 def test_a_batch_mixing_charged_and_uncharged_retries_records_each_as_its_row_says(
     adapter, sandbox, settings
 ):
-    """A 5xx (the provider's failure, not charged) and a transient code the provider answered (charged)
-    land in one batch, in either order: both are rescheduled, each with its own attempt count."""
+    """A 5xx (uncertain: looked up before any resend, https://www.twilio.com/docs/api/errors/20500) and a
+    transient code the provider answered (charged) land in one batch, in either order: each is recorded as
+    its row says."""
     settings.RETRY_BASE_SECONDS = 0.0
     tenant = tenant_with_key("acme")[0]
     for first, second in (("500", "400"), ("400", "500")):
@@ -215,12 +217,17 @@ def test_a_batch_mixing_charged_and_uncharged_retries_records_each_as_its_row_sa
         sending.send_batch([m.pk for m, _ in msgs])
         for msg, rule in msgs:
             msg = Message.objects.get(pk=msg.pk)
-            charged = rule["action"] == "400"
-            assert msg.status == Status.QUEUED and msg.reason_code == "provider_error"
-            assert (msg.attempt_count, msg.provider_calls) == ((1, 1) if charged else (0, 1)), rule
             event = msg.events.order_by("id").last()
-            assert event.kind == "retry_scheduled"
-            assert event.details.get("charged", True) is charged, event.details
+            if rule["action"] == "400":
+                assert msg.status == Status.QUEUED and msg.reason_code == "provider_error"
+                assert (msg.attempt_count, msg.provider_calls) == (1, 1), rule
+                assert event.kind == "retry_scheduled"
+                assert event.details.get("charged", True) is True, event.details
+            else:
+                assert msg.status == Status.SENDING and msg.reason_code == "submission_uncertain"
+                assert (msg.attempt_count, msg.provider_calls) == (1, 1), rule
+                assert event.kind == "attempt_uncertain"
+                assert msg.attempts.get().outcome == AttemptOutcome.UNCERTAIN
 
 
 def sandbox_rules(msgs):

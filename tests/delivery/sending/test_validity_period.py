@@ -1,9 +1,9 @@
 """The ValidityPeriod and StatusCallback every submission carries, read back from what the sandbox received
-(docs/architecture.md, "How it works", send worker step 2): ``ValidityPeriod = clamp(ceil(expires_at - attempt
-start),
-1, 36000)`` seconds, stored on the Attempt too, and a StatusCallback naming the message and attempt when
-SMSGW_PUBLIC_BASE_URL is set. And the sandbox really drops a message whose validity passes while it is
-queued there (Twilio 30036)."""
+(docs/architecture.md, "How it works", send worker step 2): ``ValidityPeriod = clamp(ceil(expires_at - the
+instant the request is written), 1, 36000)`` seconds (not the claim's instant: a message held after its
+claim must not outlive its expiry at the provider), stored on the Attempt too, and a StatusCallback
+naming the message and attempt when SMSGW_PUBLIC_BASE_URL is set. And the sandbox really drops a message
+whose validity passes while it is queued there (Twilio 30036)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,22 @@ def queued(tenant, to, **kw) -> Message:
     return msg
 
 
-def expected_validity(msg: Message) -> int:
-    """What the spec says the submission of ``msg``'s (only) attempt carried."""
-    attempt = msg.attempts.get()
-    seconds = math.ceil((msg.expires_at - attempt.started_at).total_seconds())
-    return min(max(seconds, 1), 36000)
+def clamp_ceil(seconds: float) -> int:
+    return min(max(math.ceil(seconds), 1), 36000)
+
+
+def expected_validity(msg: Message, attempt=None) -> int:
+    """What the spec says the submission of ``msg``'s (only) attempt carried: taken as its request was
+    written, which is when the adapter notes ``requested_at`` (to the 0.1 ms; a 10 ms margin before it
+    covers the instant the period was taken), never earlier than the attempt's start. Returns the value
+    the Attempt stored, once it is shown to be that."""
+    attempt = attempt or msg.attempts.get()
+    written = attempt.response["requested_at"]
+    expires = msg.expires_at.timestamp()
+    stored = attempt.validity_seconds
+    assert clamp_ceil(expires - written) <= stored <= clamp_ceil(expires - written + 0.01), (stored, written)
+    assert stored <= clamp_ceil((msg.expires_at - attempt.started_at).total_seconds())
+    return stored
 
 
 def sent_form(sandbox, msg: Message) -> dict:
@@ -107,6 +118,27 @@ def test_short_validity_is_what_is_left_at_the_attempt_not_the_original_validity
     assert msg.attempts.get().validity_seconds == expected
 
 
+def test_a_message_held_after_its_claim_is_sent_with_what_is_left_when_its_request_is_written(
+    adapter, sandbox, tenant, settings
+):
+    # Claimed now, but its paced slot is 3 s later: the worker holds it that long before writing the
+    # request. What Twilio receives must end at expires_at, so it is 3 s shorter than at the claim.
+    settings.PACING_RELEASE_AHEAD_SECONDS = 5.0  # a slot may be up to 10 s ahead (delivery.sending.worker)
+    msg = queued(tenant, recipient(8), validity=120)
+    hold = 3.0
+    report = sending.send_batch([msg.pk], not_before=[time.time() + hold])
+    assert report.claimed == 1 and report.outcomes == {"accepted": 1}
+    info = sent_form(sandbox, msg)
+    attempt = msg.attempts.get()
+    held = attempt.response["requested_at"] - attempt.started_at.timestamp()
+    assert held >= hold - 0.2, held  # the claim itself took a moment of the hold
+    at_claim = clamp_ceil((msg.expires_at - attempt.started_at).total_seconds())
+    sent = int(info["form"]["ValidityPeriod"])
+    assert sent == expected_validity(msg) == attempt.validity_seconds == info["validity_period"]
+    assert sent <= at_claim - 2  # not the claim's value: the hold is taken off
+    assert 114 <= sent <= 117
+
+
 def test_status_callback_names_message_and_attempt_when_public_base_url_is_set(
     adapter, sandbox, tenant, settings
 ):
@@ -133,19 +165,19 @@ def test_status_callback_names_the_attempt_number_of_a_resend(adapter, sandbox, 
     settings.RETRY_BASE_SECONDS = 0.0
     sandbox.config(callbacks_enabled=False)
     to = recipient(9)
-    sandbox.config(rules=[{"to": to, "action": "500", "times": 1}])
+    # 30008 (transient, a resend may get past it); a 5xx would be uncertain, looked up before a resend
+    sandbox.config(rules=[{"to": to, "action": "400", "error_code": 30008, "times": 1}])
     msg = queued(tenant, to)
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
-    assert msg.status == Status.QUEUED and msg.provider_calls == 1  # a 500: not charged
+    assert msg.status == Status.QUEUED and msg.provider_calls == 1
     sending.send_batch([msg.pk])
     info = sent_form(sandbox, msg)
     second = msg.attempts.get(number=2)
     assert second.provider_message_id == msg.provider_message_id
     ref = msg.public_id.removeprefix("msg_")
     assert info["form"]["StatusCallback"].endswith(f"/receipts/twilio/?m={ref}&a=2")
-    started = second.started_at
-    expected = min(max(math.ceil((msg.expires_at - started).total_seconds()), 1), 36000)
+    expected = expected_validity(msg, second)
     assert info["form"]["ValidityPeriod"] == str(expected) == str(second.validity_seconds)
 
 

@@ -111,20 +111,26 @@ def test_429_is_throttled_resent_after_retry_after_and_not_charged(adapter, sand
     assert sandbox.stats()["submissions"] == 1
 
 
-def test_a_500_is_retried_with_backoff_and_not_charged(adapter, sandbox, tenant, settings):
-    """A 5xx is the provider's failure, not the message's: backoff, no attempt charged."""
-    settings.RETRY_BASE_SECONDS = 4
+def test_a_500_is_looked_up_before_any_resend_and_not_charged_when_absent(adapter, sandbox, tenant, settings):
+    """A 5xx may hide a stored message (https://www.twilio.com/docs/api/errors/20500): never a blind
+    retry. Reconciliation proves it absent, and only then is it sent again, the attempt not charged."""
     to = recipient(11)
     sandbox.config(rules=[{"to": to, "action": "500", "times": 1}])
     msg = queued(tenant, to)
-    before = timezone.now()
     sending.send_batch([msg.pk])
     msg.refresh_from_db()
-    assert msg.status == Status.QUEUED and msg.reason_code == "provider_error"
-    assert (msg.attempt_count, msg.provider_calls) == (0, 1)
-    assert before + timedelta(seconds=2) <= msg.run_after <= timezone.now() + timedelta(seconds=4)
-    assert kinds(msg)[-1] == "retry_scheduled"
-    assert msg.attempts.get().outcome == AttemptOutcome.TRANSIENT_ERROR
+    assert msg.status == Status.SENDING and msg.reason_code == "submission_uncertain"
+    assert msg.provider_calls == 1
+    assert kinds(msg)[-1] == "attempt_uncertain"
+    assert msg.attempts.get().outcome == AttemptOutcome.UNCERTAIN
+    assert reconcile.message_reconcile(msg.pk) == "absent_once"
+    age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + settings.TWILIO_TIMEOUT_SECONDS + 1)
+    assert reconcile.message_reconcile(msg.pk) == "absent"
+    msg.refresh_from_db()
+    assert msg.status == Status.QUEUED and (msg.attempt_count, msg.provider_calls) == (0, 1)
+    sending.send_batch([msg.pk])
+    msg.refresh_from_db()
+    assert msg.status == Status.SENT and len(sandbox.list_messages(to=to)) == 1
 
 
 def test_permanent_400_fails_with_code_and_keeps_attempt_history(adapter, sandbox, tenant):
@@ -164,9 +170,12 @@ def test_provider_failures_never_exhaust_attempts_only_validity_ends_them(adapte
     to = recipient(12)
     sandbox.config(rules=[{"to": to, "action": "503"}])
     msg = queued(tenant, to)
-    for _ in range(4):
+    for _ in range(4):  # each 503 is uncertain; proven absent, it costs the message no attempt
         Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
         sending.send_batch([msg.pk])
+        assert reconcile.message_reconcile(msg.pk) == "absent_once"
+        age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + settings.TWILIO_TIMEOUT_SECONDS + 1)
+        assert reconcile.message_reconcile(msg.pk) == "absent"
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED and msg.attempt_count == 0 and msg.provider_calls == 4
     Message.objects.filter(pk=msg.pk).update(expires_at=timezone.now())

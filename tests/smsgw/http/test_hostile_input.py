@@ -605,6 +605,31 @@ def test_nul_in_a_signed_callback_query_parameter_is_a_400_naming_it(signed):
     assert ReceiptEvent.objects.count() == 0
 
 
+def test_nul_in_the_free_text_error_message_of_a_signed_callback_is_removed_and_the_callback_stored(signed):
+    # ErrorMessage is a description (the ErrorCode is what counts): refusing the callback would lose it,
+    # since Twilio does not send a callback again after a 4xx.
+    params = {
+        **CALLBACK,
+        "MessageStatus": "undelivered",
+        "ErrorCode": "30003",
+        "ErrorMessage": "Unreach\x00able",
+    }
+    resp = signed(params)
+    assert resp.status_code == 201, resp.content
+    stored = ReceiptEvent.objects.get()
+    assert (stored.raw_status, stored.error_code) == ("undelivered", "30003")
+    assert stored.payload["ErrorMessage"] == "Unreachable"
+
+
+def test_nul_in_the_error_message_of_an_unsigned_callback_is_still_refused(signed, client):
+    params = {**CALLBACK, "ErrorMessage": "x\x00"}
+    resp = client.post(
+        "/receipts/twilio/", urlencode(params), content_type="application/x-www-form-urlencoded"
+    )
+    assert resp.status_code == 403
+    assert ReceiptEvent.objects.count() == 0
+
+
 def test_a_clean_signed_callback_is_still_stored(signed):
     assert signed(CALLBACK).status_code == 201
     assert ReceiptEvent.objects.count() == 1

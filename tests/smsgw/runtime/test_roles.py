@@ -1,5 +1,6 @@
 """A worker checks at start-up the settings its role needs: a send worker without SMSGW_PUBLIC_BASE_URL
-refuses to start in production (its messages would carry no StatusCallback) and warns elsewhere."""
+refuses to start in production (its messages would carry no StatusCallback) and warns elsewhere. So does
+a web process (it could not verify the signature of a provider's callback behind a proxy)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 from django.conf import settings
 
 from tests.production_env import production_env
+from tests.sandbox_process import unused_port
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 CELERY = str(Path(sys.executable).with_name("celery"))
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 
 
 def _env(**overrides: str | None) -> dict[str, str]:
@@ -96,3 +99,49 @@ def test_outside_production_the_send_worker_starts_and_warns():
     )
     text = _starts(env, "send.bulk", "ready.")
     assert "worker configuration: SMSGW_PUBLIC_BASE_URL is not set" in text
+
+
+def _web() -> list[str]:
+    # As deploy/Procfile starts it; the port is never listened on long (the worker fails to boot).
+    return [
+        GUNICORN,
+        "smsgw.wsgi",
+        "--bind",
+        f"127.0.0.1:{unused_port()}",
+        "--workers",
+        "1",
+        "--no-control-socket",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("base", "named"),
+    [
+        (None, "SMSGW_PUBLIC_BASE_URL is not set"),
+        ("", "SMSGW_PUBLIC_BASE_URL is not set"),
+        ("sms.example.com", "must be an absolute http(s) URL"),
+        ("http://sms.example.com", "must use https in production"),
+    ],
+)
+def test_a_production_web_process_without_its_public_base_url_refuses_to_start(base, named):
+    env = _env(SMSGW_PUBLIC_BASE_URL=base)
+    out = subprocess.run(_web(), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0  # gunicorn halts (a worker that cannot boot), it does not restart it
+    assert "smsgw web refuses to start" in out.stderr and named in out.stderr
+
+
+def _load_web(env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = "import smsgw.wsgi; print('loaded')"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_a_production_web_process_with_its_public_base_url_loads():
+    out = _load_web(_env(SMSGW_PUBLIC_BASE_URL="https://sms.example.com"))
+    assert out.returncode == 0, out.stderr
+    assert "loaded" in out.stdout and "web configuration" not in out.stderr
+
+
+def test_outside_production_the_web_process_loads_and_warns():
+    out = _load_web(_env(SMSGW_ENV="development", SMSGW_PUBLIC_BASE_URL=None))
+    assert out.returncode == 0, out.stderr
+    assert "web configuration: SMSGW_PUBLIC_BASE_URL is not set" in out.stderr
