@@ -12,10 +12,7 @@ import math
 from datetime import UTC, datetime
 
 from sandbox.config import _DATE_ONLY
-from sandbox.lifecycle import (
-    ERROR_MESSAGES,
-    SandboxMessage,
-)
+from sandbox.lifecycle import ERROR_MESSAGES, SandboxMessage
 
 
 # --- errors and query parsing ----------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The sandbox provider: an aiohttp.web server speaking Twilio's Messages API, plus a control API.
 
 The listeners (``Listeners``: the API port and the optional control port), the command line and
-``main``; the settings live in ``config.py``, the store in ``state.py``, the list query's parsing in
-``paging.py`` and the HTTP handlers in ``handlers.py``. Everything lives in this process's memory; the
+``main``; the settings live in ``config.py``, the store in ``state.py`` (its renders and the Messages
+list in ``views.py``), the list query's parsing in ``paging.py``, the Twilio-shaped responses in
+``responses.py`` and the HTTP handlers in ``handlers.py``. Everything lives in this process's memory; the
 process is the store. Must not import Django.
 """
 
