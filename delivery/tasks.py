@@ -23,7 +23,7 @@ def send_batch(
 @worker_init.connect
 def _preload_providers(**_kwargs) -> None:
     """In the worker's parent, before the pool forks: import the provider SDKs (a child importing the
-    twilio SDK on its first task spent a second or more on it while that batch's slots went by)."""
+    provider SDK on its first task spent a second or more on it while that batch's slots went by)."""
     import gc
 
     from delivery.providers import providers_preload
@@ -54,7 +54,7 @@ def _land_in_flight(**_kwargs) -> None:
     """A graceful stop: let what this process has in flight be answered and recorded first."""
     from django.conf import settings
 
-    inflight.drain(timeout=float(settings.TWILIO_TIMEOUT_SECONDS) + 5.0)
+    inflight.drain(timeout=float(settings.PROVIDER_REQUEST_TIMEOUT_SECONDS) + 5.0)
 
 
 @shared_task(name="delivery.reconcile_batch", ignore_result=True)

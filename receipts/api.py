@@ -78,7 +78,7 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
     neither (twilio.com/docs/usage/webhooks/webhooks-connection-overrides). So the message it names is
     also looked up by sid at the next status look-up run (receipts.lookup), not an hour after it was sent.
     Nothing of the callback is stored: it is not verified."""
-    sid = str(params.get("MessageSid") or params.get("SmsSid") or "")[:64]
+    sid = get_adapter(provider).callback_message_id(params)[:64]
     events.callback_key_unknown(provider)
     message_id = None
     if sid and not is_bad_text(sid):
@@ -87,14 +87,16 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
         except spool.DB_UNAVAILABLE as db_error:
             spool.connection_drop()
             log.warning("callback key unknown: no look-up scheduled, database unavailable (%s)", db_error)
+    capabilities = get_adapter(provider).capabilities
     log.error(
-        "callback refused (503): %s; set TWILIO_WEBHOOK_SHARED_KEYS. provider=%s sid=%r looked_up_soon=%s",
+        "callback refused (503): %s; set %s. provider=%s sid=%r looked_up_soon=%s",
         exc,
+        capabilities.signing_keys_setting or "the provider's signing keys",
         provider,
         sid,
         message_id is not None,
     )
-    return _error(503, "X-Twilio-Webhooks-Signature-Settings", "signing key not configured here")
+    return _error(503, capabilities.signing_key_header or "signature", "signing key not configured here")
 
 
 @csrf_exempt

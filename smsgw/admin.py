@@ -7,8 +7,6 @@ not cached, and never put in a flash message (those travel in a cookie)."""
 
 from __future__ import annotations
 
-import re
-
 from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
@@ -16,6 +14,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
 from scheduling.messages.service import ALPHANUMERIC_SENDER
+from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
 from smsgw.models import ApiKey, Tenant, api_key_create
 from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
@@ -135,8 +134,9 @@ class TenantForm(forms.ModelForm):
 
     def clean_messaging_service_sid(self):
         sid = (self.cleaned_data.get("messaging_service_sid") or "").strip()
-        if sid and not re.fullmatch(r"MG[0-9a-fA-F]{32}", sid):
-            raise forms.ValidationError("must look like MG followed by 32 hex characters")
+        problem = sender_pool_problem(sid) if sid else None  # as the providers declare their pool ids
+        if problem:
+            raise forms.ValidationError(problem)
         return sid
 
     def clean_webhook_url(self):

@@ -10,8 +10,10 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from delivery.providers import DEFAULT_PROVIDER, declare_all
+from smsgw.config import providers as provider_declarations
 from smsgw.config import security
-from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_list, env_pairs, env_str
+from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SMSGW_VAR_DIR", str(BASE_DIR / ".var")))
@@ -45,7 +47,8 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
 # development: a laptop (the embedded run, benchmarks); test: the test suite; production: everything
 # else, and the default as soon as DATABASE_URL is set. Production refuses to start insecurely: a weak
-# or missing DJANGO_SECRET_KEY, missing Twilio credentials (smsgw.config.security says why).
+# or missing DJANGO_SECRET_KEY (smsgw.config.security says why), missing provider credentials (the
+# provider's package says why).
 SMSGW_ENV = env_choice(
     "SMSGW_ENV", "development" if EMBEDDED else "production", ("development", "test", "production")
 )
@@ -365,30 +368,25 @@ MATERIALIZE_BATCH_SIZE = env_int("SMSGW_MATERIALIZE_BATCH_SIZE", 500, minimum=1)
 SCHEDULE_MAX_PER_DAY = env_int("SMSGW_SCHEDULE_MAX_PER_DAY", 24, minimum=1)
 
 # --- provider -------------------------------------------------------------------------------------
-SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", "twilio")
-# Outside production the defaults are the sandbox's (deploy/run-embedded.sh starts it on :8081).
-TWILIO_ACCOUNT_SID = env_str("TWILIO_ACCOUNT_SID", "" if PRODUCTION else "AC00000000000000000000000000000000")
-TWILIO_AUTH_TOKEN = env_str("TWILIO_AUTH_TOKEN", "" if PRODUCTION else "sandbox-auth-token")
-# Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys): when
-# set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names the account.
-TWILIO_API_KEY_SID = env_str("TWILIO_API_KEY_SID", "")
-TWILIO_API_KEY_SECRET = env_str("TWILIO_API_KEY_SECRET", "")
-_twilio_problem = security.twilio_credentials_problem(TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN)
-if PRODUCTION and SMSGW_PROVIDER == "twilio" and _twilio_problem:
-    raise ImproperlyConfigured(f"{_twilio_problem} (SMSGW_ENV=production)")
-# The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in production).
-TWILIO_API_BASE_URL = env_str(
-    "TWILIO_API_BASE_URL", "https://api.twilio.com" if PRODUCTION else "http://127.0.0.1:8081"
-)
-TWILIO_TIMEOUT_SECONDS = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
-if SENDING_LEASE_SECONDS <= TWILIO_TIMEOUT_SECONDS:
-    # The reconciler must never look a message up while its worker may still be waiting on the provider.
-    raise ImproperlyConfigured("SMSGW_SENDING_LEASE_SECONDS must be longer than TWILIO_TIMEOUT_SECONDS")
+# The provider registry (delivery.providers.PROVIDERS) names each provider's package; each package reads
+# its own settings from the environment (e.g. its credentials, API base URL and request timeout: see
+# docs/deploy.md) and declares its capabilities (smsgw.config.providers). Outside production their
+# defaults are the sandbox's (deploy/run-embedded.sh starts it on :8081).
+SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", DEFAULT_PROVIDER)
+globals().update(declare_all(PRODUCTION))
+_provider_settings = provider_declarations.provider_settings(SMSGW_PROVIDER)
+if PRODUCTION and _provider_settings is not None and _provider_settings.problem:
+    raise ImproperlyConfigured(f"{_provider_settings.problem} (SMSGW_ENV=production)")
+for _provider_settings in provider_declarations.all_settings():
+    if _provider_settings.request_timeout >= SENDING_LEASE_SECONDS:
+        # The reconciler must never look a message up while its worker may still be waiting on the provider.
+        raise ImproperlyConfigured(
+            f"SMSGW_SENDING_LEASE_SECONDS must be longer than {_provider_settings.request_timeout_setting}"
+        )
+# The longest request timeout of any provider (a worker's drain, the longest uncertain wait).
+PROVIDER_REQUEST_TIMEOUT_SECONDS = provider_declarations.longest_request_timeout()
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
 SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
-# Twilio webhook SharedKeys ("<key id>:<secret>,..."): callbacks announcing one of these keys in
-# X-Twilio-Webhooks-Signature-Settings are verified with it (HMAC-SHA256); others with the Auth Token.
-TWILIO_WEBHOOK_SHARED_KEYS = env_pairs("TWILIO_WEBHOOK_SHARED_KEYS")
 
 # --- reconciliation, throttling and holds (delivery) ----------------------------------------------
 # An uncertain attempt is first looked up this long after it ended (the provider may still be writing it).
@@ -396,11 +394,11 @@ RECONCILE_FIRST_LOOK_SECONDS = env_int("SMSGW_RECONCILE_FIRST_LOOK_SECONDS", 10,
 # Absence is only declared after a second look this long after the first found nothing: it outlasts
 # the provider's own processing and listing lag (nothing of ours can still be on the wire by then).
 RECONCILE_ABSENT_GRACE_SECONDS = env_int("SMSGW_RECONCILE_ABSENT_GRACE_SECONDS", 30, minimum=1)
-# The longest the provider's Messages list may lag behind a stored message. Twilio documents no freshness
-# guarantee for the list, and its users report minutes (twilio-java#442): absence is declared only by a
-# complete listing made this long after nothing of the attempt could still arrive (docs/twilio.md,
-# "Uncertain submissions"). A truly absent message is resent after at most
-# TWILIO_TIMEOUT_SECONDS + SMSGW_RECONCILE_ABSENT_GRACE_SECONDS + this (190 s by default).
+# The longest the provider's message list may lag behind a stored message. A provider may document no
+# freshness guarantee for its list (users report minutes): absence is declared only by a complete listing
+# made this long after nothing of the attempt could still arrive (the provider's page in docs/,
+# "Uncertain submissions"). A truly absent message is resent after at most the provider's request
+# timeout + SMSGW_RECONCILE_ABSENT_GRACE_SECONDS + this (190 s by default).
 RECONCILE_LIST_LAG_SECONDS = env_int("SMSGW_RECONCILE_LIST_LAG_SECONDS", 150, minimum=0)
 # The shortest wait a tenant may ask for per message (``uncertain_wait_seconds``: a one-time code, where
 # late is worse than a rare duplicate): never less than the request timeout plus the processing grace.
@@ -420,8 +418,8 @@ HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
 HOLDS_PROBE_INTERVAL_SECONDS = env_int("SMSGW_HOLDS_PROBE_INTERVAL", 5, minimum=1)
 
 # --- capacity and pacing (delivery.flow.capacity, delivery.flow.pacing, delivery.flow.circuit) --------------
-# Defaults in segments per second by sender type, when a sender has no configured rate. Twilio's own
-# defaults for US/Canada: long code 1, toll-free 3, short code 100; account-wide 2,000 (error 63017).
+# Defaults in segments per second by sender type, when a sender has no configured rate: the first
+# provider's documented defaults for US/Canada (docs/limits.md, "Sending within limits").
 SENDER_RATE_DEFAULTS = {
     "long_code": env_float("SMSGW_RATE_LONG_CODE", 1.0, minimum=0.01),
     "toll_free": env_float("SMSGW_RATE_TOLL_FREE", 3.0, minimum=0.01),
@@ -512,7 +510,7 @@ STATUS_LOOKUP_AFTER_SECONDS = env_int("SMSGW_STATUS_LOOKUP_AFTER_SECONDS", 3600,
 STATUS_LOOKUP_MAX_TRIES = env_int("SMSGW_STATUS_LOOKUP_MAX_TRIES", 5, minimum=1)
 STATUS_LOOKUP_INTERVAL_SECONDS = env_float("SMSGW_STATUS_LOOKUP_INTERVAL", 60.0, minimum=0.5)
 # Provider requests per second, messages per run, seconds per request and per run: a run never holds a
-# `reconcile` worker for long, and stays far below Twilio's API concurrency limits.
+# `reconcile` worker for long, and stays far below the provider's API concurrency limits.
 STATUS_LOOKUP_RATE = env_float("SMSGW_STATUS_LOOKUP_RATE", 5.0, minimum=0.1)
 STATUS_LOOKUP_BATCH_SIZE = env_int("SMSGW_STATUS_LOOKUP_BATCH_SIZE", 100, minimum=1)
 STATUS_LOOKUP_TIMEOUT_SECONDS = env_float("SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS", 3.0, minimum=0.1)

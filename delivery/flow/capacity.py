@@ -1,12 +1,11 @@
 """Capacity configuration: how many segments per second a sender, a provider account and a tenant may send.
 
 Providers limit throughput per sender, counted in segments (a 3-segment SMS costs 3), and per account.
-Twilio's defaults for US/Canada (its rate-limit and queueing articles, see docs/limits.md,
-"Sending within limits"): a long code 1
-segment/s, a toll-free number 3, a short code 100 ("over 100"), and 2,000 messages/s across an account
-(error 63017). A messaging service's rate is the sum of its senders', which we cannot see: its default
-is a setting. Each default is a setting (``SMSGW_RATE_*``); a sender or account can be given its own
-rate in the admin or, for a sender, through the tenant API (``SenderCapacity``, ``AccountCapacity``).
+The defaults are the documented US/Canada limits of the first provider (docs/limits.md, "Sending within
+limits"): a long code, a toll-free number and a short code each have their own, and an account has one
+across all its senders. A sender pool's (messaging service's) rate is the sum of its senders', which we
+cannot see. Each default is a setting (``SMSGW_RATE_*``); a sender or account can be given its own rate
+in the admin or, for a sender, through the tenant API (``SenderCapacity``, ``AccountCapacity``).
 
 Reads are cached per process for CACHE_SECONDS: the release gate asks for every sender of every pass.
 """
@@ -22,6 +21,7 @@ import phonenumbers
 from django.conf import settings
 
 from delivery.models import AccountCapacity, SenderCapacity
+from smsgw.config.providers import is_sender_pool
 
 CACHE_SECONDS = 2.0
 LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE = (
@@ -32,7 +32,6 @@ LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE = (
     "messaging_service",
 )
 SENDER_TYPES = (LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE)
-_SERVICE = re.compile(r"MG[0-9a-fA-F]{32}")
 _SHORT_CODE = re.compile(r"\d{3,8}")
 _ALPHANUMERIC = re.compile(r"[A-Za-z0-9 ]{1,11}")
 
@@ -47,7 +46,7 @@ class Rate:
 
 
 def sender_type(sender: str) -> str:
-    if _SERVICE.fullmatch(sender):
+    if is_sender_pool(sender):  # a pool id as some provider declares them (its capabilities)
         return MESSAGING_SERVICE
     if sender.startswith("+"):
         try:
@@ -63,7 +62,7 @@ def sender_type(sender: str) -> str:
 
 
 def is_valid_sender(sender: str) -> bool:
-    if _SERVICE.fullmatch(sender) or _SHORT_CODE.fullmatch(sender):
+    if is_sender_pool(sender) or _SHORT_CODE.fullmatch(sender):
         return True
     if sender.startswith("+"):
         try:

@@ -1,19 +1,29 @@
-"""Provider adapters. ``get_adapter(name)`` returns this process's adapter for a provider name (a message's
-``provider``), or for ``settings.SMSGW_PROVIDER`` (new submissions) when no name is given.
+"""Provider adapters and the provider registry.
 
-Only modules under this package import a provider SDK; callers see ``delivery.providers.base`` types and
-``ProviderQueryError``.
+``PROVIDERS`` is the registry: one line per provider, its name (a message's ``provider``) and its package
+under this folder. A package declares what the core may ask of it (``smsgw.config.providers``:
+``CAPABILITIES``, ``load_settings``, ``create_adapter``); adding a provider is its package plus its line
+here. ``get_adapter(name)`` returns this process's adapter for a provider name, or for
+``settings.SMSGW_PROVIDER`` (new submissions) when no name is given.
+
+Only modules under this package import a provider SDK or name a provider; callers see
+``delivery.providers.base`` types, ``Capabilities`` and ``ProviderQueryError``. This module imports no
+package's adapter until it is asked for one: ``smsgw.settings`` imports it (``declare_all``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from smsgw.config import providers as declarations
 
 if TYPE_CHECKING:
     from delivery.providers.base import ProviderAdapter
@@ -24,13 +34,70 @@ class ProviderQueryError(RuntimeError):
     error, 5xx, auth...). ``submit_many`` never raises it: per-message failures are outcomes."""
 
 
-def _twilio() -> ProviderAdapter:
-    from delivery.providers.twilio.adapter import TwilioAdapter
+class Package:
+    """A registry entry: the provider package at ``module`` (``delivery.providers.<name>``). Called, it
+    creates the adapter for the name it is registered under."""
 
-    return TwilioAdapter()
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.name = ""  # set by the registry
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def __call__(self) -> ProviderAdapter:
+        return self.load().create_adapter(self.name)
 
 
-PROVIDERS: dict[str, Callable[[], ProviderAdapter]] = {"twilio": _twilio}
+# The registry: one line per provider. A factory that is not a Package (e.g. another account of a
+# provider, under its own key) is allowed too; it shares its adapter's capabilities.
+PROVIDERS: dict[str, Callable[[], ProviderAdapter]] = {
+    "twilio": Package("delivery.providers.twilio"),
+}
+DEFAULT_PROVIDER = next(iter(PROVIDERS))
+
+
+def _named() -> None:
+    for name, factory in PROVIDERS.items():
+        if isinstance(factory, Package) and not factory.name:
+            factory.name = name
+
+
+def _declare(name: str, package: ModuleType, production: bool) -> dict[str, Any]:
+    provider_settings = package.load_settings(production)
+    declarations.declare(name, package.CAPABILITIES, provider_settings)
+    return dict(provider_settings.values)
+
+
+def declare_all(production: bool) -> dict[str, Any]:
+    """Read every registered package's settings from the environment and declare its capabilities
+    (``smsgw.config.providers``); returns the Django settings they contribute (``smsgw.settings``)."""
+    _named()
+    values: dict[str, Any] = {}
+    for name, factory in PROVIDERS.items():
+        if isinstance(factory, Package):
+            values.update(_declare(name, factory.load(), production))
+    return values
+
+
+def register(name: str, module: str, *, production: bool = False) -> dict[str, Any]:
+    """Add a provider at run time (a test's own provider): what its registry line does at start-up.
+    Returns the settings its package reads (the caller puts them in Django's settings)."""
+    entry = PROVIDERS[name] = Package(module)
+    entry.name = name
+    return _declare(name, entry.load(), production)
+
+
+def unregister(name: str) -> None:
+    PROVIDERS.pop(name, None)
+    declarations.forget(name)
+    get_adapter.cache_clear()  # type: ignore[attr-defined]
+
+
+def capabilities(name: str | None = None) -> declarations.Capabilities:
+    """What provider ``name`` (default ``settings.SMSGW_PROVIDER``) can do."""
+    return get_adapter(name).capabilities
+
 
 _adapters: dict[tuple[int, str], ProviderAdapter] = {}
 _lock = threading.Lock()
@@ -46,6 +113,7 @@ def get_adapter(name: str | None = None) -> ProviderAdapter:
         with _lock:
             adapter = _adapters.get(key)
             if adapter is None:
+                _named()
                 factory = PROVIDERS.get(name)
                 if factory is None:
                     raise ImproperlyConfigured(
@@ -57,6 +125,7 @@ def get_adapter(name: str | None = None) -> ProviderAdapter:
 
 def providers_preload() -> None:
     """Import every registered adapter and its SDK (in a worker's parent, before the pool forks)."""
+    _named()
     for factory in PROVIDERS.values():
         factory().preload()
 
@@ -83,4 +152,16 @@ def _cache_clear() -> None:
 
 get_adapter.cache_clear = _cache_clear  # type: ignore[attr-defined]
 
-__all__ = ["PROVIDERS", "ProviderQueryError", "get_adapter", "providers_preload", "providers_warm"]
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "PROVIDERS",
+    "Package",
+    "ProviderQueryError",
+    "capabilities",
+    "declare_all",
+    "get_adapter",
+    "providers_preload",
+    "providers_warm",
+    "register",
+    "unregister",
+]

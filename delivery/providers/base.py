@@ -18,6 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from smsgw.config.providers import Capabilities as Capabilities
+from smsgw.config.providers import SenderPools as SenderPools
+from smsgw.config.providers import ValidityBounds as ValidityBounds
+
 
 class Outcome(enum.StrEnum):
     ACCEPTED = "accepted"  # the provider took the message; provider_message_id is set
@@ -60,7 +64,7 @@ class Submission:
     to: str
     body: str
     sender: str = ""  # a From: a number, a short code, an alphanumeric sender id
-    sender_pool: str = ""  # a provider-side pool that picks the sender (Twilio: a Messaging Service sid)
+    sender_pool: str = ""  # a provider-side pool that picks the sender (``Capabilities.sender_pools``)
     status_callback: str = ""
     idempotency_token: str = ""
     # Seconds the provider may keep the message queued before dropping it, so nothing leaves the
@@ -178,6 +182,8 @@ RECEIPT_STATUSES = frozenset(
 
 class ProviderAdapter:
     name: str = "base"
+    # What this provider can do (its package's ``CAPABILITIES``): the core asks, never assumes.
+    capabilities: Capabilities = Capabilities()
     # The request header that carries a callback's signature (named in a 403's error).
     signature_header: str = "signature"
     # Free-text fields of a callback whose exact text means nothing to us (a description): a verified
@@ -190,6 +196,11 @@ class ProviderAdapter:
         """Seconds a submission may take before it is given up as uncertain (reconciliation looks for
         the message within this window after the attempt started)."""
         raise NotImplementedError
+
+    def clamp_validity(self, seconds: int) -> int:
+        """``seconds`` within the validity periods this provider accepts (unchanged when it has none)."""
+        bounds = self.capabilities.validity_period
+        return seconds if bounds is None else bounds.clamp(seconds)
 
     @property
     def account(self) -> str:
@@ -271,6 +282,14 @@ class ProviderAdapter:
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         """Parse (and redact) a validated callback; raises CallbackInvalid naming the bad field."""
         raise NotImplementedError
+
+    def callback_message_id(self, params: dict) -> str:
+        """The provider's message id an (unverified) callback names, or "" (for a look-up)."""
+        return ""
+
+    def status_payload(self, message: ProviderMessage) -> dict:
+        """A looked-up message's status shaped as this provider's callback payload (for the timeline)."""
+        return {"id": message.provider_message_id, "status": message.status, "error_code": message.error_code}
 
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         """Is ``provider_body`` (as the provider stored it) the body we sent? Providers rewrite bodies

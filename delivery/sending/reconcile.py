@@ -359,12 +359,7 @@ def _found(
                 raw_status=found.status,
                 normalized_status=normalized,
                 error_code=found.error_code,
-                payload={
-                    "source": LOOKUP_SOURCE,
-                    "MessageSid": found.provider_message_id,
-                    "MessageStatus": found.status,
-                    "ErrorCode": found.error_code,
-                },
+                payload={"source": LOOKUP_SOURCE, **adapter.status_payload(found)},
             ),
         )
     return "found" if won else "not_sending"

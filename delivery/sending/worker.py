@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 
 TENANT_TABLE = Tenant._meta.db_table
 LATE_LOG_SECONDS = 0.05  # a paced batch this late at the worker is logged (the spacing is kept, shifted)
-# Twilio's ValidityPeriod bounds ("integers from 1 to 36000", twilio-oai CreateMessageRequest).
-VALIDITY_MIN, VALIDITY_MAX = 1, 36000
 
 CLAIM_RETURNING = (
     "id",
@@ -89,10 +87,12 @@ class BatchReport:
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def validity_period(expires_at: datetime, now: datetime) -> int:
-    """``clamp(expires_at - now, 1, 36000)`` seconds: nothing may leave the provider after it expired here."""
+def validity_period(expires_at: datetime, now: datetime, adapter: ProviderAdapter | None = None) -> int:
+    """``expires_at - now`` seconds, within the validity periods the provider accepts (its
+    ``capabilities.validity_period``; default: the default provider's): nothing may leave the provider
+    after it expired here."""
     seconds = math.ceil((expires_at - now).total_seconds())
-    return min(max(seconds, VALIDITY_MIN), VALIDITY_MAX)
+    return (adapter or get_adapter()).clamp_validity(seconds)
 
 
 def send_batch(
@@ -177,7 +177,7 @@ def send_batch(
         )
         if len(rows) < len(message_ids):
             _halted_skipped(set(message_ids) - {r["id"] for r in rows}, now)
-        validity = {r["id"]: validity_period(r["expires_at"], now) for r in rows}
+        validity = {r["id"]: validity_period(r["expires_at"], now, adapter) for r in rows}
         # Committed with the claim, before any provider call: a crash from here on leaves evidence.
         attempts = attempts_start(rows, provider=adapter.name, started_at=now, validity=validity)
     report.claimed = len(rows)

@@ -53,7 +53,7 @@ class StrictSerializer(strict_input.JsonTypedSerializer):
 
 # The longest wait before an uncertain submission is resent (delivery.sending.reconcile, list-lag bound).
 UNCERTAIN_WAIT_MAX = int(
-    settings.TWILIO_TIMEOUT_SECONDS
+    settings.PROVIDER_REQUEST_TIMEOUT_SECONDS
     + settings.RECONCILE_ABSENT_GRACE_SECONDS
     + settings.RECONCILE_LIST_LAG_SECONDS
 )
@@ -91,7 +91,8 @@ _message_fields: dict[str, serializers.Field] = {
             "sent again when the provider's list still does not show it. Default (null): the gateway's bound "
             f"({UNCERTAIN_WAIT_MAX} s), which never sends twice while the list lags up to "
             f"{settings.RECONCILE_LIST_LAG_SECONDS} s. Shorter (for one-time codes, where late is worse "
-            f"than a rare duplicate): at least {settings.RECONCILE_MIN_WAIT_SECONDS} s. docs/twilio.md."
+            f"than a rare duplicate): at least {settings.RECONCILE_MIN_WAIT_SECONDS} s. "
+            'docs/architecture.md, "Uncertain submissions".'
         ),
     ),
     "quiet_hours": serializers.JSONField(

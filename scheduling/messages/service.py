@@ -20,6 +20,7 @@ from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages import acceptance, birth
 from scheduling.models import Message, Priority, Status
+from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.limits import quotas
 from smsgw.models import Tenant
@@ -87,8 +88,9 @@ def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) ->
             )
         return from_number, ""
     if service_sid:
-        if not re.fullmatch(r"MG[0-9a-fA-F]{32}", service_sid):
-            raise InvalidInput("messaging_service_sid", "must look like MG followed by 32 hex characters")
+        problem = sender_pool_problem(service_sid)  # as the providers declare their pool ids
+        if problem:
+            raise InvalidInput("messaging_service_sid", problem)
         return "", service_sid
     if tenant.default_from or tenant.messaging_service_sid:
         return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid

@@ -17,6 +17,8 @@ import re
 import threading
 import time
 
+from smsgw.config import providers as provider_declarations
+
 # Beat's periodic tasks (settings.CELERY_BEAT_SCHEDULE): their "received", "succeeded", "Sending due task"
 # and "Discarding revoked task" lines are dropped at INFO (a tick that waited past its expiry is discarded
 # by design, a newer one covers the same work: a worker on every queue discarded several a second idle).
@@ -124,8 +126,9 @@ _WEBHOOK_SECRET = re.compile(r"\bwhsec_[A-Za-z0-9+/=_-]+")
 _AUTH_HEADER = re.compile(r"\b(Bearer|Basic)\s+(?!sk_)[A-Za-z0-9._~+/=-]+")  # an API key keeps its prefix
 _SQL_LITERAL = re.compile(r"'(?:[^']|'')*'")
 # Settings whose values never appear in a log line (literal match; values shorter than 8 characters are
-# not worth a false positive on every line).
-SECRET_SETTINGS = ("SECRET_KEY", "TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET")
+# not worth a false positive on every line): these, and each provider's secret settings
+# (``ProviderSettings.secret_settings``, smsgw.config.providers).
+SECRET_SETTINGS = ("SECRET_KEY",)
 REDACTED = "[redacted]"
 
 
@@ -155,7 +158,8 @@ def _configured_secrets() -> list[str]:
 
         if not settings.configured:
             return []
-        values = [getattr(settings, name, "") for name in SECRET_SETTINGS]
+        names = SECRET_SETTINGS + provider_declarations.secret_settings()
+        values = [getattr(settings, name, "") for name in names]
     except Exception:  # logging must never fail because settings are half-loaded
         return []
     return [v for v in values if isinstance(v, str) and len(v) >= 8]
@@ -172,6 +176,8 @@ def redact(text: str) -> str:
     text = _API_KEY.sub(r"sk_\1_" + REDACTED, text)
     text = _WEBHOOK_SECRET.sub("whsec_" + REDACTED, text)
     text = _AUTH_HEADER.sub(r"\1 " + REDACTED, text)
+    for pattern, replacement in provider_declarations.redact_patterns():  # what a provider package adds
+        text = pattern.sub(replacement, text)
     return _PHONE.sub(_mask_phone, text)
 
 

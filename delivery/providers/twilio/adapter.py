@@ -64,6 +64,7 @@ from delivery.providers.base import (
 )
 from delivery.providers.twilio import callbacks as twilio_callbacks
 from delivery.providers.twilio import errors as twilio_errors
+from delivery.providers.twilio.config import CAPABILITIES, VALIDITY
 from delivery.providers.twilio.http import (
     TWILIO_API_ORIGIN,
     BaseUrlAsyncHttpClient,
@@ -78,8 +79,7 @@ from smsgw.values.phone import mask
 logger = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 1000  # Twilio's maximum PageSize
-# ValidityPeriod: "Accepted values are integers from 1 to 36000" (twilio-oai, CreateMessageRequest).
-VALIDITY_MIN, VALIDITY_MAX = 1, 36000
+VALIDITY_MIN, VALIDITY_MAX = VALIDITY.minimum, VALIDITY.maximum  # twilio.config.VALIDITY
 
 _PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
 
@@ -187,6 +187,7 @@ class _AsyncRuntime:
 
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
+    capabilities = CAPABILITIES
     signature_header = "X-Twilio-Signature"
     free_text_fields = twilio_callbacks.FREE_TEXT_FIELDS
 
@@ -605,6 +606,16 @@ class TwilioAdapter(ProviderAdapter):
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         return twilio_callbacks.parse(params, query)
+
+    def callback_message_id(self, params: dict) -> str:
+        return str(params.get("MessageSid") or params.get("SmsSid") or "")
+
+    def status_payload(self, message: ProviderMessage) -> dict:
+        return {
+            "MessageSid": message.provider_message_id,
+            "MessageStatus": message.status,
+            "ErrorCode": message.error_code,
+        }
 
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         return twilio_callbacks.body_matches(sent_body, provider_body)

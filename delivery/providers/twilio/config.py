@@ -1,0 +1,81 @@
+"""Twilio's capabilities and settings (``TWILIO_*``), read from the environment by ``smsgw.settings``
+through the provider registry (``delivery.providers.declare_all``). Imports neither Django's settings
+nor the SDK."""
+
+from __future__ import annotations
+
+import re
+
+from smsgw.config.env import env_float, env_pairs, env_str
+from smsgw.config.providers import Capabilities, ProviderSettings, SenderPools, ValidityBounds
+
+# ValidityPeriod: "Accepted values are integers from 1 to 36000" (twilio-oai, CreateMessageRequest).
+VALIDITY = ValidityBounds(minimum=1, maximum=36000)
+# A Messaging Service SID: "MG" and 32 hex digits (twilio-oai, api.v2010.account.message
+# `messaging_service_sid`: pattern ^MG[0-9a-fA-F]{32}$).
+MESSAGING_SERVICE_SID = r"MG[0-9a-fA-F]{32}"
+# An Account SID is "AC" and 32 hex digits: twilio-oai, twilio_api_v2010.yaml, components
+# api.v2010.account.message `account_sid`: pattern ^AC[0-9a-fA-F]{32}$.
+ACCOUNT_SID_RE = re.compile(r"^AC[0-9a-fA-F]{32}$")
+
+CAPABILITIES = Capabilities(
+    lookup_by_recipient=True,  # GET /Messages?To=&From=&DateSent>=
+    fetch_by_id=True,  # GET /Messages/{Sid}
+    validity_period=VALIDITY,
+    per_part_ids=False,  # one Message SID for all segments
+    sender_pools=SenderPools(pattern=MESSAGING_SERVICE_SID, description="MG followed by 32 hex characters"),
+    # X-Twilio-Signature with the Auth Token; SharedKey HMAC-SHA256 announced by
+    # X-Twilio-Webhooks-Signature-Settings (callbacks.validate).
+    signature_schemes=("hmac-sha1-auth-token", "hmac-sha256-shared-key"),
+    signing_key_header="X-Twilio-Webhooks-Signature-Settings",
+    signing_keys_setting="TWILIO_WEBHOOK_SHARED_KEYS",
+)
+
+
+def credentials_problem(account_sid: str, auth_token: str) -> str | None:
+    """Why the Twilio provider cannot run with these credentials, or None. Without them every
+    submission answers 401/20003 and every signed status callback fails validation (403)."""
+    missing = [
+        name
+        for name, value in (("TWILIO_ACCOUNT_SID", account_sid), ("TWILIO_AUTH_TOKEN", auth_token))
+        if not value
+    ]
+    if missing:
+        return f"{' and '.join(missing)} must be set when SMSGW_PROVIDER=twilio"
+    if not ACCOUNT_SID_RE.match(account_sid):
+        return "TWILIO_ACCOUNT_SID must be 'AC' followed by 32 hexadecimal digits"
+    return None
+
+
+def load_settings(production: bool) -> ProviderSettings:
+    """The ``TWILIO_*`` settings. Outside production the defaults are the sandbox's
+    (deploy/run-embedded.sh starts it on :8081)."""
+    account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else "AC00000000000000000000000000000000")
+    auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else "sandbox-auth-token")
+    timeout = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+    values = {
+        "TWILIO_ACCOUNT_SID": account_sid,
+        "TWILIO_AUTH_TOKEN": auth_token,
+        # Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys):
+        # when set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names
+        # the account.
+        "TWILIO_API_KEY_SID": env_str("TWILIO_API_KEY_SID", ""),
+        "TWILIO_API_KEY_SECRET": env_str("TWILIO_API_KEY_SECRET", ""),
+        # The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in
+        # production).
+        "TWILIO_API_BASE_URL": env_str(
+            "TWILIO_API_BASE_URL", "https://api.twilio.com" if production else "http://127.0.0.1:8081"
+        ),
+        "TWILIO_TIMEOUT_SECONDS": timeout,
+        # Webhook SharedKeys ("<key id>:<secret>,..."): callbacks announcing one of these keys in
+        # X-Twilio-Webhooks-Signature-Settings are verified with it (HMAC-SHA256); others with the Auth
+        # Token.
+        "TWILIO_WEBHOOK_SHARED_KEYS": env_pairs("TWILIO_WEBHOOK_SHARED_KEYS"),
+    }
+    return ProviderSettings(
+        values=values,
+        problem=credentials_problem(account_sid, auth_token),
+        request_timeout=timeout,
+        request_timeout_setting="TWILIO_TIMEOUT_SECONDS",
+        secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET"),
+    )
