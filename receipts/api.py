@@ -257,29 +257,29 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     signature-validated like status callbacks. A message that is exactly an opt-out keyword (STOP,
     STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT) adds its sender to the suppression list of every tenant that
     sends from the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
-    recorded. Any other message is acknowledged and not stored. Answers 200 with an empty TwiML
-    response (no automatic reply from us)."""
+    recorded. Any other message is acknowledged and not stored. Answers 200 with the adapter's empty
+    reply (``inbound_reply``: no automatic reply from us)."""
     from delivery.guards import suppression
     from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
 
-    _, params, refused = _signed_form(request, provider)
+    adapter, params, refused = _signed_form(request, provider)
     if refused is not None:
         return refused
-    twiml = HttpResponse(
-        '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', content_type="text/xml"
-    )
-    keyword = suppression.keyword_of(params.get("Body", ""))
+    content, content_type = adapter.inbound_reply()
+    reply = HttpResponse(content, content_type=content_type)
+    inbound = adapter.parse_inbound(params)
+    keyword = suppression.keyword_of(inbound.body)
     if keyword is None:
-        return twiml
+        return reply
     try:
-        number = normalize_e164(params.get("From", ""))
-        our_number = normalize_e164(params.get("To", ""))
+        number = normalize_e164(inbound.from_number)
+        our_number = normalize_e164(inbound.to_number)
     except PhoneNumberError as exc:
-        return _error(400, "From", str(exc))
-    service_sid = params.get("MessagingServiceSid", "")[:64]
+        return _error(400, inbound.from_field, str(exc))
+    service_sid = inbound.sender_pool
     sender = service_sid or our_number
     tenants = _inbound_tenants(number, our_number, service_sid)
     for tenant_id in tenants:
         suppression.inbound_keyword_apply(tenant_id=tenant_id, number=number, sender=sender, keyword=keyword)
     log.info("inbound %s from %s to %s: %d tenant(s)", keyword, mask(number), mask(our_number), len(tenants))
-    return twiml
+    return reply

@@ -151,6 +151,17 @@ class CallbackData:
     payload: dict = field(default_factory=dict)  # redacted: numbers masked, no body
 
 
+@dataclass(frozen=True)
+class InboundMessage:
+    """An incoming SMS (the provider's inbound webhook), parsed by the adapter that owns its format."""
+
+    body: str
+    from_number: str  # who wrote (as the provider sent it; not yet normalised)
+    to_number: str  # our number it was sent to
+    sender_pool: str = ""  # the sender pool that number belongs to, when the provider says
+    from_field: str = "from"  # the request field that carried ``from_number`` (named in a 400)
+
+
 # ``CallbackData.payload["source"]`` of a status the gateway looked up itself (``fetch_status``) rather
 # than one the provider posted: it is stored and applied as a receipt, and its timeline entry says so.
 LOOKUP_SOURCE = "lookup"
@@ -282,6 +293,15 @@ class ProviderAdapter:
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         """Parse (and redact) a validated callback; raises CallbackInvalid naming the bad field."""
         raise NotImplementedError
+
+    def parse_inbound(self, params: dict) -> InboundMessage:
+        """Parse a validated inbound-message webhook."""
+        raise NotImplementedError
+
+    def inbound_reply(self) -> tuple[str, str]:
+        """The answer to an inbound-message webhook that asks the provider to send no reply:
+        (body, content type)."""
+        return "", "text/plain"
 
     def callback_message_id(self, params: dict) -> str:
         """The provider's message id an (unverified) callback names, or "" (for a look-up)."""

@@ -26,6 +26,7 @@ from scheduling.messages.api import (
     message_data,
 )
 from scheduling.models import Campaign, CampaignTimeMode, Priority
+from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.boundary import NUL_OR_SURROGATE, StrictJSONParser, first_bad_field
 from smsgw.http.errors import field_error
@@ -36,10 +37,13 @@ def _campaign_fields() -> dict:
     return {
         "name": serializers.CharField(max_length=200, required=False),
         "body": serializers.CharField(
-            max_length=1600, trim_whitespace=False, required=False, help_text="One body for everyone."
+            max_length=body_max_length(),
+            trim_whitespace=False,
+            required=False,
+            help_text="One body for everyone.",
         ),
         "template": serializers.CharField(
-            max_length=1600,
+            max_length=body_max_length(),
             trim_whitespace=False,
             required=False,
             help_text="Instead of body: text with {variable} placeholders filled per recipient "

@@ -22,6 +22,7 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages import examples, selectors
 from scheduling.messages import service as services
 from scheduling.models import Message, Priority, Status
+from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
@@ -59,7 +60,7 @@ UNCERTAIN_WAIT_MAX = int(
 )
 _message_fields: dict[str, serializers.Field] = {
     "to": serializers.CharField(max_length=32, help_text="Recipient in E.164, e.g. +14155550100."),
-    "body": serializers.CharField(max_length=1600, trim_whitespace=False),
+    "body": serializers.CharField(max_length=body_max_length(), trim_whitespace=False),
     "from": serializers.CharField(
         max_length=32, required=False, help_text="E.164 number or alphanumeric id."
     ),

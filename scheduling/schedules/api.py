@@ -15,6 +15,7 @@ from scheduling.models import Priority, Schedule
 from scheduling.schedules import selectors
 from scheduling.schedules import service as services
 from scheduling.schedules.materialize import naive
+from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
 
@@ -25,7 +26,7 @@ _Strict = StrictSerializer
 def _schedule_fields(required: bool) -> dict:
     return {
         "to": serializers.CharField(max_length=32, required=required, help_text="Recipient, E.164."),
-        "body": serializers.CharField(max_length=1600, trim_whitespace=False, required=required),
+        "body": serializers.CharField(max_length=body_max_length(), trim_whitespace=False, required=required),
         "from": serializers.CharField(max_length=32, required=False),
         "messaging_service_sid": serializers.CharField(max_length=34, required=False),
         "rrule": serializers.CharField(

@@ -61,6 +61,8 @@ class Capabilities:
     per_part_ids: bool = False
     # Provider-side sender pools (messaging services); None: a sender is always given.
     sender_pools: SenderPools | None = None
+    # The longest message body it takes, in characters (the API refuses longer bodies); None: no limit.
+    max_body_chars: int | None = None
     # How its callbacks are signed (names of schemes, e.g. "hmac-sha1-url"), strongest last.
     signature_schemes: tuple[str, ...] = ()
     # The request header that names a signing key the callback was signed with, when the provider has
@@ -124,6 +126,12 @@ def sender_pool_problem(value: str) -> str | None:
     if not pools:
         return "no provider has sender pools"
     return "must look like " + " or ".join(dict.fromkeys(pool.description for pool in pools))
+
+
+def body_max_length() -> int | None:
+    """The longest body every declared provider takes (characters), or None when none declares one."""
+    limits = [c.max_body_chars for c in _capabilities.values() if c.max_body_chars is not None]
+    return min(limits) if limits else None
 
 
 def is_sender_pool(value: str) -> bool:

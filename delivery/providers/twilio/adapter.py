@@ -54,6 +54,7 @@ from delivery.providers.base import (
     CallbackData,
     ErrorClass,
     ErrorInfo,
+    InboundMessage,
     Lookup,
     Outcome,
     ProviderAdapter,
@@ -606,6 +607,19 @@ class TwilioAdapter(ProviderAdapter):
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         return twilio_callbacks.parse(params, query)
+
+    def parse_inbound(self, params: dict) -> InboundMessage:
+        # "A message comes in": Body, From, To, and MessagingServiceSid when the number is in a service.
+        return InboundMessage(
+            body=params.get("Body", ""),
+            from_number=params.get("From", ""),
+            to_number=params.get("To", ""),
+            sender_pool=params.get("MessagingServiceSid", "")[:64],
+            from_field="From",
+        )
+
+    def inbound_reply(self) -> tuple[str, str]:
+        return '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', "text/xml"  # empty TwiML
 
     def callback_message_id(self, params: dict) -> str:
         return str(params.get("MessageSid") or params.get("SmsSid") or "")

@@ -23,6 +23,9 @@ CAPABILITIES = Capabilities(
     fetch_by_id=True,  # GET /Messages/{Sid}
     validity_period=VALIDITY,
     per_part_ids=False,  # one Message SID for all segments
+    # "The text of the message you want to send. Can be up to 1,600 characters in length" (twilio-oai,
+    # CreateMessageRequest `Body`).
+    max_body_chars=1600,
     sender_pools=SenderPools(pattern=MESSAGING_SERVICE_SID, description="MG followed by 32 hex characters"),
     # X-Twilio-Signature with the Auth Token; SharedKey HMAC-SHA256 announced by
     # X-Twilio-Webhooks-Signature-Settings (callbacks.validate).
