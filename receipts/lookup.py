@@ -150,8 +150,8 @@ def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:  # 
         adapter = get_adapter(provider)
         if provider not in checked:
             checked.add(provider)
-            if circuit_state(provider, adapter.account).is_open:
-                skip.add(provider)
+            if not adapter.capabilities.fetch_by_id or circuit_state(provider, adapter.account).is_open:
+                skip.add(provider)  # it cannot be asked by id (its receipts are all we get), or it is down
         if provider in skip:
             counts["skipped"] += 1
             continue

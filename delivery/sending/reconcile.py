@@ -112,9 +112,14 @@ def message_reconcile(message_id: int) -> str:
     attempt = msg.attempts.order_by("-number").first()
     now = timezone.now()
     try:
-        if attempt is not None and attempt.provider_message_id:
+        # What the provider can be asked (its capabilities): a fetch by the attempt's id, a listing by
+        # recipient; with neither, absence can never be proven here and the message waits (never resent).
+        can = adapter.capabilities
+        if attempt is not None and attempt.provider_message_id and can.fetch_by_id:
             return _by_sid(msg, attempt, adapter, now)
-        return _by_listing(msg, attempt, adapter, now)
+        if can.lookup_by_recipient:
+            return _by_listing(msg, attempt, adapter, now)
+        return _inconclusive(msg, {"method": "none", "reason": "the provider can be asked neither way"}, now)
     except ProviderQueryError as exc:  # the provider is down or erroring: stay `sending`, the lease returns
         log.warning(
             "reconcile: provider look-up failed for message %s: %s",

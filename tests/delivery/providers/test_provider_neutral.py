@@ -242,3 +242,17 @@ def test_unregistering_forgets_it(settings):
     register(FAKE, __name__)
     unregister(FAKE)
     assert FAKE not in PROVIDERS and FAKE not in declarations.declared()
+
+
+def test_an_uncertain_message_of_a_provider_that_cannot_be_asked_waits(fake_provider, api):
+    """Neither fetch by id nor look-up by recipient: absence can never be proven, so it is never resent."""
+    from delivery.sending.reconcile import message_reconcile
+
+    now = timezone.now()
+    (pk,) = messages_bulk(api.tenant, 1, due_at=now - timedelta(seconds=1))
+    Message.objects.filter(pk=pk).update(provider=FAKE, status=Status.SENDING)
+
+    assert message_reconcile(pk) == "inconclusive"
+    msg = Message.objects.get(pk=pk)
+    assert msg.status == Status.SENDING
+    assert msg.events.filter(kind="reconcile_inconclusive").exists()
