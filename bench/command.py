@@ -145,7 +145,13 @@ class Command(BaseCommand):
             action="store_false",
             help="the sandbox posts no status callbacks: found only by the list or a fetch",
         )
-        p.add_argument("--client-timeout", type=float, default=1.0, help="TWILIO_TIMEOUT_SECONDS")
+        p.add_argument(
+            "--client-timeout",
+            type=float,
+            default=10.0,
+            help="TWILIO_TIMEOUT_SECONDS (production default; shorter ones time out fault-free requests "
+            "on a loaded machine)",
+        )
         p.add_argument("--first-look", type=int, default=10, help="SMSGW_RECONCILE_FIRST_LOOK_SECONDS")
         p.add_argument("--absent-grace", type=int, default=30, help="SMSGW_RECONCILE_ABSENT_GRACE_SECONDS")
         p.add_argument("--reconcile-list-lag", type=int, default=150, help="SMSGW_RECONCILE_LIST_LAG_SECONDS")

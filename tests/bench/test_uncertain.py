@@ -19,7 +19,12 @@ def test_defaults_are_the_documented_fault_modes_and_production_reconcile_settin
     assert (opts.list_lag, opts.queue_delay_ms) == (120.0, 60_000)
     assert opts.callbacks is True
     assert opts.fault_free is True
-    assert (opts.first_look, opts.absent_grace, opts.reconcile_list_lag) == (10, 30, 150)
+    assert (opts.client_timeout, opts.first_look, opts.absent_grace, opts.reconcile_list_lag) == (
+        10.0,
+        10,
+        30,
+        150,
+    )
 
 
 def test_the_earlier_option_names_still_set_the_hung_accepts_and_the_never_stored():
