@@ -104,6 +104,7 @@ def uncertain(
         f"list lag {list_lag} s, callbacks {how}"
     )
     core._say("uncertain: settings " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    _reset()  # before the processes start: nothing left by an interrupted run is swept or reconciled
     topo = core.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
     extra: list[devprocs.Proc] = []
     try:
@@ -147,12 +148,29 @@ def uncertain(
     return result
 
 
+def _reset():
+    """Empty the tables a run reads. The workers keep running between runs (the sweeper's passes, the
+    receipts worker on a late callback), so the TRUNCATE can deadlock with one of them: tried again."""
+    from django.db import OperationalError, transaction
+
+    for attempt in range(10):
+        try:
+            with transaction.atomic():
+                tenant = core.bench_reset()
+                with connection.cursor() as cur:
+                    cur.execute("DELETE FROM delivery_duplicatesubmission")
+                    cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
+            return tenant
+        except OperationalError:
+            if attempt == 9:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
 def _run(topo: core.Topology, n: int, *, offset: int, sandbox: dict, timeout: float, label: str) -> dict:
-    tenant = core.bench_reset()
-    with connection.cursor() as cur:
-        cur.execute("DELETE FROM delivery_duplicatesubmission")
-        cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
-    topo.sandbox.reset()  # a clean store and counters, and the start config
+    topo.sandbox.reset()  # a clean store and counters, the start config, no callbacks still to post
+    tenant = _reset()
     topo.sandbox.config(**sandbox)
     due = timezone.now() + timedelta(seconds=5)
     core.messages_load(tenant, n, first_due=due, offset=offset)
