@@ -73,24 +73,44 @@ def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, a
     submitted again."""
     n = 2000
     pipeline.sandbox.config(**{f"store_then_{answer}_rate": 0.01}, callbacks_enabled=False)
-    pipeline.env["SMSGW_RECONCILE_LIST_LAG_SECONDS"] = SHORT_LAG
-    pipeline.env["SMSGW_SEND_CONCURRENCY"] = "10"
+    # A request timeout well above a loaded machine's latency: the uncertain attempts are the injected
+    # ones, not our own timeouts (with FAST's 2 s, a busy 2-CPU host times out dozens of the 2,000).
+    pipeline.env.update(
+        SMSGW_RECONCILE_LIST_LAG_SECONDS=SHORT_LAG,
+        TWILIO_TIMEOUT_SECONDS="10",
+        SMSGW_SENDING_LEASE_SECONDS="15",
+    )
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, n, due_at=timezone.now())
     connection.close()
     pipeline.worker()
     pipeline.beat()
-    pipeline.wait_all_final(pks, timeout=180)
+    pipeline.wait_all_final(pks, timeout=240)
 
     outcomes = held_once_each(pipeline, pks)
     injected = pipeline.sandbox.stats()["by_outcome"].get(f"store_then_{answer}", 0)
     assert injected > 0, "no create was stored-then-failed: the test proves nothing"
     assert pipeline.sandbox.stats()["submissions"] == n
-    # Every injected fault made exactly one uncertain attempt, and each was found; nothing else was.
-    assert outcomes == {AttemptOutcome.ACCEPTED: n - injected, AttemptOutcome.RECONCILED_FOUND: injected}
+    # Every injected fault made exactly one uncertain attempt (answered 500/503), and each was found.
+    # Other uncertain attempts can only be our own timeout on an overloaded machine (no HTTP answer):
+    # those must have been found too, never resent.
+    answers = Counter(
+        Attempt.objects.filter(message_id__in=pks)
+        .exclude(outcome=AttemptOutcome.ACCEPTED)
+        .values_list("outcome", "http_status")
+    )
+    assert answers[(AttemptOutcome.RECONCILED_FOUND, int(answer))] == injected, answers
+    assert set(answers) <= {
+        (AttemptOutcome.RECONCILED_FOUND, int(answer)),
+        (AttemptOutcome.RECONCILED_FOUND, None),
+    }, answers
+    found_n = outcomes.get(AttemptOutcome.RECONCILED_FOUND, 0)
+    assert outcomes == {AttemptOutcome.ACCEPTED: n - found_n, AttemptOutcome.RECONCILED_FOUND: found_n}
+    if found_n > injected:
+        print(f"{found_n - injected} of our own timeouts (a loaded machine) were found too: {answers}")
     assert set(Message.objects.filter(pk__in=pks).values_list("attempt_count", flat=True)) == {1}
     found = list(MessageEvent.objects.filter(message_id__in=pks, kind="reconciled_found"))
-    assert len(found) == injected
+    assert len(found) == found_n
     for event in found:
         assert event.details["source"] == "list", event.details  # no callback could have hinted
     assert not MessageEvent.objects.filter(message_id__in=pks, kind="reconciled_absent").exists()
@@ -129,7 +149,7 @@ def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_la
         lambda: sum(pipeline.sandbox.stats()["by_outcome"].values()) >= n, 60, "every first create made"
     )
     pipeline.sandbox.config(store_then_drop_rate=0.0, timeout_rate=0.0)
-    pipeline.wait_all_final(pks, timeout=lag + 120)
+    pipeline.wait_all_final(pks, timeout=2 * lag + 60)  # ~lag + 10 s unless a resend timed out too
     # Every message is final: the list may now show the whole store, the last minutes included.
     pipeline.sandbox.config(list_lag_seconds=0)
 
@@ -137,12 +157,21 @@ def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_la
     dropped, timed_out = stats.get("store_then_drop", 0), stats.get("timeout", 0)
     assert dropped >= 2 and timed_out >= 2
     outcomes = held_once_each(pipeline, pks)
-    # the stored ones were found, the never-stored ones resent (a second, accepted attempt)
-    assert outcomes == {
-        AttemptOutcome.ACCEPTED: n - dropped,
-        AttemptOutcome.RECONCILED_FOUND: dropped,
-        AttemptOutcome.RECONCILED_ABSENT: timed_out,
-    }
+    # The stored ones were found, the never-stored ones resent (a second, accepted attempt). With FAST's
+    # 2 s request timeout a loaded machine adds uncertain attempts of its own (no sandbox fault): those
+    # are found or resent by the same rules, so the counts are lower bounds and every message still ends
+    # with exactly one accepted or found attempt.
+    found_n = outcomes.get(AttemptOutcome.RECONCILED_FOUND, 0)
+    absent_n = outcomes.get(AttemptOutcome.RECONCILED_ABSENT, 0)
+    assert set(outcomes) <= {
+        AttemptOutcome.ACCEPTED,
+        AttemptOutcome.RECONCILED_FOUND,
+        AttemptOutcome.RECONCILED_ABSENT,
+    }, outcomes
+    assert outcomes[AttemptOutcome.ACCEPTED] == n - found_n
+    assert found_n >= dropped and absent_n >= timed_out, (outcomes, stats)
+    if (found_n, absent_n) != (dropped, timed_out):
+        print(f"our own timeouts added {found_n - dropped} found and {absent_n - timed_out} absent")
     assert pipeline.sandbox.stats()["submissions"] == n
     by_to = dict(Message.objects.filter(pk__in=pks).values_list("to", "pk"))
     for to in dropped_to:
@@ -150,23 +179,23 @@ def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_la
     for to in timeout_to:
         assert "reconciled_absent" in kinds(by_to[to]) and "reconciled_found" not in kinds(by_to[to])
 
-    absent = Attempt.objects.filter(message_id__in=pks, outcome=AttemptOutcome.RECONCILED_ABSENT)
-    assert absent.count() == timed_out
-    for attempt in absent:
-        events = list(MessageEvent.objects.filter(message_id=attempt.message_id, kind="reconciled_absent"))
-        assert len(events) == 1
-        event = events[0]
-        assert event.details.get("rule") == "list_lag_bound", event.details
-        bound = attempt.started_at + timedelta(seconds=TIMEOUT + GRACE + lag)
-        assert event.created_at >= bound, (
-            f"absence declared {(bound - event.created_at).total_seconds():.1f} s before the list-lag bound"
+    resent = set(
+        Attempt.objects.filter(message_id__in=pks, outcome=AttemptOutcome.RECONCILED_ABSENT).values_list(
+            "message_id", flat=True
         )
-        # resent exactly once: the second attempt is the copy the provider holds
-        assert list(
-            Attempt.objects.filter(message_id=attempt.message_id)
-            .order_by("number")
-            .values_list("outcome", flat=True)
-        ) == [AttemptOutcome.RECONCILED_ABSENT, AttemptOutcome.ACCEPTED]
+    )
+    for pk in resent:
+        attempts = list(Attempt.objects.filter(message_id=pk).order_by("number"))
+        # absent ones, each resent once; the last attempt is the copy the provider holds
+        assert [a.outcome for a in attempts[:-1]] == [AttemptOutcome.RECONCILED_ABSENT] * (len(attempts) - 1)
+        assert attempts[-1].outcome in (AttemptOutcome.ACCEPTED, AttemptOutcome.RECONCILED_FOUND)
+        events = list(MessageEvent.objects.filter(message_id=pk, kind="reconciled_absent").order_by("id"))
+        assert len(events) == len(attempts) - 1
+        for attempt, event in zip(attempts, events, strict=False):
+            assert event.details.get("rule") == "list_lag_bound", event.details
+            bound = attempt.started_at + timedelta(seconds=TIMEOUT + GRACE + lag)
+            early = (bound - event.created_at).total_seconds()
+            assert event.created_at >= bound, f"absence declared {early:.1f} s before the list-lag bound"
     for event in MessageEvent.objects.filter(message_id__in=pks, kind="reconciled_found"):
         assert event.details["source"] == "list", event.details
 
