@@ -100,12 +100,15 @@ def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, a
         .values_list("outcome", "http_status")
     )
     assert answers[(AttemptOutcome.RECONCILED_FOUND, int(answer))] == injected, answers
+    # (a connection that failed before the request was written, or a wait while the circuit was open,
+    # is a transient attempt with no answer: nothing reached the provider, nothing uncertain)
     assert set(answers) <= {
         (AttemptOutcome.RECONCILED_FOUND, int(answer)),
         (AttemptOutcome.RECONCILED_FOUND, None),
+        (AttemptOutcome.TRANSIENT_ERROR, None),
     }, answers
     found_n = outcomes.get(AttemptOutcome.RECONCILED_FOUND, 0)
-    assert outcomes == {AttemptOutcome.ACCEPTED: n - found_n, AttemptOutcome.RECONCILED_FOUND: found_n}
+    assert outcomes.get(AttemptOutcome.ACCEPTED) == n - found_n, outcomes
     if found_n > injected:
         print(f"{found_n - injected} of our own timeouts (a loaded machine) were found too: {answers}")
     assert set(Message.objects.filter(pk__in=pks).values_list("attempt_count", flat=True)) == {1}
