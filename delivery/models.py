@@ -21,6 +21,8 @@ class AttemptOutcome(models.TextChoices):
     UNCERTAIN = "uncertain"  # may have reached the provider; must be reconciled, never blindly resent
     RECONCILED_FOUND = "reconciled_found"  # an uncertain attempt the provider turned out to have
     RECONCILED_ABSENT = "reconciled_absent"  # an uncertain attempt the provider never received
+    # more matching copies at the provider than uncertain messages of ours: never resent, for an operator
+    RECONCILED_AMBIGUOUS = "reconciled_ambiguous"
 
 
 class Attempt(models.Model):

@@ -24,6 +24,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
+from delivery.sending.reconcile import found_record
 from receipts.models import ReceiptEvent
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
@@ -66,41 +67,25 @@ def unknown_sid_resolve(receipt: ReceiptEvent, now: datetime) -> tuple[str, int 
 
 def _found(receipt: ReceiptEvent, msg: Message, attempt: Attempt, now: datetime) -> bool:
     late = msg.status == Status.QUEUED
-    with transaction.atomic():
-        result = transitions.transition(
-            msg.pk,
-            from_statuses=[msg.status],
-            to_status=Status.SENT,
-            kind="reconciled_found",
-            expected_version=msg.version,
-            details={
-                "provider_message_id": receipt.provider_message_id,
-                "attempt": attempt.number,
-                "source": "provider receipt for an unrecorded sid (signed callback URL)",
-                "decision": (
-                    "an attempt judged absent did reach the provider: the queued resend is called off"
-                    if late
-                    else "the provider has this submission: recorded as sent, not sent again"
-                ),
-                "receipt_id": receipt.pk,
-            },
-            set_fields={
-                "provider_message_id": receipt.provider_message_id,
-                "provider_status": receipt.raw_status,
-                "sent_at": max(attempt.started_at, msg.due_at),
-                "run_after": None,
-                "reason_code": "",
-                "status_reason": "",
-            },
-            now=now,
-        )
-        if result.won:
-            Attempt.objects.filter(pk=attempt.pk).update(
-                outcome=AttemptOutcome.RECONCILED_FOUND,
-                provider_message_id=receipt.provider_message_id,
-                finished_at=attempt.finished_at or now,
-            )
-    return result.won
+    return found_record(
+        msg,
+        attempt,
+        provider_message_id=receipt.provider_message_id,
+        provider_status=receipt.raw_status,
+        sent_at=max(attempt.started_at, msg.due_at),
+        details={
+            "attempt": attempt.number,
+            "source": "receipt",
+            "evidence": "provider receipt for an unrecorded sid (signed callback URL)",
+            "decision": (
+                "an attempt judged absent did reach the provider: the queued resend is called off"
+                if late
+                else "the provider has this submission: recorded as sent, not sent again"
+            ),
+            "receipt_id": receipt.pk,
+        },
+        now=now,
+    )
 
 
 def _duplicate(receipt: ReceiptEvent, msg: Message, attempt: Attempt | None, now: datetime) -> str:

@@ -47,7 +47,15 @@ _INT_RANGES = {
 _BOOL_KEYS = frozenset(
     ("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix", "default_messaging_service")
 )
-_STR_KEYS = frozenset(("callback_retry_policy", "callback_shared_key_id", "callback_shared_key_secret"))
+_STR_KEYS = frozenset(
+    (
+        "callback_retry_policy",
+        "callback_shared_key_id",
+        "callback_shared_key_secret",
+        "api_key_sid",
+        "api_key_secret",
+    )
+)
 _LIST_KEYS = frozenset(("opted_out",))
 # "none"; "503": every Twilio API call answers 503/20503; "refuse": the API listener is closed
 OUTAGE_MODES = ("none", "503", "refuse")
@@ -78,6 +86,7 @@ OUTCOMES = (
     "store_then_drop",
     "invalid_request",
     "unauthorized",
+    "other_account",  # valid credentials, another account in the URL: 404/20404
     "concurrency_limited",
     "queue_full",
     "opted_out",
@@ -144,6 +153,9 @@ class SandboxConfig:
     max_concurrent_requests: int = 0  # creates handled at once; past it 429/20429; 0 = unlimited
     concurrency_retry_after_seconds: float = 0.0  # Retry-After on that 429; 0 = no header
     auth_fail: bool = False  # every Twilio API call answers 401/20003
+    # an API key of the account (twilio.com/docs/iam/api-keys): Basic <key sid>:<secret> authenticates too
+    api_key_sid: str = ""
+    api_key_secret: str = ""
     opted_out: list[str] = field(default_factory=list)  # recipients who replied STOP (21610)
     trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
     # a send without MessagingServiceSid shows the account's default service in messaging_service_sid

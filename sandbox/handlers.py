@@ -61,7 +61,23 @@ from sandbox.config import (
 from sandbox.lifecycle import SandboxMessage
 from sandbox.paging import BadRequest, Refused, _parse_date_bound
 from sandbox.responses import _JSON, _json, _retry_after_header, _unauthorized, twilio_error
-from sandbox.state import SandboxState
+from sandbox.state import AUTH_OK, AUTH_REFUSED, SandboxState
+
+
+def _auth_refusal(st: SandboxState, request: web.Request, *, count: bool = False) -> web.Response | None:
+    """None when the request may go on; else Twilio's answer: 401/20003 for wrong credentials, 404/20404
+    for valid credentials on a URL naming another account (SandboxState.auth_result). ``count``: a
+    create's refusal, counted in the stats."""
+    result = st.auth_result(request, request.match_info["account_sid"])
+    if result == AUTH_OK:
+        return None
+    if count:
+        st.outcomes["unauthorized" if result == AUTH_REFUSED else "other_account"] += 1
+        if result == AUTH_REFUSED:
+            st.rejections[20003] = st.rejections.get(20003, 0) + 1
+    if result == AUTH_REFUSED:
+        return _unauthorized()
+    return twilio_error(404, 20404, f"The requested resource {request.path} was not found")
 
 
 def _validity_period(form: dict[str, str]) -> int | None:
@@ -106,10 +122,9 @@ class SandboxApp:
 
     async def _create_message(self, request: web.Request) -> web.Response:
         st = self.state
-        if not st.authorized(request, request.match_info["account_sid"]):
-            st.outcomes["unauthorized"] += 1
-            st.rejections[20003] = st.rejections.get(20003, 0) + 1
-            return _unauthorized()
+        refused = _auth_refusal(st, request, count=True)
+        if refused is not None:
+            return refused
         raw = await request.read()
         form = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
         to = form.get("To", "").strip()
@@ -212,8 +227,9 @@ class SandboxApp:
         st = self.state
         if st.api_down:
             return st.outage_answer(request)
-        if not st.authorized(request, request.match_info["account_sid"]):
-            return _unauthorized()
+        refused = _auth_refusal(st, request)
+        if refused is not None:
+            return refused
         message = st.messages.get(request.match_info["sid"])
         if message is None:
             return twilio_error(404, 20404, f"The requested resource {request.path} was not found")
@@ -225,8 +241,9 @@ class SandboxApp:
         st = self.state
         if st.api_down:
             return st.outage_answer(request)
-        if not st.authorized(request, request.match_info["account_sid"]):
-            return _unauthorized()
+        refused = _auth_refusal(st, request)
+        if refused is not None:
+            return refused
         created = st._date(int(st.started))
         path = st.account_path
         return _json(
@@ -250,8 +267,9 @@ class SandboxApp:
         st = self.state
         if st.api_down:
             return st.outage_answer(request)
-        if not st.authorized(request, request.match_info["account_sid"]):
-            return _unauthorized()
+        refused = _auth_refusal(st, request)
+        if refused is not None:
+            return refused
         q = request.query
         try:
             page_size = int(q.get("PageSize", DEFAULT_PAGE_SIZE))

@@ -37,6 +37,8 @@ from sandbox.paging import Refused
 from sandbox.responses import twilio_error
 from sandbox.views import SandboxViews
 
+AUTH_OK, AUTH_REFUSED, AUTH_OTHER_ACCOUNT = "ok", "refused", "other_account"
+
 if TYPE_CHECKING:
     from sandbox.server import Listeners
 
@@ -203,23 +205,35 @@ class SandboxState(SandboxViews):
 
     # -- auth ---------------------------------------------------------------------------------------
     def authorized(self, request: web.Request, account_sid: str) -> bool:
+        return self.auth_result(request, account_sid) == AUTH_OK
+
+    def auth_result(self, request: web.Request, account_sid: str) -> str:
+        """AUTH_OK; AUTH_REFUSED (401/20003: the credentials are wrong); or AUTH_OTHER_ACCOUNT: valid
+        credentials, but the URL names another account, which Twilio answers 404/20404 "The requested
+        resource /2010-04-01/Accounts/<sid>/Messages.json was not found" (seen by Twilio's users with a
+        wrong or empty account SID in the URL, e.g. demisto/content#28986, twilio-ruby#113)."""
         if self.config.auth_fail:
-            return False
+            return AUTH_REFUSED
         header = request.headers.get("Authorization", "")
         if header != self._expected_auth:
             scheme, _, encoded = header.partition(" ")
             if scheme.lower() != "basic":
-                return False
+                return AUTH_REFUSED
             try:
                 user, _, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
-                return False
-            if not (
-                hmac.compare_digest(user.encode(), self.account_sid.encode())
-                and hmac.compare_digest(password.encode(), self.auth_token.encode())
-            ):
-                return False
-        return account_sid == self.account_sid
+                return AUTH_REFUSED
+            key_sid, key_secret = self.config.api_key_sid, self.config.api_key_secret
+            as_account = hmac.compare_digest(
+                user.encode(), self.account_sid.encode()
+            ) and hmac.compare_digest(password.encode(), self.auth_token.encode())
+            as_key = bool(key_sid and key_secret) and (
+                hmac.compare_digest(user.encode(), key_sid.encode())
+                and hmac.compare_digest(password.encode(), key_secret.encode())
+            )
+            if not (as_account or as_key):
+                return AUTH_REFUSED
+        return AUTH_OK if account_sid == self.account_sid else AUTH_OTHER_ACCOUNT
 
     # -- faults -------------------------------------------------------------------------------------
     def pick_fault(self, to: str) -> tuple[str, dict | None] | None:

@@ -20,7 +20,7 @@ from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
-from scheduling.console.filters import DateRangeFilter
+from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules import service as schedules
 from smsgw.domain_errors import ConflictError
@@ -134,6 +134,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     )
     list_filter = (
         "status",
+        ReasonCodeFilter,
         "priority",
         "tenant",
         ("due_at", DateRangeFilter),

@@ -90,6 +90,10 @@ class Message(models.Model):
     provider_message_id = models.CharField(max_length=64, null=True, blank=True)
     provider_status = models.CharField(max_length=32, blank=True)
     error_code = models.CharField(max_length=32, blank=True)
+    # The tenant's shorter wait before a submission whose answer was lost may be sent again (null: the
+    # gateway's list-lag bound; delivery.sending.reconcile): a one-time code, where late is worse than a
+    # rare duplicate.
+    uncertain_wait_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -369,6 +369,10 @@ SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", "twilio")
 # Outside production the defaults are the sandbox's (deploy/run-embedded.sh starts it on :8081).
 TWILIO_ACCOUNT_SID = env_str("TWILIO_ACCOUNT_SID", "" if PRODUCTION else "AC00000000000000000000000000000000")
 TWILIO_AUTH_TOKEN = env_str("TWILIO_AUTH_TOKEN", "" if PRODUCTION else "sandbox-auth-token")
+# Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys): when
+# set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names the account.
+TWILIO_API_KEY_SID = env_str("TWILIO_API_KEY_SID", "")
+TWILIO_API_KEY_SECRET = env_str("TWILIO_API_KEY_SECRET", "")
 _twilio_problem = security.twilio_credentials_problem(TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN)
 if PRODUCTION and SMSGW_PROVIDER == "twilio" and _twilio_problem:
     raise ImproperlyConfigured(f"{_twilio_problem} (SMSGW_ENV=production)")
@@ -392,6 +396,15 @@ RECONCILE_FIRST_LOOK_SECONDS = env_int("SMSGW_RECONCILE_FIRST_LOOK_SECONDS", 10,
 # Absence is only declared after a second look this long after the first found nothing: it outlasts
 # the provider's own processing and listing lag (nothing of ours can still be on the wire by then).
 RECONCILE_ABSENT_GRACE_SECONDS = env_int("SMSGW_RECONCILE_ABSENT_GRACE_SECONDS", 30, minimum=1)
+# The longest the provider's Messages list may lag behind a stored message. Twilio documents no freshness
+# guarantee for the list, and its users report minutes (twilio-java#442): absence is declared only by a
+# complete listing made this long after nothing of the attempt could still arrive (docs/twilio.md,
+# "Uncertain submissions"). A truly absent message is resent after at most
+# TWILIO_TIMEOUT_SECONDS + SMSGW_RECONCILE_ABSENT_GRACE_SECONDS + this (190 s by default).
+RECONCILE_LIST_LAG_SECONDS = env_int("SMSGW_RECONCILE_LIST_LAG_SECONDS", 150, minimum=0)
+# The shortest wait a tenant may ask for per message (``uncertain_wait_seconds``: a one-time code, where
+# late is worse than a rare duplicate): never less than the request timeout plus the processing grace.
+RECONCILE_MIN_WAIT_SECONDS = env_int("SMSGW_RECONCILE_MIN_WAIT_SECONDS", 40, minimum=1)
 # Pages of 1,000 read per listing; a recipient with more messages than this in the provider's history
 # cannot be proven absent (the message waits and ends failed, never sent twice).
 RECONCILE_MAX_PAGES = env_int("SMSGW_RECONCILE_MAX_PAGES", 10, minimum=1)

@@ -252,7 +252,7 @@ def hold_clear(hold_id: int, *, by: str, reason: str, now: datetime | None = Non
         return 0
     log.warning("provider hold cleared: %s %s by %s (%s)", hold.scope, hold.scope_value, by, reason)
     view = OpenHold(hold.id, hold.scope, hold.scope_value, hold.error_code, hold.reason, now)
-    released = 0
+    released = _uncertain_release(hold, by=by, reason=reason, now=now)
     last_id = 0
     while True:
         # Held messages carry reason_code provider_hold; only those in this hold's scope are released
@@ -293,6 +293,38 @@ def hold_clear(hold_id: int, *, by: str, reason: str, now: datetime | None = Non
                 now=now,
             )
         released += len(moved)
+
+
+def _uncertain_release(hold: ProviderHold, *, by: str, reason: str, now: datetime) -> int:
+    """Uncertain messages the reconciler parked on an account hold (a 404 it could not believe,
+    delivery.sending.reconcile) are looked up again at once: they stay `sending`, never resent here."""
+    if hold.scope != Scope.ACCOUNT:
+        return 0
+    ids = list(
+        Message.objects.filter(
+            status=Status.SENDING, reason_code=REASON_HELD, provider=hold.provider
+        ).values_list("id", flat=True)
+    )
+    if not ids:
+        return 0
+    with transaction.atomic():
+        moved = transitions.transition_many(
+            ids,
+            from_status=Status.SENDING,
+            to_status=Status.SENDING,
+            kind="hold_released",
+            actor=by[:64],
+            extra_where='"reason_code" = %s',
+            extra_params=[REASON_HELD],
+            set_fields={
+                "run_after": now,
+                "reason_code": ReasonCode.SUBMISSION_UNCERTAIN,
+                "status_reason": "uncertain; looked up again now that the account answers",
+            },
+            details={"hold_id": hold.id, "reason": reason[:200]},
+            now=now,
+        )
+    return len(moved)
 
 
 def holds_probe_due(*, now: datetime | None = None) -> dict[str, int]:

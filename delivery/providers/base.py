@@ -242,6 +242,11 @@ class ProviderAdapter:
         status (queued ones included), for reconciling an attempt whose provider id was never stored."""
         raise NotImplementedError
 
+    def account_answers(self) -> tuple[bool, str]:
+        """Whether the account itself answers a look-up, (answers, detail); raises ProviderQueryError
+        when the provider cannot answer at all. Asked before a "no such message" is believed."""
+        raise NotImplementedError
+
     def probe(self) -> tuple[bool, str]:
         """Can this account submit at all (credentials, account state)? (ok, detail). Sends nothing."""
         raise NotImplementedError

@@ -1,31 +1,43 @@
-"""Reconciling sends whose outcome is unknown (docs/architecture.md, "Uncertain submissions"): a retry
-only when the provider cannot have it.
+"""Reconciling sends whose outcome is unknown (docs/twilio.md, "Uncertain submissions"): a retry only
+when the provider provably does not have the message.
 
-A `sending` message whose lease expired had an attempt that may or may not have reached the provider:
-the worker died mid-call, or the call timed out. Sending again blindly could deliver twice, so the
-provider is asked first:
+A `sending` message whose lease expired had an attempt that may or may not have reached the provider: the
+worker died mid-call, the call timed out, or the provider answered without a guarantee that it did not
+store the message (a 5xx: Twilio's page for 20500 warns that retrying a create after a 500 can send it
+twice). Sending again blindly could deliver twice, so the provider is asked first:
 
-* **by sid**, when one was stored: the provider's answer is authoritative both ways (a 404 is Twilio
-  positively saying the message does not exist);
-* **by listing** otherwise: every message the provider holds for the recipient (``To`` only, in any
-  status, queued ones included), filtered here by sender or messaging service, by a creation window
-  around the attempt and by body (tolerating the provider's rewrites, such as a trial-account prefix).
-  A sid already owned by another message, or by another attempt, is not ours.
+* **by sid**, when one was stored. A found copy is the answer. A 404 proves nothing until the account
+  itself answers (a wrong account SID or base URL also answers 404 for a message that exists): the
+  Account resource is fetched; if it answers, the 404 is believed; if not, the account is held (an
+  account fault) and nothing is resent until an operator fixes the configuration.
+* **by listing** otherwise: every message the provider holds for the recipient (``To`` only, in any status,
+  queued ones included), filtered here by sender or messaging service, by creation time (from the
+  attempt's start, less clock skew, to the listing itself: a message stored late in an incident is still
+  ours) and by body, compared exactly as Twilio stores it (its trial prefix and Smart Encoding, nothing
+  else). A sid owned by another message, or by another attempt, is not ours. When more copies match than we
+  have uncertain messages for that recipient and body, which one is ours cannot be told: the message is
+  "found, ambiguous", recorded sent and never resent, for an operator to check.
 
-When is "not found" proof of absence? A listing can only miss a message that reached the provider if
-(a) the listing was cut short (page bound), or (b) the request was still on its way, or still being
-processed, when we looked. So absence is declared only when all of these hold:
+A found copy counts as what it is: one the provider already failed or did not deliver is recorded under its
+sid and its status goes through the receipt table at once (retry, fail or hold), not an hour later.
 
-1. the listing was complete (never after an incomplete one);
-2. nothing of the request can still arrive: its socket was reset on abort and its retransmissions
-   bounded by TCP_USER_TIMEOUT = the request timeout (delivery.providers.twilio.http), so no byte of it
-   can leave after ``started_at + timeout``;
-3. a second complete listing, SMSGW_RECONCILE_ABSENT_GRACE_SECONDS after the first found nothing,
-   still finds nothing (it outlasts the provider's processing and listing lag).
+**When is "not found" proof of absence?** The Messages list may lag behind what the provider stored (Twilio
+documents no freshness; its users report minutes, twilio-java#442). So a listing can only prove absence if
+it was complete (never after an incomplete one) and made late enough that the message, had it been stored,
+would be listed:
 
-Only then is a retry safe; the timeline records what was looked up, twice, and why. A provider that
-does have the message (queued for hours behind a slow sender, say) shows it in the listing, and it is
-recorded as sent, never sent again.
+* nothing of the request can arrive after ``started_at + timeout`` (its socket was reset on abort and its
+  retransmissions bounded by TCP_USER_TIMEOUT, delivery.providers.twilio.http);
+* the provider may take SMSGW_RECONCILE_ABSENT_GRACE_SECONDS more to store it;
+* and its list up to SMSGW_RECONCILE_LIST_LAG_SECONDS more to show it.
+
+So absence is declared by a complete, empty listing made at or after ``started_at + timeout + grace +
+list lag`` (rule ``list_lag_bound``): a resend waits at most that long (190 s by default). Earlier
+listings, every ``grace`` seconds from SMSGW_RECONCILE_FIRST_LOOK_SECONDS after the attempt, can only find.
+A signed status callback naming the attempt (``?m=&a=``) proves existence at any time (receipts.unknown).
+A tenant may shorten the wait per message (``uncertain_wait_seconds``, a one-time code where late is
+worse than a rare duplicate) down to SMSGW_RECONCILE_MIN_WAIT_SECONDS, never below ``timeout + grace``
+(rule ``tenant_wait``). The timeline names the rule that released each resend.
 """
 
 from __future__ import annotations
@@ -37,12 +49,15 @@ from typing import cast
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from delivery.flow import provider_holds
 from delivery.models import Attempt, AttemptOutcome
 from delivery.providers import ProviderQueryError, get_adapter
-from delivery.providers.base import ProviderAdapter, ProviderMessage
+from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage, Scope
 from delivery.sending.delays import retry_decide
+from receipts.ingest import receipt_ingest
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
@@ -88,8 +103,8 @@ def reconcile_many(message_ids: list[int], *, budget_seconds: float | None = Non
 
 
 def message_reconcile(message_id: int) -> str:
-    """Returns what was decided: "found", "absent", "absent_once", "inconclusive", "not_sending" or
-    "lookup_failed"."""
+    """Returns what was decided: "found", "ambiguous", "absent", "absent_once", "held", "inconclusive",
+    "not_sending" or "lookup_failed"."""
     msg = Message.objects.filter(pk=message_id).first()
     if msg is None or msg.status != Status.SENDING:
         return "not_sending"
@@ -118,30 +133,42 @@ def message_reconcile(message_id: int) -> str:
 
 def _by_sid(msg: Message, attempt: Attempt, adapter: ProviderAdapter, now: datetime) -> str:
     found = adapter.fetch(attempt.provider_message_id)
-    lookup = {"method": "fetch", "provider_message_id": attempt.provider_message_id}
+    lookup: dict = {"method": "fetch", "provider_message_id": attempt.provider_message_id}
     if found is not None:
-        return _found(msg, attempt, found, lookup, now)
-    # A 404 is the provider positively saying it has no such message: no grace window is needed.
-    return _absent(msg, attempt, lookup, now, why="the provider answered 404 for the attempt's sid")
+        return _found(msg, attempt, found, lookup, now, source="fetch", adapter=adapter)
+    # A 404 proves nothing until the account itself answers: a wrong account SID or base URL answers 404
+    # for a message that exists.
+    answers, detail = adapter.account_answers()
+    lookup["account_check"] = detail
+    if not answers:
+        return _held(msg, adapter, lookup, now, detail)
+    return _absent(
+        msg,
+        attempt,
+        lookup,
+        now,
+        rule=RULE_FETCH_404,
+        why="the provider answered 404 for the attempt's sid, and the account itself answered (so the "
+        "account SID and base URL are right): it does not have the message",
+    )
 
 
 def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter, now: datetime) -> str:
     started = attempt.started_at if attempt else (msg.sending_at or msg.created_at)
-    timeout = timedelta(seconds=adapter.request_timeout)
     result = adapter.find_submissions(
         to=msg.to,
         sender=msg.from_number,
         sender_pool=msg.messaging_service_sid,
         created_after=started - CLOCK_SKEW,
-        created_before=started + timeout + CLOCK_SKEW,
+        created_before=now + CLOCK_SKEW,  # stored late in the same incident is still ours
     )
     matching = [c for c in result.candidates if adapter.body_matches(msg.body, c.body)]
-    owned = _owned_elsewhere(msg, adapter.name, [c.provider_message_id for c in matching])
+    owned = _owned_elsewhere(msg, attempt, adapter.name, [c.provider_message_id for c in matching])
     free = sorted(
         (c for c in matching if c.provider_message_id not in owned),
         key=lambda c: c.date_created or now,
     )
-    lookup = {
+    lookup: dict = {
         "method": "list",
         **result.query,
         "pages": result.pages,
@@ -152,27 +179,73 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
         "owned_by_other_messages": len(owned),
     }
     if free:
-        return _found(msg, attempt, free[0], lookup, now)
+        alike = _uncertain_alike(msg)
+        lookup["uncertain_messages_alike"] = alike
+        if len(free) > alike:
+            return _ambiguous(msg, attempt, free, lookup, now)
+        return _found(msg, attempt, free[0], lookup, now, source="list", adapter=adapter)
     if not result.complete:
         return _inconclusive(msg, lookup, now)
     if attempt is None:
-        return _absent(msg, None, lookup, now, why="no attempt was ever recorded and the provider has none")
-    grace = timedelta(seconds=settings.RECONCILE_ABSENT_GRACE_SECONDS)
-    earliest = attempt.started_at + timeout + grace  # no byte of the attempt can arrive after this
-    first = attempt.lookup_absent_at
-    if first is None or now < first + grace or now < earliest:
-        return _absent_once(msg, attempt, lookup, now, first or now, max(now + grace, earliest))
-    why = (
-        f"two complete listings {int((now - first).total_seconds())} s apart found no submission; the "
-        f"attempt's connection was reset when abandoned and its retransmissions stopped "
-        f"{int(timeout.total_seconds())} s after it began, so nothing of it can still reach the provider"
+        return _absent(
+            msg,
+            None,
+            lookup,
+            now,
+            rule=RULE_NO_ATTEMPT,
+            why="no attempt was ever recorded and the provider has none",
+        )
+    rule, release_at = absence_release(msg, attempt, adapter.request_timeout)
+    lookup["absent_from"] = release_at.isoformat()
+    if now < release_at:
+        grace = timedelta(seconds=settings.RECONCILE_ABSENT_GRACE_SECONDS)
+        return _absent_once(msg, attempt, lookup, now, min(now + grace, release_at))
+    first = attempt.lookup_absent_at or now
+    if rule == RULE_TENANT_WAIT:
+        why = (
+            f"complete listings from {first.isoformat()} to now found no submission, and the tenant's wait "
+            f"for "
+            f"this message ({msg.uncertain_wait_seconds} s) has passed; nothing of the attempt can still "
+            f"reach the provider (connection reset, retransmissions stopped after the request timeout)"
+        )
+    else:
+        why = (
+            f"a complete listing {int((now - started).total_seconds())} s after the attempt began found no "
+            f"submission: past the request timeout, the provider's processing grace and the list's lag bound "
+            f"({settings.RECONCILE_LIST_LAG_SECONDS} s), a stored copy would be listed"
+        )
+    return _absent(msg, attempt, lookup, now, rule=rule, why=why)
+
+
+# Which rule released a resend (the `reconciled_absent` entry's details.rule).
+RULE_LIST_LAG = "list_lag_bound"
+RULE_TENANT_WAIT = "tenant_wait"
+RULE_FETCH_404 = "fetch_404_account_ok"
+RULE_NO_ATTEMPT = "no_attempt"
+
+
+def absence_release(msg: Message, attempt: Attempt, timeout_seconds: float) -> tuple[str, datetime]:
+    """(rule, the earliest time a complete empty listing proves absence) for an uncertain attempt: the
+    list-lag bound, or the tenant's shorter wait for this message (never before the request timeout plus
+    the processing grace, and never below SMSGW_RECONCILE_MIN_WAIT_SECONDS)."""
+    settled = attempt.started_at + timedelta(
+        seconds=timeout_seconds + settings.RECONCILE_ABSENT_GRACE_SECONDS
     )
-    return _absent(msg, attempt, lookup, now, why=why)
+    bound = settled + timedelta(seconds=settings.RECONCILE_LIST_LAG_SECONDS)
+    wait = msg.uncertain_wait_seconds
+    if wait:
+        tenant = max(
+            attempt.started_at + timedelta(seconds=max(wait, settings.RECONCILE_MIN_WAIT_SECONDS)), settled
+        )
+        if tenant < bound:
+            return RULE_TENANT_WAIT, tenant
+    return RULE_LIST_LAG, bound
 
 
-def _owned_elsewhere(msg: Message, provider: str, sids: list[str]) -> set[str]:
+def _owned_elsewhere(msg: Message, attempt: Attempt | None, provider: str, sids: list[str]) -> set[str]:
     """Sids already belonging to another message (the same text sent twice to one number) or to another
-    attempt: those are not this attempt's submission."""
+    attempt, of another message or of this one (an earlier copy the provider failed, say): those are not
+    this attempt's submission."""
     if not sids:
         return set()
     owned = set(
@@ -180,35 +253,52 @@ def _owned_elsewhere(msg: Message, provider: str, sids: list[str]) -> set[str]:
         .exclude(pk=msg.pk)
         .values_list("provider_message_id", flat=True)
     )
-    owned |= set(
-        Attempt.objects.filter(provider=provider, provider_message_id__in=sids)
-        .exclude(message_id=msg.pk)
-        .values_list("provider_message_id", flat=True)
-    )
+    others = Attempt.objects.filter(provider=provider, provider_message_id__in=sids)
+    if attempt is not None:
+        others = others.exclude(pk=attempt.pk)
+    owned |= set(others.values_list("provider_message_id", flat=True))
     # provider_message_id__in=sids matches no NULL, which the stubs' row type (str | None) cannot know.
     return cast("set[str]", owned)
 
 
-def _found(msg: Message, attempt: Attempt | None, found: ProviderMessage, lookup: dict, now: datetime) -> str:
-    # Twilio's date_created has whole seconds and may precede our attempt's start by clock skew: the
-    # later of the two, so no timeline shows a send before its attempt.
-    sent_at = max(d for d in (found.date_created, attempt.started_at if attempt else None, msg.due_at) if d)
+def _uncertain_alike(msg: Message) -> int:
+    """Our messages (this one included) still uncertain at this provider for the same recipient and body,
+    with no sid yet: each may own one of the matching copies."""
+    return (
+        Message.objects.filter(provider=msg.provider, to=msg.to, status=Status.SENDING, body=msg.body)
+        .filter(Q(provider_message_id__isnull=True) | Q(provider_message_id=""))
+        .count()
+    )
+
+
+def found_record(
+    msg: Message,
+    attempt: Attempt | None,
+    *,
+    provider_message_id: str,
+    provider_status: str,
+    sent_at: datetime,
+    details: dict,
+    now: datetime,
+) -> bool:
+    """Record that the provider has this attempt's submission (``reconciled_found``): the message is sent
+    under ``provider_message_id`` and is never sent again. From `sending`, or from `queued` when a resend
+    was queued before the proof came (receipts.unknown). Returns whether this call made the move."""
     with transaction.atomic():
         result = transitions.transition(
             msg.pk,
-            from_statuses=[Status.SENDING],
+            from_statuses=[msg.status] if msg.status in (Status.SENDING, Status.QUEUED) else [Status.SENDING],
             to_status=Status.SENT,
             kind="reconciled_found",
             expected_version=msg.version,
             details={
-                "provider_message_id": found.provider_message_id,
-                "provider_status": found.status,
-                "lookup": lookup,
-                "decision": "the provider has this submission: recorded as sent, not sent again",
+                "provider_message_id": provider_message_id,
+                "provider_status": provider_status,
+                **details,
             },
             set_fields={
-                "provider_message_id": found.provider_message_id,
-                "provider_status": found.status,
+                "provider_message_id": provider_message_id,
+                "provider_status": provider_status,
                 "sent_at": sent_at,
                 "run_after": None,
                 "status_reason": "",
@@ -219,10 +309,140 @@ def _found(msg: Message, attempt: Attempt | None, found: ProviderMessage, lookup
         if result.won and attempt:
             Attempt.objects.filter(pk=attempt.pk).update(
                 outcome=AttemptOutcome.RECONCILED_FOUND,
-                provider_message_id=found.provider_message_id,
+                provider_message_id=provider_message_id,
                 finished_at=attempt.finished_at or now,
             )
-    return "found" if result.won else "not_sending"
+    return result.won
+
+
+def _found(
+    msg: Message,
+    attempt: Attempt | None,
+    found: ProviderMessage,
+    lookup: dict,
+    now: datetime,
+    *,
+    source: str,
+    adapter: ProviderAdapter,
+) -> str:
+    # Twilio's date_created has whole seconds and may precede our attempt's start by clock skew: the
+    # later of the two, so no timeline shows a send before its attempt.
+    sent_at = max(d for d in (found.date_created, attempt.started_at if attempt else None, msg.due_at) if d)
+    normalized = adapter.normalize_status(found.status)
+    failed = normalized in ("failed", "undelivered")
+    won = found_record(
+        msg,
+        attempt,
+        provider_message_id=found.provider_message_id,
+        provider_status=found.status,
+        sent_at=sent_at,
+        details={
+            "source": source,
+            "lookup": lookup,
+            "decision": (
+                "the provider has this submission but already reports it "
+                f"{found.status} ({found.error_code or 'no error code'}): its status goes through the "
+                "receipt table now"
+                if failed
+                else "the provider has this submission: recorded as sent, not sent again"
+            ),
+        },
+        now=now,
+    )
+    if won and normalized:
+        # What the provider says of its copy is applied as a receipt at once (retry, fail or hold by the
+        # error table; a delivered copy completes the message), not at the hourly status look-up.
+        receipt_ingest(
+            provider=adapter.name,
+            callback=CallbackData(
+                provider_message_id=found.provider_message_id,
+                raw_status=found.status,
+                normalized_status=normalized,
+                error_code=found.error_code,
+                payload={
+                    "source": LOOKUP_SOURCE,
+                    "MessageSid": found.provider_message_id,
+                    "MessageStatus": found.status,
+                    "ErrorCode": found.error_code,
+                },
+            ),
+        )
+    return "found" if won else "not_sending"
+
+
+def _ambiguous(
+    msg: Message, attempt: Attempt | None, free: list[ProviderMessage], lookup: dict, now: datetime
+) -> str:
+    """More copies at the provider match than we have uncertain messages for them: one is probably ours,
+    but which cannot be told. Never resent (that could be a second copy); recorded sent without a sid and
+    flagged for an operator (reason code reconciled_ambiguous)."""
+    sids = [c.provider_message_id for c in free[:10]]
+    with transaction.atomic():
+        result = transitions.transition(
+            msg.pk,
+            from_statuses=[Status.SENDING],
+            to_status=Status.SENT,
+            kind="reconciled_ambiguous",
+            expected_version=msg.version,
+            details={
+                "lookup": lookup,
+                "candidates": sids,
+                "decision": "found, ambiguous: more matching copies than uncertain messages; not resent",
+            },
+            set_fields={
+                "run_after": None,
+                "sent_at": max(attempt.started_at if attempt else msg.due_at, msg.due_at),
+                "reason_code": ReasonCode.RECONCILED_AMBIGUOUS,
+                "status_reason": f"found, ambiguous: {len(free)} matching copies at the provider; not resent",
+            },
+            now=now,
+        )
+        if result.won and attempt:
+            Attempt.objects.filter(pk=attempt.pk).update(
+                outcome=AttemptOutcome.RECONCILED_AMBIGUOUS, finished_at=attempt.finished_at or now
+            )
+    if result.won:
+        log.warning(
+            "reconcile: message %s found ambiguous (%d matching copies); not resent",
+            msg.public_id,
+            len(free),
+            extra={"message_id": msg.public_id},
+        )
+    return "ambiguous" if result.won else "not_sending"
+
+
+def _held(msg: Message, adapter: ProviderAdapter, lookup: dict, now: datetime, detail: str) -> str:
+    """A fetch answered 404 and the account did not answer either: the configuration (account SID, base
+    URL, credentials) is wrong, not the message. The account is held (its send worker stops), and the
+    message stays `sending`, looked up again when the hold clears: nothing is resent meanwhile."""
+    hold = provider_holds.hold_open(
+        provider=adapter.name,
+        account=adapter.account,
+        scope=Scope.ACCOUNT,
+        scope_value="",
+        error_code="20404",
+        reason=f"a message fetch answered 404 and the account fetch failed ({detail})",
+        now=now,
+    )
+    result = transitions.transition(
+        msg.pk,
+        from_statuses=[Status.SENDING],
+        to_status=Status.SENDING,
+        kind="reconcile_held",
+        expected_version=msg.version,
+        details={
+            "lookup": lookup,
+            "hold_id": hold.id,
+            "decision": "404 not believed: the account itself does not answer; held, not resent",
+        },
+        set_fields={
+            "run_after": hold.park_until(now),
+            "reason_code": provider_holds.REASON_HELD,
+            "status_reason": "uncertain; the provider account is held (a fetch and the account fetch failed)",
+        },
+        now=now,
+    )
+    return "held" if result.won else "not_sending"
 
 
 def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
@@ -254,9 +474,7 @@ def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
     return "inconclusive"
 
 
-def _absent_once(
-    msg: Message, attempt: Attempt, lookup: dict, now: datetime, first: datetime, again_at: datetime
-) -> str:
+def _absent_once(msg: Message, attempt: Attempt, lookup: dict, now: datetime, again_at: datetime) -> str:
     with transaction.atomic():
         result = transitions.transition(
             msg.pk,
@@ -266,18 +484,20 @@ def _absent_once(
             expected_version=msg.version,
             details={
                 "lookup": lookup,
-                "decision": "not found yet; looking again before any resend",
+                "decision": "not found yet; a listing this early cannot prove absence: looking again",
                 "look_again_at": again_at.isoformat(),
             },
             set_fields={"run_after": again_at},
             now=now,
         )
         if result.won and attempt.lookup_absent_at is None:
-            Attempt.objects.filter(pk=attempt.pk).update(lookup_absent_at=first)
+            Attempt.objects.filter(pk=attempt.pk).update(lookup_absent_at=now)
     return "absent_once" if result.won else "not_sending"
 
 
-def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, *, why: str) -> str:
+def _absent(
+    msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, *, rule: str, why: str
+) -> str:
     # The provider never got it: like a connection that failed, not the message's attempt (uncharged;
     # only its validity and the retry window can end it).
     uncharged = max(0, msg.attempt_count - 1)
@@ -296,7 +516,7 @@ def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, 
                 to_status=Status.QUEUED,
                 kind="reconciled_absent",
                 expected_version=msg.version,
-                details={"lookup": lookup, "decision": "retry is safe", "why": why},
+                details={"lookup": lookup, "decision": "retry is safe", "rule": rule, "why": why},
                 set_fields={
                     "run_after": now,
                     "attempt_count": uncharged,
@@ -312,7 +532,13 @@ def _absent(msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, 
                 to_status=Status.FAILED,
                 kind="failed",
                 expected_version=msg.version,
-                details={"dead_letter": True, "reason": decision.reason, "lookup": lookup, "why": why},
+                details={
+                    "dead_letter": True,
+                    "reason": decision.reason,
+                    "lookup": lookup,
+                    "rule": rule,
+                    "why": why,
+                },
                 set_fields={
                     "run_after": None,
                     "reason_code": ReasonCode.RETRIES_EXHAUSTED,

@@ -1,4 +1,5 @@
-"""A from/to date filter for the admin's change lists (Django's own offers only fixed periods)."""
+"""Change-list filters for the admin: a from/to date range (Django's own offers only fixed periods) and
+the reason code."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from datetime import date
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
+
+from scheduling.lifecycle.reasons import ReasonCode
 
 
 class DateRangeFilter(admin.FieldListFilter):
@@ -55,3 +58,18 @@ class DateRangeFilter(admin.FieldListFilter):
             "keep": [(k, item) for k, v in keep.items() for item in (v if isinstance(v, list) else [v])],
             "clear_url": changelist.get_query_string(remove=self.expected_parameters()),
         }
+
+
+class ReasonCodeFilter(admin.SimpleListFilter):
+    """The machine-readable reason (ReasonCode), e.g. ``reconciled_ambiguous``: the uncertain messages an
+    operator should check. Lists the codes themselves, never a DISTINCT over the message table."""
+
+    title = "reason"
+    parameter_name = "reason_code"
+
+    def lookups(self, request, model_admin):
+        return ReasonCode.choices
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(reason_code=value) if value else queryset

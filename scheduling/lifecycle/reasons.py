@@ -41,6 +41,11 @@ class ReasonCode(models.TextChoices):
     PROVIDER_CANCELED = "provider_canceled", "canceled at the provider; never sent"
     PROVIDER_FAILED = "provider_failed", "the provider reported it failed"
     PROVIDER_UNDELIVERED = "provider_undelivered", "the carrier reported it undelivered"
+    # Recorded sent without proof of which copy
+    RECONCILED_AMBIGUOUS = (
+        "reconciled_ambiguous",
+        "uncertain, and the provider holds more matching copies than we sent: not resent; check it",
+    )
 
 
 # What a transition accepts as ``reason_code``: a listed code, or none.

@@ -96,6 +96,7 @@ SETTABLE = frozenset(
         "segments",
         "priority",
         "metadata",
+        "uncertain_wait_seconds",
         "requested_send_at",
         "requested_local_time",
         "requested_timezone",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import cast
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -50,6 +51,12 @@ class StrictSerializer(strict_input.JsonTypedSerializer):
         return super().to_internal_value(data)
 
 
+# The longest wait before an uncertain submission is resent (delivery.sending.reconcile, list-lag bound).
+UNCERTAIN_WAIT_MAX = int(
+    settings.TWILIO_TIMEOUT_SECONDS
+    + settings.RECONCILE_ABSENT_GRACE_SECONDS
+    + settings.RECONCILE_LIST_LAG_SECONDS
+)
 _message_fields: dict[str, serializers.Field] = {
     "to": serializers.CharField(max_length=32, help_text="Recipient in E.164, e.g. +14155550100."),
     "body": serializers.CharField(max_length=1600, trim_whitespace=False),
@@ -74,6 +81,19 @@ _message_fields: dict[str, serializers.Field] = {
     "priority": serializers.ChoiceField(choices=Priority.choices, required=False),
     "validity_seconds": serializers.IntegerField(min_value=60, max_value=7 * 86400, required=False),
     "metadata": serializers.DictField(required=False, validators=[_metadata]),
+    "uncertain_wait_seconds": serializers.IntegerField(
+        min_value=settings.RECONCILE_MIN_WAIT_SECONDS,
+        max_value=UNCERTAIN_WAIT_MAX,
+        required=False,
+        allow_null=True,
+        help_text=(
+            "If the provider's answer to a submission is lost, how long (from the attempt) before it may be "
+            "sent again when the provider's list still does not show it. Default (null): the gateway's bound "
+            f"({UNCERTAIN_WAIT_MAX} s), which never sends twice while the list lags up to "
+            f"{settings.RECONCILE_LIST_LAG_SECONDS} s. Shorter (for one-time codes, where late is worse "
+            f"than a rare duplicate): at least {settings.RECONCILE_MIN_WAIT_SECONDS} s. docs/twilio.md."
+        ),
+    ),
     "quiet_hours": serializers.JSONField(
         required=False,
         help_text='Quiet-hours override: {"start": "21:00", "end": "08:00"} or {"enabled": false}.',
@@ -212,6 +232,7 @@ class MessageOutput(serializers.Serializer):
     priority = serializers.CharField()
     messaging_service_sid = serializers.CharField()
     metadata = serializers.DictField()
+    uncertain_wait_seconds = serializers.IntegerField(allow_null=True)
     requested = serializers.SerializerMethodField()
     due_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
@@ -313,6 +334,7 @@ def message_data(m: Message) -> dict:
         "priority": _str(m.priority),
         "messaging_service_sid": _str(m.messaging_service_sid),
         "metadata": None if metadata is None else {str(k): v for k, v in metadata.items()},
+        "uncertain_wait_seconds": m.uncertain_wait_seconds,
         "requested": _requested(m),
         "due_at": None if m.due_at is None else _datetime(m.due_at),
         "expires_at": None if m.expires_at is None else _datetime(m.expires_at),

@@ -42,6 +42,7 @@ EDITABLE_FIELDS = frozenset(
         "priority",
         "validity_seconds",
         "metadata",
+        "uncertain_wait_seconds",
     }
 )
 
@@ -223,6 +224,7 @@ def message_create(
         messaging_service_sid=service_sid,
         priority=data.get("priority") or Priority.TRANSACTIONAL,
         metadata=data.get("metadata") or {},
+        uncertain_wait_seconds=data.get("uncertain_wait_seconds"),
         expires_at=time_fields["due_at"] + timedelta(seconds=validity),
         run_after=time_fields["due_at"],
         status=Status.SCHEDULED,
@@ -348,6 +350,8 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         changes["priority"] = data["priority"]
     if "metadata" in data:
         changes["metadata"] = data["metadata"]
+    if "uncertain_wait_seconds" in data:
+        changes["uncertain_wait_seconds"] = data["uncertain_wait_seconds"]
     time_changed = any(k in data for k in ("send_at", "timezone", "dst_policy"))
     validity = data.get("validity_seconds") or int((message.expires_at - message.due_at).total_seconds())
     if time_changed:

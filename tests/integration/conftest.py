@@ -23,6 +23,9 @@ FAST = {
     "TWILIO_TIMEOUT_SECONDS": "2",
     "SMSGW_RECONCILE_FIRST_LOOK_SECONDS": "1",
     "SMSGW_RECONCILE_ABSENT_GRACE_SECONDS": "3",
+    # The sandbox's list does not lag unless a test says so (list_lag_seconds); tests that make it lag set
+    # the bound to match.
+    "SMSGW_RECONCILE_LIST_LAG_SECONDS": "2",
     "SMSGW_THROTTLE_BASE_SECONDS": "0.2",
     "SMSGW_THROTTLE_MAX_DELAY_SECONDS": "2",
     "SMSGW_HOLD_PROBE_FIRST_SECONDS": "2",

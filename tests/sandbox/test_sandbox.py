@@ -92,7 +92,8 @@ def test_auth_and_account_are_checked(sandbox):
         other_account.api.v2010.accounts("AC" + "1" * 32).messages.create(
             to="+15550200002", from_=FROM, body="x"
         )
-    assert wrong_account.value.status == 401
+    # Valid credentials on another account's URL: Twilio's 404/20404, not 401 (docs/twilio.md, fidelity)
+    assert (wrong_account.value.status, wrong_account.value.code) == (404, 20404)
     assert sandbox.stats()["submissions"] == 0
 
 

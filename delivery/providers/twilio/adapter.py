@@ -112,9 +112,12 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def _client(conf: _Conf, http_client: Any) -> Client:
+    # With an API key, the key authenticates and the account SID only names the account in each URL
+    # (Client(key_sid, key_secret, account_sid), twilio.com/docs/iam/api-keys): a wrong account SID then
+    # answers 404 / 20404 rather than 401.
     client = Client(
-        username=conf.account_sid,
-        password=conf.auth_token,
+        username=conf.api_key_sid or conf.account_sid,
+        password=conf.api_key_secret if conf.api_key_sid else conf.auth_token,
         account_sid=conf.account_sid,
         http_client=http_client,
     )
@@ -129,6 +132,8 @@ class _Conf:
     account_sid: str
     auth_token: str
     base_url: str
+    api_key_sid: str
+    api_key_secret: str
     timeout: float
     concurrency: int
 
@@ -137,6 +142,8 @@ class _Conf:
         return cls(
             account_sid=_setting(prefix, "ACCOUNT_SID"),
             auth_token=_setting(prefix, "AUTH_TOKEN"),
+            api_key_sid=_setting(prefix, "API_KEY_SID"),
+            api_key_secret=_setting(prefix, "API_KEY_SECRET"),
             base_url=(_setting(prefix, "API_BASE_URL") or TWILIO_API_ORIGIN).rstrip("/"),
             timeout=float(_setting(prefix, "TIMEOUT_SECONDS")),
             concurrency=max(int(settings.SEND_CONCURRENCY), 1),
@@ -149,6 +156,8 @@ def _setting(prefix: str, key: str):
     name = f"{prefix}_{key}"
     if key in ("ACCOUNT_SID", "AUTH_TOKEN"):
         return getattr(settings, name)
+    if key in ("API_KEY_SID", "API_KEY_SECRET"):  # a key belongs to one account: never the shared one
+        return getattr(settings, name, "")
     return getattr(settings, name, getattr(settings, f"TWILIO_{key}"))
 
 
@@ -544,6 +553,25 @@ class TwilioAdapter(ProviderAdapter):
             return False, f"HTTP {exc.status} code {exc.code}"
         except Exception as exc:
             return False, f"network: {type(exc).__name__}"
+        status = str(account.status or "")
+        return status in ("", "active"), f"account status {status or 'unknown'}"
+
+    def account_answers(self) -> tuple[bool, str]:
+        """Does the account itself answer (GET /2010-04-01/Accounts/{AccountSid}.json)? Asked before a
+        404 on a message fetch is believed: a wrong account SID or base URL answers 404 for a message
+        that exists. (False, why) for a refusal (401, 403, 404, or an account not active); raises
+        ProviderQueryError when Twilio cannot answer at all (network, 5xx, 429), which proves nothing."""
+        client = self._sync()
+        try:
+            account = client.api.v2010.accounts(self.account).fetch()
+        except TwilioRestException as exc:
+            if exc.status in (401, 403, 404):
+                return False, f"HTTP {exc.status} code {exc.code}"
+            raise ProviderQueryError(
+                f"twilio account fetch failed: HTTP {exc.status} code {exc.code}"
+            ) from exc
+        except Exception as exc:
+            raise ProviderQueryError(f"twilio account fetch failed: {type(exc).__name__}") from exc
         status = str(account.status or "")
         return status in ("", "active"), f"account status {status or 'unknown'}"
 

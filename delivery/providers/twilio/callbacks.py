@@ -16,7 +16,6 @@ Sources (Twilio docs, checked 2026-11):
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -83,7 +82,6 @@ _SMART = str.maketrans(
         "\u00bb": '"',
     }
 )
-_SPACES = re.compile(r"\s+")
 
 
 def redact(params: dict[str, str]) -> dict[str, str]:
@@ -161,22 +159,11 @@ def validate(
     return bool(RequestValidator(auth_token).validate(url, params, signature))
 
 
-def _normalize_body(text: str) -> str:
-    text = unicodedata.normalize("NFKC", (text or "").translate(_SMART))
-    return _SPACES.sub(" ", text).strip()
-
-
 def body_matches(sent: str, stored: str) -> bool:
-    """Is ``stored`` (Twilio's copy) the ``sent`` body? Tolerates the trial-account prefix ("Sent from your
-    Twilio trial account - ", seen in Twilio's API responses for trial accounts), Smart Encoding and
-    whitespace; any other prefix Twilio adds is tolerated too (ours must be the whole tail)."""
-    ours, theirs = _normalize_body(sent), _normalize_body(stored)
-    if not ours:
-        return not theirs
-    if theirs == ours:
-        return True
-    if theirs.startswith(_normalize_body(TRIAL_PREFIX)):
-        theirs = theirs[len(_normalize_body(TRIAL_PREFIX)) :].strip()
-        if theirs == ours:
-            return True
-    return theirs.endswith(ours) and len(theirs) - len(ours) <= 200
+    """Is ``stored`` (Twilio's copy) exactly the ``sent`` body as Twilio stores it? Twilio's own rewrites
+    only: the trial-account prefix ("Sent from your Twilio trial account - ", in Twilio's API responses for
+    trial accounts) and Smart Encoding's substitutions (the documented character list). Nothing else, so
+    another message that merely ends with ours is not ours (a loose match would leave ours unsent)."""
+    if not sent:
+        return not stored
+    return stored in {form for body in {sent, sent.translate(_SMART)} for form in (body, TRIAL_PREFIX + body)}

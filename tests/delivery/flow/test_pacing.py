@@ -74,6 +74,15 @@ def statuses(pks) -> dict[str, int]:
     return out
 
 
+def due_before(msg: Message, t0, seconds: float = 1.0) -> Message:
+    """Due ``seconds`` before the simulated ``t0``, however long the machine took to get here (a message
+    made "due 1 s ago" on the real clock is not due at ``t0`` on a loaded machine)."""
+    due = t0 - timedelta(seconds=seconds)
+    Message.objects.filter(pk=msg.pk).update(due_at=due, run_after=due, expires_at=due + timedelta(hours=1))
+    msg.refresh_from_db()
+    return msg
+
+
 def run(seconds: float, start, step: float = 0.05) -> int:
     """Release passes every ``step`` simulated seconds for ``seconds``; returns how many were queued."""
     queued = 0
@@ -171,7 +180,7 @@ def test_a_tenants_backlog_does_not_delay_another_tenant(adapter, settings):
     small, _ = tenant_with_key("small")
     t0 = timezone.now()
     backlog = messages_bulk(big, 400, due_at=t0 - timedelta(seconds=60))  # older than anything else
-    others = [message(small, due_in=-1) for _ in range(5)]
+    others = [due_before(message(small), t0) for _ in range(5)]
     release.due_release(now=t0, limit=100)  # a backlog: the pass still reaches the other tenant
     waiting = Message.objects.filter(pk__in=[m.pk for m in others], status=Status.SCHEDULED)
     expected = list(waiting.values_list("run_after", flat=True))
@@ -205,7 +214,7 @@ def test_a_tenant_send_rate_limits_that_tenant_only(adapter, api, slots):
     other, _ = tenant_with_key("other")
     t0 = timezone.now()
     limited = messages_bulk(api.tenant, 50, due_at=t0 - timedelta(seconds=1))
-    free = [m.pk for m in (message(other, due_in=-1) for _ in range(50))]
+    free = [due_before(message(other), t0).pk for _ in range(50)]
     run(2.0, t0)
     assert len([pk for pk in limited if pk in slots and slots[pk] < t0.timestamp() + 2]) == 10
     times = sorted(slots[pk] - t0.timestamp() for pk in limited if pk in slots)
@@ -362,6 +371,6 @@ def test_transactional_is_not_queued_behind_bulk_already_released_on_the_account
     bulk = messages_bulk(api.tenant, 300, due_at=t0 - timedelta(seconds=1), priority="bulk")
     release.due_release(now=t0)  # bulk takes the account's budget for the whole release window
     assert max(slots[pk] for pk in bulk if pk in slots) > t0.timestamp() + AHEAD - 0.05
-    tx = message(api.tenant, due_in=-1)  # transactional, due now
+    tx = due_before(message(api.tenant), t0)  # transactional, due now
     release.due_release(now=t0 + timedelta(seconds=0.1))
     assert slots[tx.pk] <= t0.timestamp() + 0.1 + DISPATCH + 0.01, "not behind the released bulk"

@@ -111,7 +111,13 @@ def test_validity_period_is_expires_minus_now_clamped_to_twilio_bounds():
         ("Your code is 1234", "Your code is 1234", True),
         ("Your code is 1234", "Sent from your Twilio trial account - Your code is 1234", True),
         ("It\u2019s 5 \u2013 10\u2026", "It's 5 - 10...", True),  # Smart Encoding
-        ("two  spaces\nand a line", "two spaces and a line", True),
+        ("It\u2019s 5 \u2013 10\u2026", "Sent from your Twilio trial account - It's 5 - 10...", True),
+        ("It\u2019s", "It\u2019s", True),  # Smart Encoding off: stored as sent
+        # Twilio documents no other rewrite: whitespace is not collapsed, and a longer body that merely
+        # ends with ours is another message
+        ("two  spaces\nand a line", "two spaces and a line", False),
+        ("Your code is 1234", "Other text. Your code is 1234", False),
+        ("Your code is 1234", "Your code is 1234 ", False),
         ("Your code is 1234", "Your code is 9999", False),
         ("Your code is 1234", "Sent from your Twilio trial account - Your code is 12345", False),
         ("hello", "", False),

@@ -124,7 +124,7 @@ def test_a_500_is_looked_up_before_any_resend_and_not_charged_when_absent(adapte
     assert kinds(msg)[-1] == "attempt_uncertain"
     assert msg.attempts.get().outcome == AttemptOutcome.UNCERTAIN
     assert reconcile.message_reconcile(msg.pk) == "absent_once"
-    age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + settings.TWILIO_TIMEOUT_SECONDS + 1)
+    age_attempt(msg, past_absence_bound(settings))
     assert reconcile.message_reconcile(msg.pk) == "absent"
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED and (msg.attempt_count, msg.provider_calls) == (0, 1)
@@ -174,7 +174,7 @@ def test_provider_failures_never_exhaust_attempts_only_validity_ends_them(adapte
         Message.objects.filter(pk=msg.pk).update(run_after=timezone.now())
         sending.send_batch([msg.pk])
         assert reconcile.message_reconcile(msg.pk) == "absent_once"
-        age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + settings.TWILIO_TIMEOUT_SECONDS + 1)
+        age_attempt(msg, past_absence_bound(settings))
         assert reconcile.message_reconcile(msg.pk) == "absent"
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED and msg.attempt_count == 0 and msg.provider_calls == 4
@@ -218,6 +218,17 @@ def test_uncertain_accepted_submission_is_reconciled_to_sent_without_resending(
     assert msg.sent_at >= attempt.started_at and msg.sent_at >= msg.due_at
 
 
+def past_absence_bound(settings) -> float:
+    """Seconds after which a complete empty listing proves absence: request timeout + processing grace +
+    the list's lag bound (delivery.sending.reconcile)."""
+    return (
+        settings.TWILIO_TIMEOUT_SECONDS
+        + settings.RECONCILE_ABSENT_GRACE_SECONDS
+        + settings.RECONCILE_LIST_LAG_SECONDS
+        + 1
+    )
+
+
 def age_attempt(msg, seconds: float) -> None:
     """Move the uncertain attempt (and any first look) back in time, as if the grace window had passed:
     the absence rule compares against started_at + timeout + grace."""
@@ -230,7 +241,7 @@ def age_attempt(msg, seconds: float) -> None:
     )
 
 
-def test_uncertain_lost_submission_is_absent_only_after_a_second_look_then_sent_once(
+def test_uncertain_lost_submission_is_absent_only_past_the_list_lag_bound_then_sent_once(
     adapter, sandbox, tenant, settings
 ):
     settings.TWILIO_TIMEOUT_SECONDS = 0.5
@@ -252,12 +263,15 @@ def test_uncertain_lost_submission_is_absent_only_after_a_second_look_then_sent_
     assert msg.run_after >= timezone.now() + timedelta(seconds=settings.RECONCILE_ABSENT_GRACE_SECONDS - 2)
     # Looking again before the grace window has passed still does not resend.
     assert reconcile.message_reconcile(msg.pk) == "absent_once"
+    # Past the grace window, but not the list's lag bound: a listing this early proves nothing yet.
     age_attempt(msg, settings.RECONCILE_ABSENT_GRACE_SECONDS + 1)
+    assert reconcile.message_reconcile(msg.pk) == "absent_once"
+    age_attempt(msg, settings.RECONCILE_LIST_LAG_SECONDS)
     assert reconcile.message_reconcile(msg.pk) == "absent"
     msg.refresh_from_db()
     assert msg.status == Status.QUEUED
     why = msg.events.get(kind="reconciled_absent").details
-    assert "two complete listings" in why["why"] and why["lookup"]["to"].endswith(to[-2:])
+    assert why["rule"] == "list_lag_bound" and why["lookup"]["to"].endswith(to[-2:])
     assert to not in str(why), "the timeline masks the recipient"
     sending.send_batch([msg.pk])
     msg.refresh_from_db()

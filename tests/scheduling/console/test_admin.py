@@ -87,6 +87,15 @@ def test_due_date_range_filter(ops, tenant):
     assert ops.get(CHANGELIST, {"due_at__date__gte": "yesterday"}).status_code == 302  # ?e=1, not a 500
 
 
+def test_reason_filter_finds_the_ambiguous_messages_an_operator_must_check(ops, tenant):
+    ambiguous = message(tenant, status=Status.SENT)
+    Message.objects.filter(pk=ambiguous.pk).update(reason_code="reconciled_ambiguous")
+    other = message(tenant, status=Status.SENT)
+    page = ops.get(CHANGELIST, {"reason_code": "reconciled_ambiguous"}).content.decode()
+    assert ambiguous.public_id in page and other.public_id not in page
+    assert "reason_code=reconciled_ambiguous" in ops.get(CHANGELIST).content.decode()
+
+
 def test_detail_page_is_grouped_read_only_with_the_timeline(ops, tenant):
     msg = message(tenant)
     page = ops.get(f"{CHANGELIST}{msg.pk}/change/").content.decode()
