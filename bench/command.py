@@ -96,13 +96,71 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=3)
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--timeout", type=float, default=300.0)
-        p = sub.add_parser("uncertain", help="burst with a share of submissions whose answer never comes")
-        p.add_argument("--messages", type=int, default=20_000)
-        p.add_argument("--share", type=float, default=0.01, help="reach the provider, answer lost")
-        p.add_argument("--lost-share", type=float, default=0.0, help="never reach the provider")
+        p = sub.add_parser(
+            "uncertain",
+            help="a burst fault-free, then with stored-but-unanswered and never-stored submissions, same run",
+        )
+        p.add_argument("--messages", type=int, default=20_000, help="per run")
+        p.add_argument(
+            "--store-then-500",
+            type=float,
+            default=0.01,
+            help="stored, yet answered 500 (store_then_500_rate)",
+        )
+        p.add_argument(
+            "--store-then-503",
+            type=float,
+            default=0.0,
+            help="stored, yet answered 503 (store_then_503_rate)",
+        )
+        p.add_argument(
+            "--answers-lost",
+            type=float,
+            default=0.005,
+            help="stored, then the connection closed without an answer (store_then_drop_rate)",
+        )
+        p.add_argument(
+            "--absent",
+            "--lost-share",
+            dest="absent",
+            type=float,
+            default=0.005,
+            help="never stored, the answer later than the client's timeout (timeout_rate)",
+        )
+        p.add_argument(
+            "--accept-then-hang",
+            "--share",
+            dest="accept_then_hang",
+            type=float,
+            default=0.0,
+            help="stored, the answer later than the client's timeout (accept_then_hang_rate)",
+        )
+        p.add_argument(
+            "--list-lag", type=float, default=120.0, help="seconds the Messages list lags (list_lag_seconds)"
+        )
         p.add_argument("--queue-delay-ms", type=int, default=60_000, help="time queued at the provider")
+        p.add_argument(
+            "--no-callbacks",
+            dest="callbacks",
+            action="store_false",
+            help="the sandbox posts no status callbacks: found only by the list or a fetch",
+        )
+        p.add_argument(
+            "--client-timeout",
+            type=float,
+            default=10.0,
+            help="TWILIO_TIMEOUT_SECONDS (production default; shorter ones time out fault-free requests "
+            "on a loaded machine)",
+        )
+        p.add_argument("--first-look", type=int, default=10, help="SMSGW_RECONCILE_FIRST_LOOK_SECONDS")
+        p.add_argument("--absent-grace", type=int, default=30, help="SMSGW_RECONCILE_ABSENT_GRACE_SECONDS")
+        p.add_argument("--reconcile-list-lag", type=int, default=150, help="SMSGW_RECONCILE_LIST_LAG_SECONDS")
+        p.add_argument(
+            "--no-fault-free", dest="fault_free", action="store_false", help="skip the fault-free run"
+        )
         p.add_argument("--concurrency", type=int, default=3)
-        p.add_argument("--timeout", type=float, default=300.0)
+        p.add_argument("--web-workers", type=int, default=2, help="gunicorn workers for the callbacks")
+        p.add_argument("--timeout", type=float, default=900.0, help="per run, after the due moment")
         p = sub.add_parser("materialize", help="schedule materializer throughput (occurrences/s)")
         p.add_argument("--schedules", type=int, default=100_000)
         p.add_argument("--processes", type=int, default=1, help="materializer processes at once")
@@ -324,15 +382,26 @@ class Command(BaseCommand):
                 rounds=opts["rounds"],
             )
         elif scenario == "uncertain":
-            from bench import receipts as receipts_bench
+            from bench.uncertain import uncertain
 
-            result = receipts_bench.uncertain(
+            result = uncertain(
                 n=opts["messages"],
-                share=opts["share"],
-                lost_share=opts["lost_share"],
+                store_then_500=opts["store_then_500"],
+                store_then_503=opts["store_then_503"],
+                answers_lost=opts["answers_lost"],
+                absent=opts["absent"],
+                accept_then_hang=opts["accept_then_hang"],
+                list_lag=opts["list_lag"],
                 queue_delay_ms=opts["queue_delay_ms"],
+                callbacks=opts["callbacks"],
+                client_timeout=opts["client_timeout"],
+                first_look=opts["first_look"],
+                absent_grace=opts["absent_grace"],
+                reconcile_list_lag=opts["reconcile_list_lag"],
                 concurrency=opts["concurrency"],
+                web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
+                fault_free=opts["fault_free"],
             )
         elif scenario in ("materialize", "materialize-idle", "preview"):
             from bench import schedules as bench_schedules
