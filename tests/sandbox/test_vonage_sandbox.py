@@ -329,3 +329,22 @@ def test_the_control_api_validates_and_resets(vonage):
     context = ssl.create_default_context(cafile=vonage.ca_file)
     with urllib.request.urlopen(vonage.base_url + "/_sandbox/health", timeout=10, context=context) as answer:
         assert json.loads(answer.read())["status"] == "ok"
+
+
+def test_flags_and_environment(monkeypatch):
+    from sandbox.vonage.server import parse_args
+
+    monkeypatch.setenv("VONAGE_SANDBOX_THROTTLED_RATE", "0.25")
+    monkeypatch.setenv("VONAGE_SANDBOX_BARRED", "447700900009,+447700900008")
+    monkeypatch.setenv("VONAGE_API_KEY", "key12345")
+    args = parse_args(["--signature-method", "sha256", "--account-barred", "true", "--port", "0"])
+    assert args.throttled_rate == 0.25 and args.signature_method == "sha256" and args.account_barred is True
+    assert args.barred == ["447700900009", "+447700900008"] and args.api_key == "key12345" and args.port == 0
+
+
+def test_the_sandbox_never_imports_django():
+    import subprocess
+    import sys
+
+    code = "import sys, sandbox.vonage.server, sandbox.vonage.process; assert 'django' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
