@@ -87,6 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=_env("VONAGE_SANDBOX_SEED", None))
     p.add_argument("--log-level", default=_env("VONAGE_SANDBOX_LOG_LEVEL", "WARNING"))
+    p.add_argument(
+        "--state-file",
+        default=_env("VONAGE_SANDBOX_STATE_FILE", None),
+        help="keep the parts in this file across restarts (sandbox.vonage.journal); default: memory only "
+        "(env VONAGE_SANDBOX_STATE_FILE)",
+    )
     return p.parse_args(argv)
 
 
@@ -137,12 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     if config.outage == "refuse" and args.control_port is None:
         raise SystemExit(f"vonage sandbox: bad configuration: {REFUSE_NEEDS_CONTROL}")
     state = VonageState(api_key=args.api_key, api_secret=args.api_secret, config=config, seed=args.seed)
+    if args.state_file:
+        restored = state.journal_open(args.state_file)
+        if restored:
+            logger.warning("vonage sandbox: %d parts restored from %s", restored, args.state_file)
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        state.journal_callbacks()
         await serve(state, args.host, args.port, stop, args.control_port, args.ca_file)
 
     asyncio.run(run())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import os
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from sandbox.vonage.config import (
     STATUS_TEXT,
     VonageConfig,
 )
+from sandbox.vonage.journal import PartJournal
 from sandbox.vonage.parts import VonagePart, VonageRequest, new_message_id, signature, split_parts
 from sandbox.vonage.receipts import ReceiptHook
 
@@ -56,6 +58,8 @@ class VonageState:
         self.seed = seed
         self.callbacks = ReceiptHook(self)
         self.listeners: Listeners | None = None
+        self.journal: PartJournal | None = None  # with --state-file
+        self._restored: list[VonagePart] = []
         self.reset()
 
     def reset(self) -> None:
@@ -71,6 +75,8 @@ class VonageState:
         self.set_config(self.start_config.updated({}))
         self.balance = self.config.balance
         self.callbacks.reset()
+        if getattr(self, "journal", None) is not None:
+            self.journal.truncate()  # a reset forgets the store, on disk too
 
     def set_config(self, config: VonageConfig) -> None:
         old = getattr(self, "config", None)
@@ -200,7 +206,37 @@ class VonageState:
             self.callbacks.message_accepted(request)  # marks it has_callbacks when receipts are planned
             for part in parts:
                 part.has_callbacks = request.has_callbacks
+        if self.journal is not None:
+            for part in parts:
+                self.journal.append(part)  # before the send is answered
         return request
+
+    def journal_open(self, path: str) -> int:
+        """Keep the store in ``path``: the parts already there are loaded (and charged to the balance),
+        every new one is appended. Returns how many were loaded; their owed receipts are planned once
+        the loop runs (``journal_callbacks``)."""
+        journal = PartJournal(path)
+        restored = journal.load() if os.path.getsize(path) else []
+        for part in restored:
+            self.messages[part.sid] = part
+            self.all.append(part)
+            self.balance -= part.price
+        self.requests += len({part.request_id for part in restored})
+        if restored:
+            self._next_seq = max(part.seq for part in restored) + 1
+        self.journal = journal
+        self._restored = restored
+        return len(restored)
+
+    def journal_callbacks(self) -> int:
+        """Plan the receipts the restored parts are still owed (``StatusCallbackHook.message_restored``:
+        those due in its window are sent again now); on the running loop."""
+        by_request: dict[str, list[VonagePart]] = {}
+        for part in self._restored:
+            if part.has_callbacks:
+                by_request.setdefault(part.request_id, []).append(part)
+        self._restored = []
+        return sum(self.callbacks.message_restored(VonageRequest(parts)) for parts in by_request.values())
 
     def _decide_final(self, part: VonagePart, now: float) -> None:
         cfg = self.config

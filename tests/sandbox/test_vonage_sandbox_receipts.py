@@ -251,3 +251,28 @@ def test_the_sdk_signed_send_signs_fields_it_does_not_send(vonage):
         "form",
     )
     assert answer["messages"][0]["status"] == "0" and answer["messages"][0]["client-ref"] == "ok-1"
+
+
+def test_a_restart_from_the_state_file_keeps_the_parts_and_sends_the_owed_receipts(tmp_path, receiver):
+    state = str(tmp_path / "vonage.jsonl")
+    args = ["--state-file", state, "--callback-delay-ms", "60000", "--balance", "10"]
+    first = VonageSandboxProcess(extra_args=args).start()
+    try:
+        response = sdk(first).sms.send(
+            SmsMessage(to=GB, from_="Acme", text="k" * 400, client_ref="kept", callback=receiver.url())
+        )
+        ids = [m.message_id for m in response.messages]
+    finally:
+        first.process.kill()  # no clean shutdown: the journal is all that is left
+        first.__exit__(None, None, None)
+    assert receiver.seen() == []  # the receipts were not due yet
+    with VonageSandboxProcess(extra_args=[*args, "--callback-delay-ms", "0"]) as second:
+        assert [p["message-id"] for p in second.messages(client_ref="kept")] == ids
+        assert second.stats()["balance"] == pytest.approx(10 - 3 * 0.0333)
+        wait_for(lambda: len(receiver.seen()) == 3, 10, "the owed receipts after the restart")
+        assert {f["messageId"] for f in receiver.fields()} == set(ids)
+        assert {f["client-ref"] for f in receiver.fields()} == {"kept"}
+        second.reset()
+        assert second.messages() == []
+    with open(state) as f:
+        assert f.read() == ""  # a reset forgets the store on disk too
