@@ -6,7 +6,8 @@ Sources (see docs/vonage.md, "Fidelity"):
 * Statuses of ``POST /sms/json`` (HTTP 200, one entry per part, ``status`` "0" = accepted) and their
   meanings: developer.vonage.com/api-errors/sms and developer.vonage.com/messaging/sms/guides/
   troubleshooting-sms. ``error-text`` wordings are the sandbox's own, after those titles.
-* Receipt statuses and ``err-code``: developer.vonage.com/messaging/sms/guides/delivery-receipts.
+* Receipt statuses: developer.vonage.com/messaging/sms/guides/delivery-receipts; ``err-code``: Vonage
+  support article 204014733 (api.support.vonage.com, "Nexmo SMS Delivery Error Codes").
 * Signature methods ("MD5 hash" by default; MD5, SHA1, SHA-256 and SHA-512 HMAC):
   developer.vonage.com/getting-started/concepts/signing-messages.
 """
@@ -111,6 +112,7 @@ _BOOL_KEYS = frozenset(
 _STR_KEYS = frozenset(("callback_retry_policy", "receipt_url", "signature_secret"))
 _LIST_KEYS = frozenset(("barred", "whitelist"))
 _CHOICE_KEYS = {
+    "receipt_intermediate": ("", "accepted", "buffered"),
     "outage": OUTAGE_MODES,
     "signature_method": SIGNATURE_METHODS,
     "receipt_method": RECEIPT_METHODS,
@@ -156,13 +158,17 @@ class VonageConfig:
     receipt_method: str = "POST-JSON"
     # receipts (one per part)
     callbacks_enabled: bool = True
+    # "accepted" or "buffered": an intermediate receipt per part before its final one (Vonage support
+    # article 115007053127, "Intermediate DLR"); "" (default): final receipts only
+    receipt_intermediate: str = ""
     callback_delay_ms: float = 500.0  # the final status -> its receipt POST
     callback_gap_ms: float = 100.0  # submit -> the part's final status (its scts)
     receipt_expired_share: float = 0.0
     receipt_failed_share: float = 0.0
     receipt_rejected_share: float = 0.0
     receipt_unknown_share: float = 0.0
-    # err-code of each non-delivered status (delivery-receipts guide, "DLR error codes")
+    # err-code of each non-delivered status (Vonage support article 204014733, "Nexmo SMS Delivery Error
+    # Codes": 1 Unknown, 6 Anti-Spam Rejection, 8 Network Error, ...)
     receipt_expired_err_code: int = 1  # Unknown
     receipt_failed_err_code: int = 8  # Network Error
     receipt_rejected_err_code: int = 6  # Anti-Spam Rejection

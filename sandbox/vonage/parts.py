@@ -130,13 +130,21 @@ class VonageRequest:
     parts' receipts ("status" = the part's index), so ``callback_shuffle`` mixes the parts' order and
     ``callback_early_rate`` sends the first part's receipt before the answer."""
 
-    __slots__ = ("has_callbacks", "parts", "sid", "status_callback")
+    __slots__ = ("has_callbacks", "intermediate", "parts", "sid", "status_callback")
 
-    def __init__(self, parts: list[VonagePart]) -> None:
+    def __init__(self, parts: list[VonagePart], intermediate: str = "") -> None:
         self.parts = parts
         self.sid = parts[0].sid
         self.status_callback = parts[0].status_callback
         self.has_callbacks = False
+        # "accepted" or "buffered": each part first gets that intermediate receipt at its create
+        self.intermediate = intermediate
 
     def timeline(self) -> list[tuple[str, float]]:
-        return [(str(i), part.end_at) for i, part in enumerate(self.parts)]
+        """Steps "<index>" (the part's final receipt) and, with ``intermediate``, "<index>:<status>"
+        (an intermediate receipt) first, in time order."""
+        steps = [(str(i), part.end_at) for i, part in enumerate(self.parts)]
+        if self.intermediate:
+            first = [(f"{i}:{self.intermediate}", part.created) for i, part in enumerate(self.parts)]
+            steps = first + steps
+        return steps

@@ -60,8 +60,9 @@ class ReceiptHook(StatusCallbackHook):
         st = self.state
         cfg = st.config
         if isinstance(message, VonageRequest):
-            part = message.parts[int(status)]
-            status, err_code = part.final_status, part.err_code
+            index, _, intermediate = status.partition(":")
+            part = message.parts[int(index)]
+            status, err_code = (intermediate, 0) if intermediate else (part.final_status, part.err_code)
         else:  # a part's own receipt again (POST /_sandbox/callbacks/replay with its message-id)
             part, err_code = message, message.err_code
         params = receipt_params(st.api_key, part, status, err_code)

@@ -201,7 +201,7 @@ class VonageState:
             self.all.append(part)
             parts.append(part)
         self.requests += 1
-        request = VonageRequest(parts)
+        request = VonageRequest(parts, cfg.receipt_intermediate)
         if callback:
             self.callbacks.message_accepted(request)  # marks it has_callbacks when receipts are planned
             for part in parts:

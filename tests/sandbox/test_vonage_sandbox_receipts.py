@@ -276,3 +276,17 @@ def test_a_restart_from_the_state_file_keeps_the_parts_and_sends_the_owed_receip
         assert second.messages() == []
     with open(state) as f:
         assert f.read() == ""  # a reset forgets the store on disk too
+
+
+def test_intermediate_receipts_come_before_the_final_ones(vonage, receiver):
+    vonage.config(receipt_intermediate="buffered", callback_gap_ms=200)
+    response = send(vonage, receiver, "q" * 200)
+    settled(vonage, 4)
+    ids = [m.message_id for m in response.messages]
+    got = [(f["messageId"], f["status"], f["err-code"]) for f in receiver.fields()]
+    assert got == [
+        (ids[0], "buffered", "0"),
+        (ids[1], "buffered", "0"),
+        (ids[0], "delivered", "0"),
+        (ids[1], "delivered", "0"),
+    ]
