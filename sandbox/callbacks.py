@@ -382,8 +382,9 @@ class StatusCallbackHook:
             }
         return {"X-Twilio-Signature": twilio_signature(st.auth_token, url, params)}
 
-    async def _post(self, message: SandboxMessage, status: str, token: str, budget: float) -> str:
-        """One attempt within ``budget`` seconds: ``OK`` or the kind of failure."""
+    def build_request(self, message: SandboxMessage, status: str, token: str) -> tuple[str, str, dict, bytes]:
+        """(method, URL, headers, body) of one callback: Twilio's signed form POST. A provider's own hook
+        (sandbox.vonage.receipts) overrides this and keeps the scheduling, retries and counters."""
         st = self.state
         url = message.status_callback
         params = callback_params(st.account_sid, message, status)
@@ -393,14 +394,20 @@ class StatusCallbackHook:
             "I-Twilio-Idempotency-Token": token,
             **self._sign(url, params),
         }
+        return "POST", url, headers, urlencode(params).encode()
+
+    async def _post(self, message: SandboxMessage, status: str, token: str, budget: float) -> str:
+        """One attempt within ``budget`` seconds: ``OK`` or the kind of failure."""
+        method, url, headers, body = self.build_request(message, status, token)
         # connect and each read are limited separately, so a timeout says which one it was
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=budget, sock_read=budget)
         try:
             async with asyncio.timeout(budget * 1.05 + 0.05):  # after sock_connect, to tell them apart
                 # encoded=True: request the URL byte for byte as signed (no re-quoting of the query)
-                async with self._session.post(
+                async with self._session.request(
+                    method,
                     URL(url, encoded=True),
-                    data=urlencode(params).encode(),
+                    data=body or None,
                     headers=headers,
                     timeout=timeout,
                     allow_redirects=False,

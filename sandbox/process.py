@@ -76,23 +76,20 @@ class SandboxProcess:
     def start(self) -> SandboxProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("SANDBOX_PORT", None)
-        env.pop("SANDBOX_CONTROL_PORT", None)
+        for name in self.PORT_ENV:
+            env.pop(name, None)
         control = [] if self.control_port is None else ["--control-port", str(self.control_port)]
         self.process = subprocess.Popen(
             [
                 *self.command_prefix,
                 sys.executable,
                 "-m",
-                "sandbox",
+                self.MODULE,
                 "--host",
                 self.host,
                 "--port",
                 "0",
-                "--account-sid",
-                self.account_sid,
-                "--auth-token",
-                self.auth_token,
+                *self._credential_args(),
                 *control,
                 *self.extra_args,
             ],
@@ -103,16 +100,32 @@ class SandboxProcess:
             text=True,
         )
         line = self._read_first_line()  # the server prints exactly one line, when ready
-        match = _LISTENING.search(line)
+        match = self.LISTENING.search(line)
         if not match:
             self._fail(f"sandbox did not start: {line!r}")
         self.banner = line.strip()
-        self.base_url = match.group(1)
-        self.control_url = match.group(2) or self.base_url
-        if self.control_port is not None and not match.group(2):
+        self._read_banner(match)
+        if self.control_port is not None and self.control_url == self.base_url:
             self._fail(f"sandbox started without its control listener: {line!r}")
         self._wait_healthy()
         return self
+
+    # what a provider's sandbox (sandbox.vonage.process) overrides: the module it runs, its credential
+    # flags, the first line it prints and what is read from it, the environment it must not inherit
+    MODULE = "sandbox"
+    LISTENING = _LISTENING
+    PORT_ENV = ("SANDBOX_PORT", "SANDBOX_CONTROL_PORT")
+
+    def _credential_args(self) -> list[str]:
+        return ["--account-sid", self.account_sid, "--auth-token", self.auth_token]
+
+    def _read_banner(self, match: re.Match) -> None:
+        self.base_url = match.group(1)
+        self.control_url = match.group(2) or self.base_url
+
+    def _urlopen_context(self) -> Any:
+        """The SSL context for control calls over HTTPS (None: plain HTTP)."""
+        return None
 
     def _read_first_line(self) -> str:
         with selectors.DefaultSelector() as selector:
@@ -169,7 +182,9 @@ class SandboxProcess:
         request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
         if data is not None:
             request.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(  # noqa: S310
+            request, timeout=10, context=self._urlopen_context()
+        ) as response:
             return json.loads(response.read())
 
     def config(self, **changes: Any) -> dict:

@@ -76,11 +76,26 @@ class Listeners:
     answer). Leaving it binds the same host and port again. The app, the store and the status
     callbacks (outgoing) are untouched throughout."""
 
-    def __init__(self, state: SandboxState, host: str, port: int, control_port: int | None = None) -> None:
+    def __init__(
+        self,
+        state: SandboxState,
+        host: str,
+        port: int,
+        control_port: int | None = None,
+        *,
+        api_app: Any = build_app,
+        control_app: Any = build_control_app,
+        ssl_context: Any = None,
+    ) -> None:
+        # api_app / control_app build the two applications from the state; ssl_context serves the API
+        # listener over HTTPS (the Vonage sandbox, sandbox.vonage, reuses these listeners that way)
         self.state = state
         self.host = host
         self.port = port
         self.control_port = control_port
+        self.api_app = api_app
+        self.control_app = control_app
+        self.ssl_context = ssl_context
         self.api_runner: web.AppRunner | None = None
         self.api_site: web.TCPSite | None = None
         self.control_runner: web.AppRunner | None = None
@@ -90,12 +105,12 @@ class Listeners:
         return self.control_runner is not None
 
     async def start(self) -> None:
-        self.api_runner = _runner(build_app(self.state))
+        self.api_runner = _runner(self.api_app(self.state))
         await self.api_runner.setup()
         await self._open_api()
         self.port = self.api_site.port  # the port bound (for --port 0), kept for re-opening
         if self.control_port is not None:
-            self.control_runner = _runner(build_control_app(self.state))
+            self.control_runner = _runner(self.control_app(self.state))
             await self.control_runner.setup()
             site = _site(self.control_runner, self.host, self.control_port)
             await site.start()
@@ -111,7 +126,7 @@ class Listeners:
 
     async def _open_api(self) -> None:
         if self.api_site is None:
-            site = _site(self.api_runner, self.host, self.port)
+            site = _site(self.api_runner, self.host, self.port, self.ssl_context)
             await site.start()
             self.api_site = site
 
@@ -140,8 +155,8 @@ def _runner(app: web.Application) -> web.AppRunner:
     return web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handle_signals=False)
 
 
-def _site(runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
-    return web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
+def _site(runner: web.AppRunner, host: str, port: int, ssl_context: Any = None) -> web.TCPSite:
+    return web.TCPSite(runner, host, port, backlog=2048, reuse_address=True, ssl_context=ssl_context)
 
 
 # --- entry point -----------------------------------------------------------------------------------

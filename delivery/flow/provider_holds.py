@@ -341,7 +341,17 @@ def holds_probe_due(*, now: datetime | None = None) -> dict[str, int]:
         probed += 1
         adapter = get_adapter(hold.provider)
         if adapter.account != hold.account:
-            continue  # this process is configured for another account: leave it to one that is not
+            # The provider is configured with another account now (a wrong account SID was fixed, say):
+            # nothing sends under the held one, so the hold no longer applies. Its uncertain messages are
+            # looked up again under the configured account (_uncertain_release).
+            hold_clear(
+                hold.id,
+                by="probe",
+                reason="the provider is now configured with another account; this hold no longer applies",
+                now=timezone.now(),
+            )
+            cleared += 1
+            continue
         ok, detail = adapter.probe()
         ProviderHold.objects.filter(pk=hold.id).update(last_probe_detail=detail[:255])
         if ok:

@@ -237,11 +237,15 @@ def test_a_404_under_a_wrong_account_sid_holds_the_account_and_resends_nothing(
     assert msg.status == Status.SENDING and msg.reason_code == "provider_hold"
     assert msg.run_after > timezone.now()
     assert len(sandbox.list_messages(to=to)) == 1 and sandbox.stats()["by_outcome"]["other_account"] == 0
-    # Fixed: the right account SID (the key still authenticates), the hold cleared by an operator.
+    # Fixed: the right account SID (the key still authenticates). The held account is no longer the
+    # configured one: the next probe clears its hold, and the message is looked up again at once.
     settings.TWILIO_ACCOUNT_SID = sandbox.account_sid
     get_adapter.cache_clear()
     provider_holds._cache.clear()
-    provider_holds.hold_clear(hold.pk, by="operator", reason="account SID fixed")
+    ProviderHold.objects.filter(pk=hold.pk).update(next_probe_at=timezone.now())
+    assert provider_holds.holds_probe_due() == {"probed": 1, "cleared": 1}
+    hold.refresh_from_db()
+    assert hold.cleared_at is not None and "another account" in hold.cleared_reason
     msg.refresh_from_db()
     assert msg.status == Status.SENDING and msg.run_after <= timezone.now()
     assert reconcile.message_reconcile(msg.pk) == "found"
