@@ -14,6 +14,7 @@ from django.utils import timezone
 from delivery.models import AttemptOutcome
 from scheduling.models import Message, Status
 from tests.factories import messages_bulk, recipient, tenant_with_key
+from tests.integration.conftest import handed_over
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +56,6 @@ def test_a_hung_request_does_not_hold_the_rest_of_its_batch(pipeline):
     # The slow ones end by their timeout and reconciliation: the hung accepts are found at the provider,
     # the timed-out ones proven absent and sent again, once. Every message ends `sent`, stored once.
     pipeline.wait_all_final(pks, timeout=TIMEOUT + 120)
-    assert Counter(Message.objects.filter(pk__in=pks).values_list("status", flat=True)) == {Status.SENT: n}
+    assert handed_over(pks) == {Status.SENT: n}
     submitted = pipeline.submissions_by_recipient()
     assert len(submitted) == n and set(submitted.values()) == {1}

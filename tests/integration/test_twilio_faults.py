@@ -20,7 +20,7 @@ from django.utils import timezone
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission, ProviderCircuit, ProviderHold
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, tenant_with_key
-from tests.integration.conftest import Pipeline
+from tests.integration.conftest import Pipeline, handed_over
 from tests.processes import broker_purge
 from tests.sandbox_process import SandboxProcess
 
@@ -31,7 +31,7 @@ PARTITION_SECONDS = 30
 def sent_once_each(pipeline, pks) -> dict[str, int]:
     """Every message sent, each held exactly once by the provider under the sid the message records."""
     msgs = list(Message.objects.filter(pk__in=pks))
-    assert Counter(m.status for m in msgs) == {Status.SENT: len(pks)}
+    assert handed_over(pks) == {Status.SENT: len(pks)}
     stored = pipeline.sandbox.list_messages()
     per_to = Counter(m.to for m in stored)
     by_to = {m.to: m.sid for m in stored}
