@@ -126,7 +126,14 @@ def test_two_sweeps_and_two_workers_over_2000_same_second_messages_submit_each_o
     submitted = pipeline.submissions_by_recipient()
     assert sum(submitted.values()) == 2000 and set(submitted.values()) == {1}
     assert pipeline.sandbox.stats()["submissions"] == 2000
-    assert Attempt.objects.filter(message_id__in=pks).count() == 2000
+    # One attempt per message reached the provider. On a loaded machine some requests time out: those
+    # are reconciled, and an attempt proven absent is sent again, so more attempts may exist, but none
+    # of the others was taken by the provider.
+    taken = [AttemptOutcome.ACCEPTED, AttemptOutcome.RECONCILED_FOUND]
+    per_message = Counter(
+        Attempt.objects.filter(message_id__in=pks, outcome__in=taken).values_list("message_id", flat=True)
+    )
+    assert len(per_message) == 2000 and set(per_message.values()) == {1}
     assert MessageEvent.objects.filter(message_id__in=pks, kind="queued").count() == 2000
     assert not Message.objects.filter(pk__in=pks, sent_at__lt=due).exists()
 
