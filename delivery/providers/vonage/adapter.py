@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import re
 import threading
@@ -110,7 +111,7 @@ class _Conf:
             signature_method=get("SIGNATURE_METHOD", "md5hash"),
             rest_host=get("REST_HOST", "rest.nexmo.com"),
             ca_bundle=get("CA_BUNDLE"),
-            timeout=float(get("TIMEOUT_SECONDS", 10.0)),
+            timeout=float(math.ceil(float(get("TIMEOUT_SECONDS", 10.0)))),
             concurrency=max(int(settings.SEND_CONCURRENCY), 1),
         )
 
@@ -130,8 +131,9 @@ def _client(conf: _Conf) -> Vonage:
     )
     options = HttpClientOptions(
         rest_host=conf.rest_host,
-        # The SDK's timeout is whole seconds; ours may be finer: rounded up, never 0 (no timeout).
-        timeout=max(int(conf.timeout + 0.999), 1),
+        # Whole seconds (``_Conf.timeout`` is rounded up), never 0 (no timeout). requests applies it to
+        # the connect and to each read, not to the whole exchange.
+        timeout=max(int(conf.timeout), 1),
         pool_connections=1,
         pool_maxsize=1,  # make_request tries a dropped request pool_maxsize times: once
         max_retries=0,  # and urllib3 never retries on its own

@@ -19,6 +19,8 @@ Sources (developer.vonage.com, checked 2026-12):
 
 from __future__ import annotations
 
+import math
+
 from smsgw.config.env import env_choice, env_float, env_str
 from smsgw.config.providers import Capabilities, ProviderSettings, ValidityBounds
 
@@ -54,7 +56,9 @@ def load_settings(production: bool) -> ProviderSettings:
     api_key = env_str("VONAGE_API_KEY", "" if production else "abcd1234")
     api_secret = env_str("VONAGE_API_SECRET", "" if production else "sandbox-api-secret")
     signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
-    timeout = env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+    # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
+    # timeout the core plans with is the one the requests really get).
+    timeout = float(math.ceil(env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)))
     values = {
         "VONAGE_API_KEY": api_key,
         "VONAGE_API_SECRET": api_secret,
