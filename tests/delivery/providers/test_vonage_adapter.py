@@ -296,3 +296,54 @@ def test_every_documented_status_and_err_code_is_classified():
     assert errors.classify("42") == errors.UNKNOWN_IN_CALLBACK
     for normalized in ("sent", "delivered", "undelivered", "failed"):
         assert normalized in RECEIPT_STATUSES
+
+
+# --- through the core, by name --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_message_goes_through_vonage_and_its_receipts_deliver_it(
+    vonage_settings, vonage, receiver, api, client
+):
+    """The sending worker submits through the registered adapter; the sandbox's signed form receipts,
+    posted to our receipts endpoint, deliver the message."""
+    from django.utils import timezone
+
+    from delivery.sending import worker as sending
+    from receipts.processor import receipts_process_due
+    from scheduling.models import Message, Status
+    from tests.factories import messages_bulk
+
+    vonage.config(receipt_method="POST", signature_secret="s3cret-signature", signature_method="sha256")
+    vonage_settings.VONAGE_SIGNATURE_SECRET = "s3cret-signature"
+    vonage_settings.VONAGE_SIGNATURE_METHOD = "sha256"
+    vonage_settings.SMSGW_PUBLIC_BASE_URL = receiver.url("")
+    get_adapter.cache_clear()
+    try:
+        (pk,) = messages_bulk(api.tenant, 1, due_at=timezone.now() - timedelta(seconds=1), body="y" * 200)
+        Message.objects.filter(pk=pk).update(provider="vonage", status=Status.QUEUED)
+        report = sending.send_batch([pk], provider="vonage")
+        assert report.claimed == 1
+        msg = Message.objects.get(pk=pk)
+        parts = vonage.messages()
+        assert len(parts) == 2
+        assert (msg.status, msg.provider_message_id) == (Status.SENT, parts[0]["message-id"])
+        attempt = msg.attempts.get()
+        assert attempt.response["part_ids"] == [p["message-id"] for p in parts]
+        ref = msg.public_id.removeprefix("msg_")
+        assert parts[0]["client-ref"] == f"{ref}.1"
+        records = receipts(vonage, receiver, 2)
+        path = parts[0]["callback"].removeprefix(receiver.url(""))
+        for fields in records:
+            answer = client.post(path, fields)
+            assert answer.status_code in (200, 201), answer.content
+        forged = {**records[0], "status": "failed"}
+        assert client.post(path, forged).status_code == 403
+        wait_for(
+            lambda: receipts_process_due() or Message.objects.get(pk=pk).status == Status.DELIVERED,
+            10,
+            "delivered",
+        )
+        assert Message.objects.get(pk=pk).status == Status.DELIVERED
+    finally:
+        get_adapter.cache_clear()
