@@ -347,3 +347,23 @@ def test_a_message_goes_through_vonage_and_its_receipts_deliver_it(
         assert Message.objects.get(pk=pk).status == Status.DELIVERED
     finally:
         get_adapter.cache_clear()
+
+
+@pytest.mark.django_db
+def test_json_receipts_are_taken_by_the_receipts_endpoint(vonage_settings, vonage, receiver, client):
+    vonage.config(receipt_method="POST-JSON", signature_secret="s3cret-signature", signature_method="sha1")
+    vonage_settings.VONAGE_SIGNATURE_SECRET = "s3cret-signature"
+    vonage_settings.VONAGE_SIGNATURE_METHOD = "sha1"
+    get_adapter.cache_clear()
+    try:
+        adapter = get_adapter("vonage")
+        adapter.submit_many([sub(callback=callback_url(adapter, receiver))])
+        [fields] = receipts(vonage, receiver, 1)
+        path = f"/receipts/vonage/?m={REF}&a=1"
+        assert client.post(path, fields, content_type="application/json").status_code == 201
+        assert client.post(path, fields, content_type="application/json").status_code == 200  # a duplicate
+        forged = {**fields, "err-code": "6"}
+        assert client.post(path, forged, content_type="application/json").status_code == 403
+        assert client.post(path, "[1]", content_type="application/json").status_code == 400
+    finally:
+        get_adapter.cache_clear()
