@@ -40,13 +40,17 @@ CAPABILITIES = Capabilities(
 )
 
 
-def credentials_problem(api_key: str, api_secret: str, signature_secret: str) -> str | None:
+def credentials_problem(api_key: str, api_secret: str, signature_secret: str, method: str) -> str | None:
     """Why the Vonage provider cannot run with these credentials, or None (fatal in production only
-    when ``SMSGW_PROVIDER`` routes to Vonage)."""
+    when ``SMSGW_PROVIDER`` routes to Vonage). Requests are signed only with an HMAC method (the SDK
+    offers no "md5hash" signing): with md5hash they authenticate with the api_secret."""
     if not api_key:
         return "VONAGE_API_KEY must be set when SMSGW_PROVIDER=vonage"
-    if not (api_secret or signature_secret):
-        return "VONAGE_API_SECRET or VONAGE_SIGNATURE_SECRET must be set when SMSGW_PROVIDER=vonage"
+    if not api_secret and not (signature_secret and method != "md5hash"):
+        return (
+            "VONAGE_API_SECRET must be set when SMSGW_PROVIDER=vonage "
+            "(or VONAGE_SIGNATURE_SECRET with an HMAC VONAGE_SIGNATURE_METHOD)"
+        )
     return None
 
 
@@ -56,6 +60,7 @@ def load_settings(production: bool) -> ProviderSettings:
     api_key = env_str("VONAGE_API_KEY", "" if production else "abcd1234")
     api_secret = env_str("VONAGE_API_SECRET", "" if production else "sandbox-api-secret")
     signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
+    method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
     # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
     # timeout the core plans with is the one the requests really get).
     timeout = float(math.ceil(env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)))
@@ -65,7 +70,7 @@ def load_settings(production: bool) -> ProviderSettings:
         # Given, submissions are signed with it (no api_secret is sent) and every delivery receipt must
         # carry a valid ``sig``; its method is the one chosen in Vonage's dashboard.
         "VONAGE_SIGNATURE_SECRET": signature_secret,
-        "VONAGE_SIGNATURE_METHOD": env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS),
+        "VONAGE_SIGNATURE_METHOD": method,
         # host[:port] without a scheme: the SDK builds https://{rest_host}/sms/json.
         "VONAGE_REST_HOST": env_str("VONAGE_REST_HOST", "rest.nexmo.com"),
         # A CA bundle to trust instead of the system's (the sandbox's throwaway CA); "" = the default.
@@ -74,7 +79,7 @@ def load_settings(production: bool) -> ProviderSettings:
     }
     return ProviderSettings(
         values=values,
-        problem=credentials_problem(api_key, api_secret, signature_secret),
+        problem=credentials_problem(api_key, api_secret, signature_secret, method),
         request_timeout=timeout,
         request_timeout_setting="VONAGE_TIMEOUT_SECONDS",
         secret_settings=("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET"),

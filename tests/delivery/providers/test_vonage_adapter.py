@@ -367,3 +367,18 @@ def test_json_receipts_are_taken_by_the_receipts_endpoint(vonage_settings, vonag
         assert client.post(path, "[1]", content_type="application/json").status_code == 400
     finally:
         get_adapter.cache_clear()
+
+
+def test_production_needs_vonage_credentials_only_for_what_it_uses(monkeypatch):
+    from delivery.providers.vonage.config import load_settings
+
+    for name in ("VONAGE_API_KEY", "VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET", "VONAGE_SIGNATURE_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+    assert "VONAGE_API_KEY" in (load_settings(True).problem or "")
+    assert load_settings(False).problem is None  # the sandbox's defaults
+    monkeypatch.setenv("VONAGE_API_KEY", "abcd1234")
+    monkeypatch.setenv("VONAGE_SIGNATURE_SECRET", "s")
+    assert "VONAGE_API_SECRET" in (load_settings(True).problem or "")  # md5hash cannot sign requests
+    monkeypatch.setenv("VONAGE_SIGNATURE_METHOD", "sha256")
+    assert load_settings(True).problem is None
+    assert load_settings(True).secret_settings == ("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET")
