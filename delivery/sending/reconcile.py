@@ -276,6 +276,41 @@ def _uncertain_alike(msg: Message) -> int:
     )
 
 
+def _verdict(
+    msg: Message,
+    attempt: Attempt | None,
+    *,
+    to_status: str,
+    kind: str,
+    details: dict,
+    set_fields: dict,
+    now: datetime,
+    attempt_fields: dict | None = None,
+    from_statuses: tuple[str, ...] = (Status.SENDING,),
+) -> bool:
+    """One verdict on an uncertain message: its transition and, if this call made it, what the attempt
+    records (``attempt_fields``), in one transaction. Returns whether this call made the move."""
+    with transaction.atomic():
+        result = transitions.transition(
+            msg.pk,
+            from_statuses=list(from_statuses),
+            to_status=to_status,
+            kind=kind,
+            expected_version=msg.version,
+            details=details,
+            set_fields=set_fields,
+            now=now,
+        )
+        if result.won and attempt is not None and attempt_fields:
+            Attempt.objects.filter(pk=attempt.pk).update(**attempt_fields)
+    return result.won
+
+
+def _closed(attempt: Attempt | None, outcome: str, now: datetime, **fields) -> dict:
+    """An attempt's fields once reconciliation decided it: its outcome, and when it ended."""
+    return {"outcome": outcome, "finished_at": (attempt.finished_at if attempt else None) or now, **fields}
+
+
 def found_record(
     msg: Message,
     attempt: Attempt | None,
@@ -289,35 +324,26 @@ def found_record(
     """Record that the provider has this attempt's submission (``reconciled_found``): the message is sent
     under ``provider_message_id`` and is never sent again. From `sending`, or from `queued` when a resend
     was queued before the proof came (receipts.unknown). Returns whether this call made the move."""
-    with transaction.atomic():
-        result = transitions.transition(
-            msg.pk,
-            from_statuses=[msg.status] if msg.status in (Status.SENDING, Status.QUEUED) else [Status.SENDING],
-            to_status=Status.SENT,
-            kind="reconciled_found",
-            expected_version=msg.version,
-            details={
-                "provider_message_id": provider_message_id,
-                "provider_status": provider_status,
-                **details,
-            },
-            set_fields={
-                "provider_message_id": provider_message_id,
-                "provider_status": provider_status,
-                "sent_at": sent_at,
-                "run_after": None,
-                "status_reason": "",
-                "reason_code": "",
-            },
-            now=now,
-        )
-        if result.won and attempt:
-            Attempt.objects.filter(pk=attempt.pk).update(
-                outcome=AttemptOutcome.RECONCILED_FOUND,
-                provider_message_id=provider_message_id,
-                finished_at=attempt.finished_at or now,
-            )
-    return result.won
+    return _verdict(
+        msg,
+        attempt,
+        from_statuses=(msg.status,) if msg.status in (Status.SENDING, Status.QUEUED) else (Status.SENDING,),
+        to_status=Status.SENT,
+        kind="reconciled_found",
+        details={"provider_message_id": provider_message_id, "provider_status": provider_status, **details},
+        set_fields={
+            "provider_message_id": provider_message_id,
+            "provider_status": provider_status,
+            "sent_at": sent_at,
+            "run_after": None,
+            "status_reason": "",
+            "reason_code": "",
+        },
+        now=now,
+        attempt_fields=_closed(
+            attempt, AttemptOutcome.RECONCILED_FOUND, now, provider_message_id=provider_message_id
+        ),
+    )
 
 
 def _found(
@@ -376,39 +402,33 @@ def _ambiguous(
     """More copies at the provider match than we have uncertain messages for them: one is probably ours,
     but which cannot be told. Never resent (that could be a second copy); recorded sent without a sid and
     flagged for an operator (reason code reconciled_ambiguous)."""
-    sids = [c.provider_message_id for c in free[:10]]
-    with transaction.atomic():
-        result = transitions.transition(
-            msg.pk,
-            from_statuses=[Status.SENDING],
-            to_status=Status.SENT,
-            kind="reconciled_ambiguous",
-            expected_version=msg.version,
-            details={
-                "lookup": lookup,
-                "candidates": sids,
-                "decision": "found, ambiguous: more matching copies than uncertain messages; not resent",
-            },
-            set_fields={
-                "run_after": None,
-                "sent_at": max(attempt.started_at if attempt else msg.due_at, msg.due_at),
-                "reason_code": ReasonCode.RECONCILED_AMBIGUOUS,
-                "status_reason": f"found, ambiguous: {len(free)} matching copies at the provider; not resent",
-            },
-            now=now,
-        )
-        if result.won and attempt:
-            Attempt.objects.filter(pk=attempt.pk).update(
-                outcome=AttemptOutcome.RECONCILED_AMBIGUOUS, finished_at=attempt.finished_at or now
-            )
-    if result.won:
+    won = _verdict(
+        msg,
+        attempt,
+        to_status=Status.SENT,
+        kind="reconciled_ambiguous",
+        details={
+            "lookup": lookup,
+            "candidates": [c.provider_message_id for c in free[:10]],
+            "decision": "found, ambiguous: more matching copies than uncertain messages; not resent",
+        },
+        set_fields={
+            "run_after": None,
+            "sent_at": max(attempt.started_at if attempt else msg.due_at, msg.due_at),
+            "reason_code": ReasonCode.RECONCILED_AMBIGUOUS,
+            "status_reason": f"found, ambiguous: {len(free)} matching copies at the provider; not resent",
+        },
+        now=now,
+        attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_AMBIGUOUS, now),
+    )
+    if won:
         log.warning(
             "reconcile: message %s found ambiguous (%d matching copies); not resent",
             msg.public_id,
             len(free),
             extra={"message_id": msg.public_id},
         )
-    return "ambiguous" if result.won else "not_sending"
+    return "ambiguous" if won else "not_sending"
 
 
 def _held(msg: Message, adapter: ProviderAdapter, lookup: dict, now: datetime, detail: str) -> str:
@@ -424,12 +444,11 @@ def _held(msg: Message, adapter: ProviderAdapter, lookup: dict, now: datetime, d
         reason=f"a message fetch answered 404 and the account fetch failed ({detail})",
         now=now,
     )
-    result = transitions.transition(
-        msg.pk,
-        from_statuses=[Status.SENDING],
+    won = _verdict(
+        msg,
+        None,
         to_status=Status.SENDING,
         kind="reconcile_held",
-        expected_version=msg.version,
         details={
             "lookup": lookup,
             "hold_id": hold.id,
@@ -442,7 +461,7 @@ def _held(msg: Message, adapter: ProviderAdapter, lookup: dict, now: datetime, d
         },
         now=now,
     )
-    return "held" if result.won else "not_sending"
+    return "held" if won else "not_sending"
 
 
 def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
@@ -475,24 +494,21 @@ def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
 
 
 def _absent_once(msg: Message, attempt: Attempt, lookup: dict, now: datetime, again_at: datetime) -> str:
-    with transaction.atomic():
-        result = transitions.transition(
-            msg.pk,
-            from_statuses=[Status.SENDING],
-            to_status=Status.SENDING,
-            kind="reconcile_absent_once",
-            expected_version=msg.version,
-            details={
-                "lookup": lookup,
-                "decision": "not found yet; a listing this early cannot prove absence: looking again",
-                "look_again_at": again_at.isoformat(),
-            },
-            set_fields={"run_after": again_at},
-            now=now,
-        )
-        if result.won and attempt.lookup_absent_at is None:
-            Attempt.objects.filter(pk=attempt.pk).update(lookup_absent_at=now)
-    return "absent_once" if result.won else "not_sending"
+    won = _verdict(
+        msg,
+        attempt,
+        to_status=Status.SENDING,
+        kind="reconcile_absent_once",
+        details={
+            "lookup": lookup,
+            "decision": "not found yet; a listing this early cannot prove absence: looking again",
+            "look_again_at": again_at.isoformat(),
+        },
+        set_fields={"run_after": again_at},
+        now=now,
+        attempt_fields=None if attempt.lookup_absent_at else {"lookup_absent_at": now},
+    )
+    return "absent_once" if won else "not_sending"
 
 
 def _absent(
@@ -507,47 +523,31 @@ def _absent(
         first_due=msg.due_at,
         expires_at=msg.expires_at,
     )
-    with transaction.atomic():
-        if decision.retry:
-            # Retry immediately (the backoff already ran as the lease and the grace window).
-            result = transitions.transition(
-                msg.pk,
-                from_statuses=[Status.SENDING],
-                to_status=Status.QUEUED,
-                kind="reconciled_absent",
-                expected_version=msg.version,
-                details={"lookup": lookup, "decision": "retry is safe", "rule": rule, "why": why},
-                set_fields={
-                    "run_after": now,
-                    "attempt_count": uncharged,
-                    "reason_code": "",
-                    "status_reason": "reconciled: not at provider, retrying",
-                },
-                now=now,
-            )
-        else:
-            result = transitions.transition(
-                msg.pk,
-                from_statuses=[Status.SENDING],
-                to_status=Status.FAILED,
-                kind="failed",
-                expected_version=msg.version,
-                details={
-                    "dead_letter": True,
-                    "reason": decision.reason,
-                    "lookup": lookup,
-                    "rule": rule,
-                    "why": why,
-                },
-                set_fields={
-                    "run_after": None,
-                    "reason_code": ReasonCode.RETRIES_EXHAUSTED,
-                    "status_reason": decision.reason,
-                },
-                now=now,
-            )
-        if result.won and attempt:
-            Attempt.objects.filter(pk=attempt.pk).update(
-                outcome=AttemptOutcome.RECONCILED_ABSENT, finished_at=attempt.finished_at or now
-            )
-    return "absent" if result.won else "not_sending"
+    if decision.retry:  # at once: the backoff already ran as the lease and the wait for proof
+        to_status, kind = Status.QUEUED, "reconciled_absent"
+        details: dict = {"lookup": lookup, "decision": "retry is safe", "rule": rule, "why": why}
+        set_fields: dict = {
+            "run_after": now,
+            "attempt_count": uncharged,
+            "reason_code": "",
+            "status_reason": "reconciled: not at provider, retrying",
+        }
+    else:
+        to_status, kind = Status.FAILED, "failed"
+        details = {"dead_letter": True, "reason": decision.reason, "lookup": lookup, "rule": rule, "why": why}
+        set_fields = {
+            "run_after": None,
+            "reason_code": ReasonCode.RETRIES_EXHAUSTED,
+            "status_reason": decision.reason,
+        }
+    won = _verdict(
+        msg,
+        attempt,
+        to_status=to_status,
+        kind=kind,
+        details=details,
+        set_fields=set_fields,
+        now=now,
+        attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_ABSENT, now),
+    )
+    return "absent" if won else "not_sending"
