@@ -279,20 +279,9 @@ def hold_clear(hold_id: int, *, by: str, reason: str, now: datetime | None = Non
                 for h in others
             )
         ]
-        with transaction.atomic():
-            moved = transitions.transition_many(
-                ids,
-                from_status=Status.QUEUED,
-                to_status=Status.QUEUED,
-                kind="hold_released",
-                actor=by[:64],
-                extra_where='"reason_code" = %s',
-                extra_params=[REASON_HELD],
-                set_fields={"run_after": now, "reason_code": "", "status_reason": ""},
-                details={"hold_id": hold.id, "reason": reason[:200]},
-                now=now,
-            )
-        released += len(moved)
+        released += _release(
+            ids, Status.QUEUED, {"reason_code": "", "status_reason": ""}, hold, by=by, reason=reason, now=now
+        )
 
 
 def _uncertain_release(hold: ProviderHold, *, by: str, reason: str, now: datetime) -> int:
@@ -307,20 +296,35 @@ def _uncertain_release(hold: ProviderHold, *, by: str, reason: str, now: datetim
     )
     if not ids:
         return 0
+    return _release(
+        ids,
+        Status.SENDING,
+        {
+            "reason_code": ReasonCode.SUBMISSION_UNCERTAIN,
+            "status_reason": "uncertain; looked up again now that the account answers",
+        },
+        hold,
+        by=by,
+        reason=reason,
+        now=now,
+    )
+
+
+def _release(
+    ids: list[int], status: str, fields: dict, hold: ProviderHold, *, by: str, reason: str, now: datetime
+) -> int:
+    """Held messages due now (``hold_released``), each still carrying the hold's reason code; they keep
+    their status (`queued` ones go out again, uncertain `sending` ones are looked up again)."""
     with transaction.atomic():
         moved = transitions.transition_many(
             ids,
-            from_status=Status.SENDING,
-            to_status=Status.SENDING,
+            from_status=status,
+            to_status=status,
             kind="hold_released",
             actor=by[:64],
             extra_where='"reason_code" = %s',
             extra_params=[REASON_HELD],
-            set_fields={
-                "run_after": now,
-                "reason_code": ReasonCode.SUBMISSION_UNCERTAIN,
-                "status_reason": "uncertain; looked up again now that the account answers",
-            },
+            set_fields={"run_after": now, **fields},
             details={"hold_id": hold.id, "reason": reason[:200]},
             now=now,
         )
