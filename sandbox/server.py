@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from dataclasses import fields
 from typing import Any
 
@@ -188,20 +189,38 @@ def _flag_port(value: Any) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _flag_kind(name: str) -> Any:
-    if name in _INT_RANGES:
-        return int
-    if name in _BOOL_KEYS:
-        return _flag_bool
-    if name in _STR_KEYS or name in _CHOICE_KEYS:
-        return str
-    if name in _LIST_KEYS:
-        return _flag_list
-    return float
+def add_config_flags(p: argparse.ArgumentParser, config_cls: type, env_prefix: str) -> None:
+    """A ``--flag`` (and env ``<env_prefix>NAME``) per field of a sandbox's config dataclass, typed by the
+    key tables of the module that defines it (``_INT_RANGES``, ``_BOOL_KEYS``, ...): the Twilio and the
+    Vonage sandbox's command lines alike."""
+    keys = sys.modules[config_cls.__module__]
+    defaults = config_cls()
+
+    def kind_of(name: str) -> Any:
+        if name in keys._INT_RANGES:
+            return int
+        if name in keys._BOOL_KEYS:
+            return _flag_bool
+        if name in keys._STR_KEYS or name in keys._CHOICE_KEYS:
+            return str
+        if name in keys._LIST_KEYS:
+            return _flag_list
+        return float
+
+    for f in fields(config_cls):
+        if f.name == "rules":
+            continue
+        env = env_prefix + f.name.upper()
+        kind = kind_of(f.name)
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=kind,
+            default=kind(_env(env, getattr(defaults, f.name))),
+            help=f"(env {env})" + (" JSON list or comma-separated" if f.name in keys._LIST_KEYS else ""),
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    d = SandboxConfig()
     p = argparse.ArgumentParser(
         prog="python -m sandbox", description="Sandbox SMS provider speaking Twilio's API."
     )
@@ -216,17 +235,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--account-sid", default=_env("TWILIO_ACCOUNT_SID", DEFAULT_ACCOUNT_SID))
     p.add_argument("--auth-token", default=_env("TWILIO_AUTH_TOKEN", DEFAULT_AUTH_TOKEN))
-    for f in fields(SandboxConfig):
-        if f.name == "rules":
-            continue
-        env = "SANDBOX_" + f.name.upper()
-        kind = _flag_kind(f.name)
-        p.add_argument(
-            "--" + f.name.replace("_", "-"),
-            type=kind,
-            default=kind(_env(env, getattr(d, f.name))),
-            help=f"(env {env})" + (" JSON list or comma-separated" if f.name in _LIST_KEYS else ""),
-        )
+    add_config_flags(p, SandboxConfig, "SANDBOX_")
     p.add_argument("--rules", default=_env("SANDBOX_RULES", "[]"), help="JSON list (env SANDBOX_RULES)")
     p.add_argument("--seed", type=int, default=_env("SANDBOX_SEED", None), help="(env SANDBOX_SEED)")
     p.add_argument("--log-level", default=_env("SANDBOX_LOG_LEVEL", "WARNING"))

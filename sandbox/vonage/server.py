@@ -15,16 +15,10 @@ import logging
 import os
 import signal
 from dataclasses import fields
-from typing import Any
 
 from sandbox.config import REFUSE_NEEDS_CONTROL
-from sandbox.server import Listeners, _env, _flag_bool, _flag_list, _flag_port
+from sandbox.server import Listeners, _env, _flag_port, add_config_flags
 from sandbox.vonage.config import (
-    _BOOL_KEYS,
-    _CHOICE_KEYS,
-    _INT_RANGES,
-    _LIST_KEYS,
-    _STR_KEYS,
     DEFAULT_API_KEY,
     DEFAULT_API_SECRET,
     VonageConfig,
@@ -36,20 +30,7 @@ from sandbox.vonage.tls import server_context
 logger = logging.getLogger("sandbox.vonage")
 
 
-def _flag_kind(name: str) -> Any:
-    if name in _INT_RANGES:
-        return int
-    if name in _BOOL_KEYS:
-        return _flag_bool
-    if name in _STR_KEYS or name in _CHOICE_KEYS:
-        return str
-    if name in _LIST_KEYS:
-        return _flag_list
-    return float
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    d = VonageConfig()
     p = argparse.ArgumentParser(
         prog="python -m sandbox.vonage", description="Sandbox SMS provider speaking Vonage's SMS API."
     )
@@ -71,17 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=_env("VONAGE_SANDBOX_CA_FILE", None),
         help="write the CA certificate here (default: a new temporary file) (env VONAGE_SANDBOX_CA_FILE)",
     )
-    for f in fields(VonageConfig):
-        if f.name == "rules":
-            continue
-        env = "VONAGE_SANDBOX_" + f.name.upper()
-        kind = _flag_kind(f.name)
-        p.add_argument(
-            "--" + f.name.replace("_", "-"),
-            type=kind,
-            default=kind(_env(env, getattr(d, f.name))),
-            help=f"(env {env})" + (" JSON list or comma-separated" if f.name in _LIST_KEYS else ""),
-        )
+    add_config_flags(p, VonageConfig, "VONAGE_SANDBOX_")
     p.add_argument(
         "--rules", default=_env("VONAGE_SANDBOX_RULES", "[]"), help="JSON list (env VONAGE_SANDBOX_RULES)"
     )
