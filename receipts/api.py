@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from django.conf import settings
@@ -55,7 +56,9 @@ def _signed_form(request: HttpRequest, provider: str):
         limit = settings.RECEIPT_MAX_BODY_BYTES
         return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
     adapter = get_adapter(provider)
-    params = {key: request.POST.get(key, "") for key in request.POST}
+    params = _fields(request)
+    if params is None:
+        return None, None, _error(400, "body", "a JSON callback must be one object")
     try:
         verified = adapter.validate_callback(callback_url(request), params, request.headers)
     except CallbackKeyUnknown as exc:
@@ -69,6 +72,24 @@ def _signed_form(request: HttpRequest, provider: str):
     if bad is not None:
         return None, None, _error(400, bad, NUL_OR_SURROGATE)
     return adapter, params, None
+
+
+def _fields(request: HttpRequest) -> dict[str, str] | None:
+    """The callback's fields: a form (what most providers post), or one flat JSON object (a provider that
+    posts JSON receipts, e.g. Vonage's ``POST-JSON`` method); None for JSON that is not one object."""
+    if request.content_type != "application/json":
+        return {key: request.POST.get(key, "") for key in request.POST}
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {
+        str(key): "" if value is None else str(value)
+        for key, value in data.items()
+        if not isinstance(value, dict | list)
+    }
 
 
 def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonResponse:

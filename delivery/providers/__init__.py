@@ -53,6 +53,7 @@ class Package:
 # provider, under its own key) is allowed too; it shares its adapter's capabilities.
 PROVIDERS: dict[str, Callable[[], ProviderAdapter]] = {
     "twilio": Package("delivery.providers.twilio"),
+    "vonage": Package("delivery.providers.vonage"),
 }
 DEFAULT_PROVIDER = next(iter(PROVIDERS))
 

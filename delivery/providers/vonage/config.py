@@ -1,0 +1,86 @@
+"""Vonage's capabilities and settings (``VONAGE_*``), read from the environment by ``smsgw.settings``
+through the provider registry (``delivery.providers.declare_all``). Imports neither Django's settings
+nor the SDK.
+
+Sources (developer.vonage.com, checked 2026-12):
+
+* ``ttl``: "The duration in milliseconds the delivery of an SMS will be attempted ... By default Vonage
+  attempts delivery for 72 hours", accepted from 20000 to 604800000 ms (developer.vonage.com/en/api/sms,
+  "Send an SMS", ``ttl``; the SDK's ``SmsMessage.ttl`` has the same bounds). Our validity periods are
+  seconds: 20 s to 7 days.
+* ``client-ref`` and ``callback`` are at most 100 characters (developer.vonage.com/en/api/sms; the SDK's
+  ``SmsMessage``).
+* ``text``: Vonage concatenates a long text itself and answers one ``message-id`` per part
+  (developer.vonage.com/messaging/sms/guides/concatenation-and-encoding); the sandbox refuses more than
+  3200 characters (status 3), which is what we declare.
+* Signatures: "MD5 hash" (the default) or MD5, SHA1, SHA-256 and SHA-512 HMAC, chosen in the dashboard
+  (developer.vonage.com/getting-started/concepts/signing-messages).
+"""
+
+from __future__ import annotations
+
+import math
+
+from smsgw.config.env import env_choice, env_float, env_str
+from smsgw.config.providers import Capabilities, ProviderSettings, ValidityBounds
+
+# ttl: 20000..604800000 milliseconds (developer.vonage.com/en/api/sms, ``ttl``), in seconds.
+VALIDITY = ValidityBounds(minimum=20, maximum=604800)
+MAX_REF_CHARS = 100  # client-ref and callback (developer.vonage.com/en/api/sms)
+SIGNATURE_METHODS = ("md5hash", "md5", "sha1", "sha256", "sha512")
+
+CAPABILITIES = Capabilities(
+    lookup_by_recipient=False,  # the SMS API has no message list (only the Reports API, not used)
+    fetch_by_id=False,  # and no fetch: a message's state arrives only in its delivery receipts
+    validity_period=VALIDITY,
+    per_part_ids=True,  # one message-id per part, one receipt per part
+    sender_pools=None,  # a ``from`` is always given
+    max_body_chars=3200,
+    signature_schemes=("md5hash", "hmac-md5", "hmac-sha1", "hmac-sha256", "hmac-sha512"),
+)
+
+
+def credentials_problem(api_key: str, api_secret: str, signature_secret: str, method: str) -> str | None:
+    """Why the Vonage provider cannot run with these credentials, or None (fatal in production only
+    when ``SMSGW_PROVIDER`` routes to Vonage). Requests are signed only with an HMAC method (the SDK
+    offers no "md5hash" signing): with md5hash they authenticate with the api_secret."""
+    if not api_key:
+        return "VONAGE_API_KEY must be set when SMSGW_PROVIDER=vonage"
+    if not api_secret and not (signature_secret and method != "md5hash"):
+        return (
+            "VONAGE_API_SECRET must be set when SMSGW_PROVIDER=vonage "
+            "(or VONAGE_SIGNATURE_SECRET with an HMAC VONAGE_SIGNATURE_METHOD)"
+        )
+    return None
+
+
+def load_settings(production: bool) -> ProviderSettings:
+    """The ``VONAGE_*`` settings. Outside production the credentials default to the sandbox's
+    (``sandbox/vonage``); the REST host is Vonage's own unless ``VONAGE_REST_HOST`` says otherwise."""
+    api_key = env_str("VONAGE_API_KEY", "" if production else "abcd1234")
+    api_secret = env_str("VONAGE_API_SECRET", "" if production else "sandbox-api-secret")
+    signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
+    method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
+    # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
+    # timeout the core plans with is the one the requests really get).
+    timeout = float(math.ceil(env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)))
+    values = {
+        "VONAGE_API_KEY": api_key,
+        "VONAGE_API_SECRET": api_secret,
+        # Given, submissions are signed with it (no api_secret is sent) and every delivery receipt must
+        # carry a valid ``sig``; its method is the one chosen in Vonage's dashboard.
+        "VONAGE_SIGNATURE_SECRET": signature_secret,
+        "VONAGE_SIGNATURE_METHOD": method,
+        # host[:port] without a scheme: the SDK builds https://{rest_host}/sms/json.
+        "VONAGE_REST_HOST": env_str("VONAGE_REST_HOST", "rest.nexmo.com"),
+        # A CA bundle to trust instead of the system's (the sandbox's throwaway CA); "" = the default.
+        "VONAGE_CA_BUNDLE": env_str("VONAGE_CA_BUNDLE", ""),
+        "VONAGE_TIMEOUT_SECONDS": timeout,
+    }
+    return ProviderSettings(
+        values=values,
+        problem=credentials_problem(api_key, api_secret, signature_secret, method),
+        request_timeout=timeout,
+        request_timeout_setting="VONAGE_TIMEOUT_SECONDS",
+        secret_settings=("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET"),
+    )
