@@ -377,7 +377,11 @@ globals().update(declare_all(PRODUCTION))
 _provider_settings = provider_declarations.provider_settings(SMSGW_PROVIDER)
 if PRODUCTION and _provider_settings is not None and _provider_settings.problem:
     raise ImproperlyConfigured(f"{_provider_settings.problem} (SMSGW_ENV=production)")
-for _provider_settings in provider_declarations.all_settings():
+# Every provider this deployment sends through (the default one and those the settings' routes name:
+# ``SMSGW_ROUTES`` below) must answer, or give up, well inside a sending lease: the reconciler must never
+# look a message up while its worker may still be waiting on the provider. A route edited in the admin is
+# checked when it is saved (delivery.routing). A registered provider nobody routes to is not checked.
+for _provider_settings in provider_declarations.settings_in_use({SMSGW_PROVIDER}):
     if _provider_settings.request_timeout >= SENDING_LEASE_SECONDS:
         # The reconciler must never look a message up while its worker may still be waiting on the provider.
         raise ImproperlyConfigured(

@@ -157,3 +157,9 @@ def provider_settings(name: str) -> ProviderSettings | None:
 
 def all_settings() -> tuple[ProviderSettings, ...]:
     return tuple(_settings.values())
+
+
+def settings_in_use(names: set[str]) -> tuple[ProviderSettings, ...]:
+    """The declared settings of the providers ``names`` (unknown names are skipped: the registry reports
+    them where they are used)."""
+    return tuple(s for name in sorted(names) if (s := provider_settings(name)) is not None)

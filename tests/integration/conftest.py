@@ -21,6 +21,7 @@ FAST = {
     "SMSGW_SENDING_LEASE_SECONDS": "4",
     "SMSGW_RETRY_BASE_SECONDS": "0.2",
     "TWILIO_TIMEOUT_SECONDS": "2",
+    "VONAGE_TIMEOUT_SECONDS": "2",
     "SMSGW_RECONCILE_FIRST_LOOK_SECONDS": "1",
     "SMSGW_RECONCILE_ABSENT_GRACE_SECONDS": "3",
     # The sandbox's list does not lag unless a test says so (list_lag_seconds); tests that make it lag set
