@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from delivery.providers import DEFAULT_PROVIDER, declare_all
 from smsgw.config import providers as provider_declarations
+from smsgw.config import routes as route_config
 from smsgw.config import security
 from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
@@ -381,7 +382,15 @@ if PRODUCTION and _provider_settings is not None and _provider_settings.problem:
 # ``SMSGW_ROUTES`` below) must answer, or give up, well inside a sending lease: the reconciler must never
 # look a message up while its worker may still be waiting on the provider. A route edited in the admin is
 # checked when it is saved (delivery.routing). A registered provider nobody routes to is not checked.
-for _provider_settings in provider_declarations.settings_in_use({SMSGW_PROVIDER}):
+try:
+    SMSGW_ROUTES = route_config.parse(
+        env_str("SMSGW_ROUTES", ""), provider_declarations.declared(), ("transactional", "bulk")
+    )
+except route_config.RouteConfigError as exc:
+    raise ImproperlyConfigured(f"SMSGW_ROUTES {exc}") from None
+for _provider_settings in provider_declarations.settings_in_use(
+    {SMSGW_PROVIDER} | route_config.providers_named(SMSGW_ROUTES)
+):
     if _provider_settings.request_timeout >= SENDING_LEASE_SECONDS:
         # The reconciler must never look a message up while its worker may still be waiting on the provider.
         raise ImproperlyConfigured(
