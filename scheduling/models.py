@@ -87,6 +87,13 @@ class Message(models.Model):
     provider_calls = models.PositiveSmallIntegerField(default=0, db_default=0)
 
     provider = models.CharField(max_length=32, default=provider_default)
+    # Its route (delivery.routing): the rule that matched when it was born ("" = none: the default provider
+    # with the message's own sender), the legs it may go through in order ({provider, account, from,
+    # pool}), and the leg it is on. ``provider``, ``from_number`` and ``messaging_service_sid`` are the
+    # current leg's; a failover moves them to the next leg's and says so in the timeline.
+    route = models.CharField(max_length=80, blank=True, default="", db_default="")
+    route_plan = models.JSONField(default=list, blank=True)
+    route_leg = models.PositiveSmallIntegerField(default=0, db_default=0)
     provider_message_id = models.CharField(max_length=64, null=True, blank=True)
     provider_status = models.CharField(max_length=32, blank=True)
     error_code = models.CharField(max_length=32, blank=True)

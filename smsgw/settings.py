@@ -352,6 +352,10 @@ REPUBLISH_MAX_WAIT_SECONDS = env_int("SMSGW_REPUBLISH_MAX_WAIT_SECONDS", 600, mi
 TASK_LOST_AFTER_SECONDS = env_int("SMSGW_TASK_LOST_AFTER_SECONDS", 10, minimum=1)
 SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
+# On a route with another leg after this one, a message moves on after this many transient answers on its
+# leg (the provider said it did not process the request) instead of using all SMSGW_RETRY_MAX_ATTEMPTS
+# there (delivery.routing.failover).
+FAILOVER_RETRY_ATTEMPTS = env_int("SMSGW_FAILOVER_RETRY_ATTEMPTS", 2, minimum=1)
 RETRY_BASE_SECONDS = env_float("SMSGW_RETRY_BASE_SECONDS", 2.0, minimum=0.0)
 RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_RETRY_MAX_DELAY_SECONDS", 300.0, minimum=0.0)
 RETRY_MAX_AGE_SECONDS = env_int("SMSGW_RETRY_MAX_AGE_SECONDS", 6 * 3600, minimum=1)

@@ -52,6 +52,7 @@ from django.utils import timezone
 from delivery.flow import capacity, circuit
 from delivery.models import RateBucket
 from delivery.providers import get_adapter
+from delivery.routing import failover
 from delivery.sending import delays
 from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import ReasonCode
@@ -311,6 +312,9 @@ def _account_gate(  # noqa: C901, PLR0915
 
     state = circuit.circuit_state(provider, account)
     if state.is_open:  # nothing goes but the probe, which circuit_tick sends from the waiting messages
+        # A message whose route has another leg moves to it (delivery.routing.failover); the rest wait.
+        moved = failover.circuit_failover([c.id for c in ordered], provider, state.opened_at, now)
+        ordered = [c for c in ordered if c.id not in moved]
         until = now + timedelta(seconds=delays.circuit_park_delay())
         text = f"provider unavailable (circuit open since {state.opened_at:%H:%M:%S} UTC); waiting"
         for c in ordered:

@@ -18,6 +18,12 @@ from smsgw.runtime.db import PgInts, PgTexts, is_postgres
 TABLE = Attempt._meta.db_table
 
 
+def attempt_route(row: dict) -> str:
+    """The route an attempt goes by: the message's route and the leg it is on ("" without a route)."""
+    route = row.get("route") or ""
+    return f"{route}#{row.get('route_leg') or 0}"[:64] if route else ""
+
+
 def attempts_start(
     rows: list[dict], *, provider: str, started_at: datetime, validity: dict[int, int] | None = None
 ) -> list[Attempt]:
@@ -29,6 +35,7 @@ def attempts_start(
             message_id=r["id"],
             number=r["provider_calls"],
             provider=provider,
+            route=attempt_route(r),
             idempotency_token=secrets.token_hex(16),
             started_at=started_at,
             outcome=AttemptOutcome.PENDING,
@@ -45,9 +52,9 @@ def attempts_start(
             f'INSERT INTO "{TABLE}" ("message_id", "number", "provider", "route", "idempotency_token", '
             f'"started_at", "outcome", "provider_code", "error_class", "provider_message_id", "response", '
             f'"validity_seconds") '
-            f"SELECT m, n, %s, '', t, %s, %s, '', '', '', '{{}}'::jsonb, v "
-            f"FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::integer[]) "
-            f"WITH ORDINALITY AS u(m, n, t, v, ord) "
+            f"SELECT m, n, %s, r, t, %s, %s, '', '', '', '{{}}'::jsonb, v "
+            f"FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::text[], %s::integer[]) "
+            f"WITH ORDINALITY AS u(m, n, r, t, v, ord) "
             f'ORDER BY ord RETURNING "id"',
             [
                 provider,
@@ -55,6 +62,7 @@ def attempts_start(
                 AttemptOutcome.PENDING,
                 PgInts([a.message_id for a in attempts]),
                 PgInts([a.number for a in attempts]),
+                PgTexts([a.route for a in attempts]),
                 PgTexts([a.idempotency_token for a in attempts]),
                 PgInts([a.validity_seconds for a in attempts]),
             ],

@@ -56,6 +56,7 @@ from delivery.flow import provider_holds
 from delivery.models import Attempt, AttemptOutcome
 from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage, Scope
+from delivery.routing import failover
 from delivery.sending.delays import retry_decide
 from receipts.ingest import receipt_ingest
 from scheduling.lifecycle import transitions
@@ -523,7 +524,9 @@ def _absent(
         first_due=msg.due_at,
         expires_at=msg.expires_at,
     )
-    if decision.retry:  # at once: the backoff already ran as the lease and the wait for proof
+    # A route with another leg moves on: the provider proved it did not take it (delivery.routing.failover).
+    moves_on = failover.has_next({"route_plan": msg.route_plan, "route_leg": msg.route_leg})
+    if decision.retry or moves_on:  # at once: the backoff already ran as the lease and the wait for proof
         to_status, kind = Status.QUEUED, "reconciled_absent"
         details: dict = {"lookup": lookup, "decision": "retry is safe", "rule": rule, "why": why}
         set_fields: dict = {
@@ -550,4 +553,8 @@ def _absent(
         now=now,
         attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_ABSENT, now),
     )
+    if won and moves_on:
+        row = Message.objects.filter(pk=msg.pk, status=Status.QUEUED).values(*failover.ROW_FIELDS).first()
+        if row is not None:
+            failover.failover_rows([(row, failover.Why.ABSENT, f"rule {rule}")], now=now)
     return "absent" if won else "not_sending"

@@ -41,6 +41,7 @@ from delivery.guards import screening, suppression
 from delivery.models import Attempt, OptOutSignal
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
+from delivery.routing import failover
 from delivery.sending import campaign_watch, delays, inflight, outcomes
 from delivery.sending.attempts import attempts_finish, attempts_start
 from delivery.sending.outcomes import Delay, provider_failure
@@ -74,6 +75,9 @@ CLAIM_RETURNING = (
     "reason_code",
     "priority",  # metrics: throughput and schedule lag by class
     "campaign_id",  # a paused campaign's paced messages are checked again at their slot
+    "route",  # the route and its legs: a failover moves the message on (delivery.routing.failover)
+    "route_plan",
+    "route_leg",
 )
 
 
@@ -84,6 +88,7 @@ class BatchReport:
     held: int = 0
     opted_out: int = 0
     refused: int = 0  # destination refused at execution (delivery.guards.destinations)
+    failed_over: int = 0  # moved to their route's next leg before the claim (delivery.routing.failover)
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -150,9 +155,12 @@ def send_batch(
                 ]
             message_ids = [mid for mid in message_ids if mid not in stopped]
         if open_holds or circuit_open:
-            message_ids, parks, probes = _admission_filter(message_ids, open_holds, circuit_open, now)
+            message_ids, parks, probes, moves = _admission_filter(
+                message_ids, adapter.name, open_holds, circuit_open, now
+            )
             release.park_rows(parks, now)
             report.held = len(parks)
+            report.failed_over = len(failover.failover_rows(moves, now=now)) if moves else 0
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
         # rows already past `queued` and claims nothing. A disabled tenant's messages are not claimed
         # (they wait in `queued`; the release step parks them until the tenant is enabled again). Nor is a
@@ -323,19 +331,43 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
 
 
 def _admission_filter(
-    message_ids: list[int], open_holds: list[holds_service.OpenHold], circuit_open: bool, now: datetime
-) -> tuple[list[int], list[tuple[Mapping[str, Any], Park]], dict[int, holds_service.OpenHold]]:
-    """Split a batch into what may be submitted and what must wait: everything but the probe while the
-    account's circuit is open; what an open hold covers (a sender or destination hold whose probe is due
-    lets exactly one of its messages through; account-wide holds are probed without a message)."""
-    rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
-        "id", "version", "status", "to", "from_number", "messaging_service_sid", "reason_code", "expires_at"
+    message_ids: list[int],
+    provider: str,
+    open_holds: list[holds_service.OpenHold],
+    circuit_open: bool,
+    now: datetime,
+) -> tuple[
+    list[int],
+    list[tuple[Mapping[str, Any], Park]],
+    dict[int, holds_service.OpenHold],
+    list[tuple[Mapping[str, Any], str, str]],
+]:
+    """Split a batch into what may be submitted, what must wait and what moves to its route's next leg:
+    everything but the probe while the account's circuit is open; what an open hold covers (a sender or
+    destination hold whose probe is due lets exactly one of its messages through; account-wide holds are
+    probed without a message). A message that would wait and has another leg fails over instead."""
+    # Only this provider's messages: one that already moved to another leg is not ours to hold or move.
+    rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED, provider=provider).values(
+        "id",
+        "version",
+        "status",
+        "to",
+        "from_number",
+        "messaging_service_sid",
+        "reason_code",
+        "expires_at",
+        "route_plan",
+        "route_leg",
     )
     allowed: list[int] = []
     parks: list[tuple[Mapping[str, Any], Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
+    moves: list[tuple[Mapping[str, Any], str, str]] = []
     probing: set[int] = set()
     for row in rows:
+        if circuit_open and row["reason_code"] != circuit.REASON_PROBE and failover.has_next(row):
+            moves.append((row, failover.Why.CIRCUIT, "provider circuit open"))
+            continue
         if circuit_open and row["reason_code"] != circuit.REASON_PROBE:
             until = now + timedelta(seconds=delays.circuit_park_delay())
             text = "provider unavailable (circuit open); waiting"
@@ -364,11 +396,13 @@ def _admission_filter(
             probing.add(hold.id)
             probes[row["id"]] = hold
             allowed.append(row["id"])
+        elif failover.has_next(row):
+            moves.append((row, failover.Why.HOLD, hold.describe()))
         else:
             details = {"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code}
             park = Park(hold.park_until(now), holds_service.REASON_HELD, hold.describe(), "held", details)
             parks.append((row, park))
-    return allowed, parks, probes
+    return allowed, parks, probes, moves
 
 
 def _reason(res: SubmitResult) -> str:
@@ -388,6 +422,8 @@ class _Recorded:
     )
     details: dict[int, dict] = field(default_factory=dict)
     opt_outs: list[OptOutSignal] = field(default_factory=list)
+    # To the route's next leg: (row, why, detail) (delivery.routing.failover)
+    failovers: list[tuple[Mapping[str, Any], str, str]] = field(default_factory=list)
 
 
 def outcomes_record(
@@ -413,6 +449,8 @@ def outcomes_record(
     with transaction.atomic():
         attempts_finish(attempts, finished_at=now)
         sent_ids, moved = _moves_apply(batch, now)
+        if batch.failovers:
+            failover.failover_rows(batch.failovers, now=now)
         if batch.opt_outs:
             OptOutSignal.objects.bulk_create(batch.opt_outs)
             suppression.from_provider_signals(batch.opt_outs)
@@ -442,18 +480,29 @@ def _attempt_answered(attempt: Attempt, res: SubmitResult, move: outcomes.Move, 
 def _move_add(batch: _Recorded, adapter, row: dict, attempt: Attempt, res: SubmitResult, move, now) -> None:
     """One answer's move: its column values, its timeline details, and an opt-out signal if it says so."""
     mid, version = row["id"], row["version"]
-    details = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res)}
+    via = {"provider": adapter.name, **({"route": attempt.route} if attempt.route else {})}
+    details = {"attempt": attempt.number, "error_code": res.error_code, "reason": _reason(res), **via}
     if move.status == Status.SENT:
         values: dict[str, Any] = {
             "provider_message_id": res.provider_message_id,
             "provider_status": res.provider_status,
         }
         batch.sent.append((mid, version, values))
-        batch.details[mid] = {"provider_message_id": res.provider_message_id, "attempt": attempt.number}
+        batch.details[mid] = {
+            "provider_message_id": res.provider_message_id,
+            "attempt": attempt.number,
+            **via,
+        }
         return
     batch.details[mid] = details
     if move.status == Status.SENDING:  # uncertain: the reconciler looks it up before any resend
         batch.uncertain.append((mid, version, {}))
+        return
+    why = _failover_why(move, row)
+    if why:
+        if move.delay == Delay.HOLD:  # the scope is held for every other message all the same
+            _timing(move, adapter, row, res, now)
+        batch.failovers.append(({**row, "status": Status.SENDING}, why, _reason(res)))
         return
     move, run_after, text, extra = _timing(move, adapter, row, res, now)
     if move.delay == Delay.NOW:
@@ -488,6 +537,20 @@ def _move_add(batch: _Recorded, adapter, row: dict, attempt: Attempt, res: Submi
                 created_at=now,
             )
         )
+
+
+def _failover_why(move: outcomes.Move, row: dict) -> str:
+    """Why this answer moves the message to its route's next leg ("": it does not, or there is none).
+    Only answers that prove the provider did not take it (delivery.routing.failover)."""
+    if not failover.has_next(row):
+        return ""
+    if move.delay == Delay.HOLD:
+        return failover.Why.HOLD
+    if move.delay == Delay.CIRCUIT:
+        return failover.Why.CIRCUIT
+    if move.delay == Delay.RETRY and row["attempt_count"] >= settings.FAILOVER_RETRY_ATTEMPTS:
+        return failover.Why.RETRIES
+    return ""
 
 
 def _timing(move: outcomes.Move, adapter, row: dict, res: SubmitResult, now: datetime):

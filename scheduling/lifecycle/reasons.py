@@ -27,6 +27,7 @@ class ReasonCode(models.TextChoices):
     PROVIDER_ERROR = "provider_error", "a transient provider error; retried"
     SUBMISSION_UNCERTAIN = "submission_uncertain", "no answer from the provider; looked up before any resend"
     TASK_LOST = "task_lost", "its send task is presumed lost; published again"
+    FAILOVER = "failover", "moved to its route's next provider: the last one provably did not take it"
     # Ended unsent
     CANCELLED_BY_REQUEST = "cancelled_by_request", "cancelled by the tenant or an operator"
     CAMPAIGN_CANCELLED = "campaign_cancelled", "its campaign was cancelled"

@@ -108,9 +108,12 @@ SETTABLE = frozenset(
         "quiet_start",  # quiet hours: the window copied onto the message (reschedule re-applies it)
         "quiet_end",
         "quiet_timezone",
+        "route_leg",  # a failover moves a message to its route's next leg (delivery.routing.failover)
     }
 )
 RETURNABLE = SETTABLE | {
+    "route",
+    "route_plan",
     "id",
     "public_id",
     "version",

@@ -213,6 +213,20 @@ class ScheduleRefOutput(serializers.Serializer):
     occurrence_key = serializers.CharField()
 
 
+class RouteLegOutput(serializers.Serializer):
+    provider = serializers.CharField()
+    account = serializers.CharField(help_text="Empty: the provider's configured account.")
+    sender = serializers.CharField(help_text="The From or sender pool used on this leg.")
+
+
+class RouteOutput(serializers.Serializer):
+    name = serializers.CharField(
+        help_text='The rule that routed it ("tenant:<name>", "all:<name>", "settings:<name>"), or "default".'
+    )
+    leg = serializers.IntegerField(help_text="The leg it is on (0: the first); a failover moves it on.")
+    legs = RouteLegOutput(many=True, help_text="The legs in the order they are tried.")
+
+
 class MessageQuietOutput(serializers.Serializer):
     start = serializers.CharField(allow_null=True)
     end = serializers.CharField(allow_null=True)
@@ -250,6 +264,7 @@ class MessageOutput(serializers.Serializer):
     timestamps = serializers.SerializerMethodField()
     schedule = serializers.SerializerMethodField()
     quiet_hours = serializers.SerializerMethodField()
+    route = serializers.SerializerMethodField()
 
     def get_fields(self):
         fields = super().get_fields()
@@ -271,6 +286,26 @@ class MessageOutput(serializers.Serializer):
     @extend_schema_field(MessageQuietOutput(allow_null=True))
     def get_quiet_hours(self, m: Message) -> dict | None:
         return _quiet(m)
+
+    @extend_schema_field(RouteOutput)
+    def get_route(self, m: Message) -> dict:
+        return _route(m)
+
+
+def _route(m: Message) -> dict:
+    """The message's route: its rule, its legs (provider, account, sender) and the leg it is on. Without
+    a rule: the one leg it has, its provider with its own sender."""
+    legs = [
+        {
+            "provider": leg.get("provider", ""),
+            "account": leg.get("account", ""),
+            "sender": leg.get("from") or leg.get("pool") or "",
+        }
+        for leg in (m.route_plan or [])
+    ]
+    if not legs:
+        legs = [{"provider": m.provider, "account": "", "sender": m.from_number or m.messaging_service_sid}]
+    return {"name": m.route or "default", "leg": m.route_leg or 0, "legs": legs}
 
 
 def _schedule(m: Message) -> dict | None:
@@ -350,6 +385,7 @@ def message_data(m: Message) -> dict:
         "timestamps": _timestamps(m),
         "schedule": _schedule(m),
         "quiet_hours": _quiet(m),
+        "route": _route(m),
         "from": _str(m.from_number),
     }
 

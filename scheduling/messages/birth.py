@@ -24,6 +24,7 @@ from typing import cast
 
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import JSONField
+from django.utils.module_loading import import_string
 
 from scheduling.campaigns import progress as campaign_progress
 from scheduling.models import Message, MessageEvent, Status
@@ -67,6 +68,7 @@ def messages_birth(
     schedule's occurrences, a campaign's recipients: accepted and checked as a whole) every message is
     booked, even beyond the quota, and one due over it is deferred or failed at execution by the
     tenant's policy (limits.execution)."""
+    _router()(rows)
     facts = [_facts(r) for r, _ in rows]
     if refuse_over_quota:
         _pending_check(facts, tenants)
@@ -92,6 +94,16 @@ def messages_birth(
     _quota_book(inserted, tenants, now, refuse_over_quota)
     _progress_add(inserted)
     return result
+
+
+# Gives each row its route (provider, sender, the legs to fail over to), by dotted path: scheduling knows
+# nothing of providers or routes (delivery.routing.birth).
+ROUTER = "delivery.routing.birth.rows_route"
+
+
+@cache
+def _router():
+    return import_string(ROUTER)
 
 
 def _facts(row: dict | Message) -> dict:

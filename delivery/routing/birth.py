@@ -1,0 +1,84 @@
+"""Routing at birth: every message, however it is born (the API, a schedule's occurrence, a campaign
+row), gets its route here, before it is inserted (scheduling.messages.birth calls ``rows_route``).
+
+A row that no rule matches keeps what it had: the default provider and its own sender, route "" and no
+plan (nothing to fail over to). A matched rule sets the first leg's provider and sender on the row and
+stores the plan, every leg made concrete (``{provider, account, from, pool}``: a leg without a sender
+takes the message's own), so a failover later needs nothing but the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+
+from delivery.routing.rules import Leg, Plan, plan_with, rules_for
+from smsgw.config import providers as declarations
+
+
+def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
+    """The leg as the message will use it: its sender as a From or a sender pool (the provider's pool
+    pattern decides), or the message's own sender. None when the provider cannot use that sender (a
+    sender pool the provider has no such thing for)."""
+    pools = declarations.capabilities(leg.provider).sender_pools
+    if leg.sender:
+        is_pool = pools is not None and pools.matches(leg.sender)
+        sender_from, pool = ("", leg.sender) if is_pool else (leg.sender, "")
+    else:
+        sender_from, pool = own_from, own_pool
+        if pool and (pools is None or not pools.matches(pool)):
+            return None
+    return {"provider": leg.provider, "account": leg.account, "from": sender_from, "pool": pool}
+
+
+def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | None:
+    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None]
+    if not legs:
+        return None
+    first = legs[0]
+    return {
+        "provider": first["provider"],
+        "from_number": first["from"],
+        "messaging_service_sid": first["pool"],
+        "route": plan.route,
+        "route_plan": legs,
+        "route_leg": 0,
+    }
+
+
+def rows_route(rows: Sequence[tuple[Any, Any]]) -> None:
+    """Route each row in place (a ``Message`` or a dict of its field values). Every dict row ends with
+    the same keys (a batch insert takes its columns from the first row)."""
+    rules_cache: dict[int, list] = {}
+    for row, _ in rows:
+        is_dict = isinstance(row, dict)
+        get = row.get if is_dict else (lambda name, default=None, r=row: getattr(r, name, default))
+        tenant_id = get("tenant_id")
+        rules = rules_cache.get(tenant_id)
+        if rules is None:
+            rules = rules_cache[tenant_id] = rules_for(tenant_id)
+        values = None
+        if rules:
+            plan = plan_with(
+                rules, get("to") or "", get("priority") or "transactional", get("public_id") or ""
+            )
+            if plan.route != "default":
+                values = fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "")
+        if values is None:
+            if not is_dict:
+                continue
+            values = {
+                "provider": get("provider") or settings.SMSGW_PROVIDER,
+                "from_number": get("from_number") or "",
+                "messaging_service_sid": get("messaging_service_sid") or "",
+                "route": "",
+                "route_plan": [],
+                "route_leg": 0,
+            }
+        if is_dict:
+            row.update(values)
+        else:
+            for name, value in values.items():
+                setattr(row, name, value)
