@@ -65,6 +65,9 @@ from scheduling.models import Message, Status
 
 log = logging.getLogger(__name__)
 
+# Verdicts that needed an answer from the provider (a probe of its open circuit that succeeded).
+ANSWERED = frozenset({"found", "ambiguous", "absent", "absent_once"})
+
 # Provider clocks and ours differ; widen the creation window by this much on both sides.
 CLOCK_SKEW = timedelta(seconds=120)
 
@@ -80,24 +83,36 @@ def reconcile_many(message_ids: list[int], *, budget_seconds: float | None = Non
     deadline = time.monotonic() + budget
     outcome: dict[str, int] = {}
     open_accounts: dict[tuple[str, str], bool] = {}
+    # One read for the batch: while a circuit is open a whole batch is skipped in milliseconds, so skipped
+    # batches never crowd the queue the circuit's own probe task runs on.
+    providers = dict(Message.objects.filter(pk__in=message_ids).values_list("pk", "provider"))
     for index, message_id in enumerate(message_ids):
         if time.monotonic() >= deadline:
             outcome["left_for_later"] = len(message_ids) - index
             break
-        provider = Message.objects.filter(pk=message_id).values_list("provider", flat=True).first()
+        provider = providers.get(message_id)
         if provider is None:
             continue
         adapter = get_adapter(provider or None)
         key = (adapter.name, adapter.account)
+        probing = False
         if key not in open_accounts:
             open_accounts[key] = circuit.circuit_state(*key).is_open
-        if open_accounts[key]:
+            # An open circuit whose probe is due is probed by this look-up: with routes, nothing may wait
+            # for the provider to be sent as the probe (it failed over), while uncertain messages do wait
+            # for it; and this task runs whenever they do.
+            probing = open_accounts[key] and circuit.probe_take(*key)
+        if open_accounts[key] and not probing:
             outcome["circuit_open"] = outcome.get("circuit_open", 0) + 1
             continue
         result = message_reconcile(message_id)
         outcome[result] = outcome.get(result, 0) + 1
         if result == "lookup_failed":  # the provider is failing: the rest of this account waits too
             open_accounts[key] = True
+        elif probing and result in ANSWERED:  # the provider answered: the circuit closes, the rest goes on
+            circuit.circuit_report(provider=key[0], account=key[1], ok=1, failed=0, probe_ok=True)
+            open_accounts[key] = False
+            outcome["probe_closed"] = 1
     if outcome.get("left_for_later") or outcome.get("circuit_open"):
         log.info("reconcile: %s", outcome)
     return outcome

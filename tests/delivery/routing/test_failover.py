@@ -225,3 +225,32 @@ def test_the_release_step_moves_due_messages_off_a_provider_whose_circuit_is_ope
     # closed), not parked as unavailable.
     report = release.due_release(now=timezone.now())
     assert (report.republished, report.unavailable) == (1, 0)
+
+
+def test_a_reconcile_look_up_probes_an_open_circuit_that_nothing_waits_on(routed, tenant, sandbox):
+    """With routes, nothing waits on an open circuit to be sent as its probe (it failed over), while the
+    uncertain messages wait for the circuit: the reconciler's look-up is the probe, and closes it."""
+    from delivery.sending import reconcile
+
+    sandbox.config(store_then_503_rate=1.0)
+    msg = born(tenant, US)
+    sending.send_batch([msg.pk], provider="twilio")
+    sandbox.config(store_then_503_rate=0.0)
+    account = get_adapter("twilio").account
+    now = timezone.now()
+    ProviderCircuit.objects.update_or_create(
+        provider="twilio",
+        account=account,
+        defaults={
+            "state": circuit.OPEN,
+            "opened_at": now,
+            "next_probe_at": now,
+            "window_started_at": now,
+            "updated_at": now,
+        },
+    )
+    outcome = reconcile.reconcile_many([msg.pk])
+    msg.refresh_from_db()
+    assert outcome == {"found": 1, "probe_closed": 1}
+    assert msg.status in (Status.SENT, Status.DELIVERED) and msg.route_leg == 0
+    assert not circuit.circuit_state("twilio", account).is_open

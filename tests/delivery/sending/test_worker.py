@@ -364,9 +364,19 @@ def test_a_reconcile_task_does_not_wait_on_a_failing_or_open_provider(adapter, s
     ProviderCircuit.objects.update_or_create(
         provider=a.name,
         account=a.account,
-        defaults={"state": circuit.OPEN, "window_started_at": timezone.now(), "updated_at": timezone.now()},
+        defaults={
+            "state": circuit.OPEN,
+            "window_started_at": timezone.now(),
+            "updated_at": timezone.now(),
+            # not yet due: a due probe is made by the first look-up (test_failover.py)
+            "next_probe_at": timezone.now() + timedelta(seconds=60),
+        },
     )
     assert reconcile.reconcile_many([m.pk for m in msgs]) == {"circuit_open": 4}
+    # Once the probe is due, one look-up is the probe; it fails (nothing listens), the rest wait.
+    ProviderCircuit.objects.filter(provider=a.name).update(next_probe_at=timezone.now())
+    assert reconcile.reconcile_many([m.pk for m in msgs]) == {"lookup_failed": 1, "circuit_open": 3}
+    assert ProviderCircuit.objects.get(provider=a.name).state == circuit.OPEN
 
 
 def test_submissions_a_worker_holds_stay_unsent_once_it_has_seen_the_circuit_open(
