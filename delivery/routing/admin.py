@@ -89,25 +89,26 @@ class RouteLegForm(forms.ModelForm):
 
 class RouteLegFormSet(forms.BaseInlineFormSet):
     def clean(self):
+        # The service's check first: its duplicate error names the leg (the model formset's own
+        # unique check, in super().clean(), would say only "duplicate data").
+        if not any(self.errors):
+            kept = [form for form in self.forms if form.cleaned_data and not form.cleaned_data.get("DELETE")]
+            # In the order they will be read (position, then as listed): "legs[1]" is the second tried.
+            kept.sort(key=lambda form: form.cleaned_data.get("position") or 0)
+            legs = [
+                LegSpec(
+                    form.cleaned_data["provider"],
+                    form.cleaned_data.get("account") or "",
+                    form.cleaned_data.get("sender") or "",
+                    _weight(form.cleaned_data),
+                )
+                for form in kept
+            ]
+            try:
+                route_legs_check(legs)
+            except RouteConfigError as exc:
+                raise forms.ValidationError(str(exc)) from None
         super().clean()
-        if any(self.errors):
-            return
-        kept = [form for form in self.forms if form.cleaned_data and not form.cleaned_data.get("DELETE")]
-        # In the order they will be read (position, then as listed), so "legs[1]" is the second leg tried.
-        kept.sort(key=lambda form: form.cleaned_data.get("position") or 0)
-        legs = [
-            LegSpec(
-                form.cleaned_data["provider"],
-                form.cleaned_data.get("account") or "",
-                form.cleaned_data.get("sender") or "",
-                _weight(form.cleaned_data),
-            )
-            for form in kept
-        ]
-        try:
-            route_legs_check(legs)
-        except RouteConfigError as exc:
-            raise forms.ValidationError(str(exc)) from None
 
 
 class RouteLegInline(admin.TabularInline):

@@ -14,7 +14,7 @@ from delivery.routing import selectors
 from delivery.routing.rules import DEFAULT_ROUTE, Rule
 from scheduling.models import Priority
 from smsgw.config.routes import LegSpec
-from smsgw.http import strict_input
+from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 
@@ -103,7 +103,7 @@ LIST_EXAMPLE = OpenApiExample(
 RESOLVE_EXAMPLE = OpenApiExample(
     "A GB number in the bulk class",
     value={
-        "to": "+447700900123",
+        "to": "+447400123456",
         "country": "GB",
         "priority": "bulk",
         "route": "tenant:gb-bulk",
@@ -136,7 +136,8 @@ def _rule(rule: Rule) -> dict:
 
 class RoutesApi(APIView):
     @extend_schema(
-        responses=RoutesOutput,
+        # No query parameter is taken: any is a 400 naming it (as an unknown filter of a list would be).
+        responses={200: RoutesOutput, 400: schema.BAD_QUERY},
         examples=[LIST_EXAMPLE],
         operation_id="routes_list",
         summary="The routing rules that apply to this tenant, in the order they are tried",
@@ -160,7 +161,7 @@ class RouteResolveApi(APIView):
                 str,
                 required=True,
                 description="The destination, E.164 (`+` as `%2B`). Else 400.",
-                examples=[OpenApiExample("A GB number", value="+447700900123")],
+                examples=[OpenApiExample("A GB number", value="+447400123456")],
             ),
             OpenApiParameter(
                 "priority",
