@@ -65,7 +65,10 @@ def test_list_is_the_order_rules_are_tried_and_never_another_tenants(api, routes
 
     other_api = APIClient()
     other_api.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_with_key('third')[1]}")
-    assert [r["route"] for r in other_api.get("/v1/routes").json()["results"]] == ["all:gb-all", "settings:us"]
+    assert [r["route"] for r in other_api.get("/v1/routes").json()["results"]] == [
+        "all:gb-all",
+        "settings:us",
+    ]
 
 
 def test_resolve_answers_the_route_a_message_gets(api, routes):
