@@ -47,6 +47,11 @@ class RouteRuleForm(forms.ModelForm):
         if self.errors:
             return data
         data["name"] = (data.get("name") or "").strip()
+        if data.get("tenant") is None:
+            # The database refuses the name too (routerule_name_all_tenants), but its error names no field.
+            taken = RouteRule.objects.filter(tenant__isnull=True, name=data["name"])
+            if taken.exclude(pk=self.instance.pk).exists():
+                self.add_error("name", "a rule for all tenants already has this name")
         try:
             data["country"], data["prefix"], data["priority"] = route_match_check(
                 country=data.get("country") or "",

@@ -109,6 +109,22 @@ def test_a_rule_for_all_tenants_is_added_without_a_tenant(tenant):
     assert "everyone" in page and "all tenants" in page
 
 
+def test_names_are_unique_per_tenant_and_among_the_rules_for_all_tenants(tenant):
+    operator, _ = staff("operator")
+    route_rule(None, "everyone", [("twilio", "", "", 1)])
+    route_rule(tenant, "gb", [("twilio", "", "", 1)])
+    for owner, name in ((None, "everyone"), (tenant, "gb")):
+        response = operator.post(ADD, form(owner, [{"provider": "twilio"}], name=name))
+        assert response.status_code == 200
+        errors = response.context["adminform"].form.errors
+        assert "already" in " ".join(errors.get("name", errors.get("__all__", []))), errors
+        if owner is None:
+            assert "name" in errors
+    # The same name for another owner is fine.
+    assert operator.post(ADD, form(tenant, [{"provider": "twilio"}], name="everyone")).status_code == 302
+    assert RouteRule.objects.count() == 3
+
+
 def test_a_viewer_sees_rules_and_cannot_add_change_or_delete(tenant):
     rule = route_rule(tenant, "gb", [("vonage", "", "ACME", 1)], country="GB")
     viewer, _ = staff("viewer")
