@@ -119,3 +119,14 @@ def test_routes_need_an_api_key(db):
 def test_routes_are_read_only(api):
     assert api.post("/v1/routes", {}, format="json").status_code == 405
     assert api.delete("/v1/routes").status_code == 405
+
+
+def test_a_message_born_through_the_api_takes_the_admin_rule_resolve_named(api, routes):
+    api.tenant.allowed_countries = ["US", "GB"]  # the destination guard allows the tenant's own country only
+    api.tenant.save(update_fields=["allowed_countries"])
+    resolved = api.get("/v1/routes/resolve", {"to": GB, "priority": "bulk"}).json()
+    sent = api.post("/v1/messages", {"to": GB, "body": "hi", "priority": "bulk"}, format="json")
+    assert sent.status_code == 201, sent.json()
+    route = api.get(f"/v1/messages/{sent.json()['id']}").json()["route"]
+    assert route["name"] == resolved["route"] == "tenant:gb-bulk"
+    assert [leg["provider"] for leg in route["legs"]] == ["vonage", "twilio"]  # the standby never first
