@@ -295,3 +295,7 @@ class SuppressionChangeAdmin(_ReadOnly):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name != "number"] + ["recipient"]
+
+
+# The routing rules' pages (delivery.routing.admin) register themselves on import.
+from delivery.routing import admin as routing_admin  # noqa: E402, F401

@@ -303,3 +303,6 @@ from delivery.guards.models import (  # noqa: E402, F401
     ReviewHoldMessage,
     VelocityCounter,
 )
+
+# Routing rules edited in the admin (delivery.routing.rules), likewise.
+from delivery.routing.models import RouteLeg, RouteRule  # noqa: E402, F401

@@ -400,6 +400,9 @@ for _provider_settings in provider_declarations.settings_in_use(
         raise ImproperlyConfigured(
             f"SMSGW_SENDING_LEASE_SECONDS must be longer than {_provider_settings.request_timeout_setting}"
         )
+# Routing rules edited in the admin are read once per this many seconds per process (every message born
+# asks for its tenant's), and at once after this process saved one (delivery.routing.rules).
+ROUTES_CACHE_SECONDS = env_float("SMSGW_ROUTES_CACHE_SECONDS", 5.0, minimum=0.0)
 # The longest request timeout of any provider (a worker's drain, the longest uncertain wait).
 PROVIDER_REQUEST_TIMEOUT_SECONDS = provider_declarations.longest_request_timeout()
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).

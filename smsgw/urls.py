@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from delivery import api as delivery_api
 from delivery.guards import suppressions_api
+from delivery.routing import api as routes_api
 from receipts import api as receipts_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
@@ -44,6 +45,8 @@ urlpatterns = [
     path("v1/campaigns/<str:public_id>/cancel", cmpctl.CampaignCancelApi.as_view(), name="campaign-cancel"),
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
+    path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
+    path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),
     path("v1/capacity", delivery_api.CapacityApi.as_view(), name="capacity"),
     path(
         "v1/capacity/senders/<str:sender>", delivery_api.SenderCapacityApi.as_view(), name="capacity-sender"

@@ -57,3 +57,14 @@ def _empty_broker():
     recovery._last_check = float("inf")
     yield
     recovery._last_check = 0.0
+
+
+@pytest.fixture(autouse=True)
+def _routes_cache_clear():
+    """The routing rules are cached per process for a few seconds (delivery.routing.rules); a rolled-back
+    test's rules must not route the next test's messages."""
+    from delivery.routing.rules import routes_cache_clear
+
+    routes_cache_clear()
+    yield
+    routes_cache_clear()

@@ -12,6 +12,7 @@ edited later changes new messages, never the order an in-flight message fails ov
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,8 +89,63 @@ def settings_rules(specs: Iterable[RuleSpec] | None = None) -> list[Rule]:
 
 
 def tenant_rules(tenant_id: int | None) -> list[Rule]:
-    """The admin-edited rules that apply to a tenant: its own, then those for all tenants."""
-    return []
+    """The admin-edited rules that apply to a tenant: its own, then those for all tenants (enabled ones,
+    each group by position). Asked for every message born (a campaign makes up to a million), so read
+    from a per-process snapshot of every enabled rule: two queries per ``ROUTES_CACHE_SECONDS``, and at
+    once after this process saved or deleted a rule or a leg (``routes_cache_clear``). Another process
+    sees an edit within that many seconds."""
+    by_tenant = _snapshot()
+    own = by_tenant.get(tenant_id, ()) if tenant_id is not None else ()
+    return [*own, *by_tenant.get(None, ())]
+
+
+# (expires at, on time.monotonic(); rules by tenant id, None = for all tenants). Replaced whole, never
+# mutated, so a reader in another thread sees one snapshot or the next.
+_cache: tuple[float, dict[int | None, tuple[Rule, ...]]] = (0.0, {})
+
+
+def _snapshot() -> dict[int | None, tuple[Rule, ...]]:
+    global _cache
+    expires, by_tenant = _cache
+    now = time.monotonic()
+    if now < expires:
+        return by_tenant
+    by_tenant = rules_load()
+    _cache = (now + settings.ROUTES_CACHE_SECONDS, by_tenant)
+    return by_tenant
+
+
+def routes_cache_clear() -> None:
+    """Forget this process's snapshot (a rule or leg was saved or deleted here)."""
+    global _cache
+    _cache = (0.0, {})
+
+
+def rules_load(
+    tenant_id: int | None = None, *, every_tenant: bool = True
+) -> dict[int | None, tuple[Rule, ...]]:
+    """The enabled admin-edited rules, by tenant id (None: for all tenants), each group in the order they
+    are tried. ``every_tenant`` False: only ``tenant_id``'s and those for all tenants (the API)."""
+    # Imported here, not above: resolving a plan needs no model, and this module stays importable early.
+    from django.db.models import Prefetch, Q
+
+    from delivery.routing.models import RouteLeg, RouteRule
+
+    rows = RouteRule.objects.filter(enabled=True)
+    if not every_tenant:
+        rows = rows.filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True))
+    rows = rows.order_by("position", "id").prefetch_related(
+        Prefetch("legs", queryset=RouteLeg.objects.order_by("position", "id"))
+    )
+    grouped: dict[int | None, list[Rule]] = {}
+    for row in rows:
+        legs = tuple(LegSpec(leg.provider, leg.account, leg.sender, leg.weight) for leg in row.legs.all())
+        if not legs:
+            continue  # a rule saved without legs (outside the admin) routes nothing: the next one is tried
+        source = "all" if row.tenant_id is None else "tenant"
+        rule = Rule(f"{source}:{row.name}", legs, row.country, row.prefix, row.priority)
+        grouped.setdefault(row.tenant_id, []).append(rule)
+    return {key: tuple(rules) for key, rules in grouped.items()}
 
 
 def rules_for(tenant_id: int | None) -> list[Rule]:

@@ -1,9 +1,9 @@
 """The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
 also acts on messages, schedules, campaigns, holds (provider and review holds), circuits, webhook
-deliveries and sender rates; `admin` also manages tenants, API keys, periodic tasks, admin users and
-login lockouts. A person gets a role by being `is_staff` and in one group (docs/admin.md, "Who may do what").
-Nobody but a superuser deletes messages or their history: no role has those permissions, and the admin
-refuses them to everyone anyway.
+deliveries, sender rates and routing rules; `admin` also manages tenants, API keys, periodic tasks,
+admin users and login lockouts. A person gets a role by being `is_staff` and in one group (docs/admin.md,
+"Who may do what"). Nobody but a superuser deletes messages or their history: no role has those
+permissions, and the admin refuses them to everyone anyway.
 
 Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the groups to these permissions
 (also after a test database was flushed)."""
@@ -24,6 +24,8 @@ VIEW = {
         "ratebucket",
         "providercircuit",
         "reviewhold",
+        "routerule",
+        "routeleg",
     ],
     "receipts": ["receiptevent", "webhookdelivery", "statuslookup"],
     "limits": ["quotawindow", "apiratebucket"],
@@ -47,6 +49,9 @@ OPERATE = {
         "reviewhold": ["change"],  # release / cancel a velocity review hold
         "sendercapacity": ["add", "change"],
         "accountcapacity": ["add", "change"],
+        # Routing rules and their legs (delivery.routing): edited in the admin, audited there.
+        "routerule": ["add", "change", "delete"],
+        "routeleg": ["add", "change", "delete"],
     },
     "receipts": {"webhookdelivery": ["change"]},
 }

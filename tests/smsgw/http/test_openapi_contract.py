@@ -301,6 +301,19 @@ def suppressions_walk(c: Contract) -> None:
     c.call("delete", "/v1/suppressions?number=%2B14155550140", 204)
 
 
+def routes_walk(c: Contract) -> None:
+    from tests.delivery.routing.helpers import route_rule
+
+    route_rule(c.tenant, "gb", [("vonage", "", "ACME", 2), ("twilio", "", "", 0)], country="GB")
+    c.call("get", "/v1/routes", 200)
+    c.call("get", "/v1/routes", 400, data={"bogus": "1"})
+    c.call("get", "/v1/routes/resolve", 200, data={"to": "+447400123456", "priority": "bulk"})
+    c.call("get", "/v1/routes/resolve", 200, data={"to": "+14155550123"})
+    c.call("get", "/v1/routes/resolve", 400, data={"to": "nope"})
+    c.call("get", "/v1/routes/resolve", 400, data={"to": "+14155550123", "priority": "urgent"})
+    c.call("get", "/v1/routes/resolve", 400)
+
+
 def campaigns_control_walk(c: Contract) -> None:
     from tests.factories import campaign_with_messages
 
@@ -357,6 +370,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     campaigns_walk(contract)
     settings_walk(contract)
     suppressions_walk(contract)
+    routes_walk(contract)
     campaigns_control_walk(contract)
     unauthenticated_walk(contract)
     hostile_walk(contract, settings)
