@@ -558,18 +558,21 @@ def _absent(
             "reason_code": ReasonCode.RETRIES_EXHAUSTED,
             "status_reason": decision.reason,
         }
-    won = _verdict(
-        msg,
-        attempt,
-        to_status=to_status,
-        kind=kind,
-        details=details,
-        set_fields=set_fields,
-        now=now,
-        attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_ABSENT, now),
-    )
-    if won and moves_on:
-        row = Message.objects.filter(pk=msg.pk, status=Status.QUEUED).values(*failover.ROW_FIELDS).first()
-        if row is not None:
-            failover.failover_rows([(row, failover.Why.ABSENT, f"rule {rule}")], now=now)
+    # One transaction: the row stays locked by the verdict's update until the move to the next leg, so no
+    # sweep can hand it to this leg's provider in between.
+    with transaction.atomic():
+        won = _verdict(
+            msg,
+            attempt,
+            to_status=to_status,
+            kind=kind,
+            details=details,
+            set_fields=set_fields,
+            now=now,
+            attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_ABSENT, now),
+        )
+        if won and moves_on:
+            row = Message.objects.filter(pk=msg.pk, status=Status.QUEUED).values(*failover.ROW_FIELDS).first()
+            if row is not None:
+                failover.failover_rows([(row, failover.Why.ABSENT, f"rule {rule}")], now=now)
     return "absent" if won else "not_sending"

@@ -73,7 +73,12 @@ def us_plan(tenant) -> list[dict]:
 def routed_bulk(tenant, n: int, **kw) -> list[int]:
     """n US messages on the US route's first leg (as birth routes them: tests/delivery/routing covers that
     path; this one makes thousands quickly)."""
-    pks = messages_bulk(tenant, n, due_at=kw.pop("due_at", timezone.now()), **kw)
+    before = set(Message.objects.filter(tenant=tenant).values_list("pk", flat=True))
+    pks = [
+        pk
+        for pk in messages_bulk(tenant, n, due_at=kw.pop("due_at", timezone.now()), **kw)
+        if pk not in before
+    ]
     Message.objects.filter(pk__in=pks).update(route="settings:us", route_plan=us_plan(tenant), route_leg=0)
     return pks
 
