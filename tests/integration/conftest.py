@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from bench.devprocs import BIN
+from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.models import Message, Status
 from tests import processes
-from sandbox.vonage.process import VonageSandboxProcess
 from tests.sandbox_process import SandboxProcess
 
 # Short windows so recovery paths run within a test's time, not production's minutes.
