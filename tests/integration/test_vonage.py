@@ -275,3 +275,62 @@ def test_uncertain_submissions_resolved_by_their_receipts_never_resent_blind(von
         assert not vonage.vonage.messages(to=m.to.lstrip("+"))  # nothing stored: it was never sent
     stats = vonage.vonage.stats()
     assert stats["by_outcome"]["rejected"] == 1 and stats["by_outcome"]["error_500"] == 1, stats["by_outcome"]
+
+
+LONG_BODY = ("Your appointment is confirmed; reply to this number to change it. " * 7)[:400]  # 3 parts of 153
+
+
+def test_long_message_three_part_ids_three_receipts_delivered_when_every_part_is(vonage):
+    """A 400-character text is 3 parts at Vonage (153 GSM-7 characters each): one request, three
+    message-ids, three receipts. The message is `delivered` once every part is (the timeline names each
+    part's receipt); a message whose parts are refused by the carrier ends `failed` and is never sent
+    again, even for a code that would resend a one-part message (8, network error: the other parts were
+    handed on)."""
+    tenant, _ = tenant_with_key("acme")
+    run(vonage)
+    whole = message(tenant, to=recipient(1), body=LONG_BODY)
+    Message.objects.filter(pk=whole.pk).update(segments=3)
+    connection.close()
+    vonage.wait_all_final([whole.pk], timeout=30, final=FINAL)
+    delivered_once_each(vonage, [whole.pk])
+    whole.refresh_from_db()
+    parts = sorted(vonage.vonage.messages(to=whole.to.lstrip("+")), key=lambda p: p["part"])
+    assert [(p["part"], p["parts"]) for p in parts] == [(1, 3), (2, 3), (3, 3)]
+    assert "".join(p["text"] for p in parts) == LONG_BODY
+    assert len({p["request_id"] for p in parts}) == 1
+    (attempt,) = Attempt.objects.filter(message=whole)
+    assert attempt.response["part_ids"] == [p["message-id"] for p in parts]
+    receipts = ReceiptEvent.objects.filter(message_id=whole.pk)
+    assert sorted(receipts.values_list("provider_message_id", flat=True)) == sorted(
+        attempt.response["part_ids"]
+    )
+    assert set(receipts.values_list("outcome", flat=True)) <= {
+        ReceiptOutcome.APPLIED,
+        ReceiptOutcome.RECORDED,
+    }
+    assert receipts.filter(outcome=ReceiptOutcome.APPLIED).count() == 1
+    # the timeline: one entry per part; the receipt that completes the set delivers it, the others are
+    # noted (waiting for the other parts, or after the move when they came in the same batch)
+    entries = MessageEvent.objects.filter(message=whole, details__receipt_id__isnull=False).order_by("id")
+    assert sorted(e.details["part"] for e in entries) == [1, 2, 3]
+    assert all(e.details["parts"] == 3 for e in entries)
+    assert sorted(e.kind for e in entries) == ["delivered", "receipt", "receipt"]
+    notes = [e.details["note"] for e in entries if e.kind == "receipt"]
+    assert all("every part" in n or "already" in n for n in notes), notes
+    assert not DuplicateSubmission.objects.exists()
+
+    # Every part refused by the carrier (rejected, err-code 8: a transient class, which would send a
+    # one-part message again): the long message ends failed, submitted once.
+    vonage.vonage.config(receipt_rejected_share=1.0, receipt_rejected_err_code=8)
+    refused = message(tenant, to=recipient(2), body=LONG_BODY)
+    connection.close()
+    vonage.wait_all_final([refused.pk], timeout=30, final=FINAL)
+    vonage.wait_until(lambda: receipts_settled(vonage), 30, "receipts out and processed")
+    refused.refresh_from_db()
+    assert refused.status == Status.FAILED, refused.status_reason
+    assert refused.error_code == "8"
+    assert Attempt.objects.filter(message=refused).count() == 1
+    stored = vonage.vonage.messages(to=refused.to.lstrip("+"))
+    assert len(stored) == 3 and len({p["request_id"] for p in stored}) == 1  # never sent again
+    assert ReceiptEvent.objects.filter(message_id=refused.pk).count() == 3
+    assert not DuplicateSubmission.objects.exists()
