@@ -61,6 +61,7 @@ class EmbeddedRun:
     def __init__(self, var_dir: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.var = var_dir or Path(tempfile.mkdtemp(prefix="smsgw-embedded-"))
         self.web_port, self.sandbox_port = free_port(), free_port()
+        self.vonage_port, self.vonage_control_port = free_port(), free_port()
         self.env = {
             k: v
             for k, v in os.environ.items()
@@ -70,6 +71,8 @@ class EmbeddedRun:
             SMSGW_VAR_DIR=str(self.var),
             SMSGW_WEB_PORT=str(self.web_port),
             SMSGW_SANDBOX_PORT=str(self.sandbox_port),
+            SMSGW_VONAGE_SANDBOX_PORT=str(self.vonage_port),
+            SMSGW_VONAGE_SANDBOX_CONTROL_PORT=str(self.vonage_control_port),
             **(env or {}),
         )
         self.log_path = self.var / "run.log"

@@ -1,6 +1,7 @@
-"""The embedded run's supervisor: starts the sandbox, gunicorn, one celery worker and celery beat, keeps
-them running, and stops them all together. ``deploy/run-embedded.sh`` runs it after installing and
-migrating; it imports nothing of the project (only the standard library), so it cannot fail with it.
+"""The embedded run's supervisor: starts the sandboxes (Twilio's and Vonage's), gunicorn, one celery
+worker and celery beat, keeps them running, and stops them all together. ``deploy/run-embedded.sh`` runs
+it after installing and migrating; it imports nothing of the project (only the standard library), so it
+cannot fail with it.
 
 * **A child that dies is started again**, with a log line and a backoff: 1 s after a run of at least
   ``STABLE_SECONDS``, doubling (up to ``MAX_BACKOFF``) while it keeps dying sooner, so a child that cannot
@@ -232,7 +233,7 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not kill the supervisor mid-stop
         deadline = time.monotonic() + STOP_SECONDS
-        last = [c for c in self.children if c.name == "sandbox"]
+        last = [c for c in self.children if c.name in SANDBOXES]
         first = [c for c in self.children if c not in last]
         for child in first:
             child.signal_group(signal.SIGTERM)
@@ -262,11 +263,25 @@ class Supervisor:
                     self.selector.unregister(key.fileobj)
 
 
+# Stopped last, once nothing can submit to them any more.
+SANDBOXES = ("sandbox", "vonage-sandbox")
+
+
 def children_embedded(args: argparse.Namespace) -> list[Child]:
     venv = Path(sys.executable).parent
     var = Path(args.var_dir)
     sandbox = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1"]
     sandbox += ["--port", str(args.sandbox_port), "--state-file", str(var / "sandbox-messages.jsonl")]
+    sandboxes = [Child("sandbox", sandbox, ready_url=f"http://127.0.0.1:{args.sandbox_port}/_sandbox/health")]
+    if args.vonage_sandbox_port:
+        # HTTPS with a throwaway CA written to --ca-file (the adapter's VONAGE_CA_BUNDLE); its control API
+        # (health, stats) in plain HTTP on a port of its own; its store kept across restarts.
+        second = [sys.executable, "-m", "sandbox.vonage", "--host", "127.0.0.1"]
+        second += ["--port", str(args.vonage_sandbox_port), "--control-port", str(args.vonage_control_port)]
+        second += ["--ca-file", args.vonage_ca_file or str(var / "vonage-sandbox-ca.pem")]
+        second += ["--state-file", str(var / "vonage-sandbox-messages.jsonl")]
+        health = f"http://127.0.0.1:{args.vonage_control_port}/_sandbox/health"
+        sandboxes.append(Child("vonage-sandbox", second, ready_url=health))
     # Nothing here uses gunicorn's control socket, and its default path is one per host (a second
     # gunicorn on the host would take it over).
     web = [
@@ -300,7 +315,7 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     ]
     beat += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
     return [
-        Child("sandbox", sandbox, ready_url=f"http://127.0.0.1:{args.sandbox_port}/_sandbox/health"),
+        *sandboxes,
         Child("web", web, ready_url=f"http://127.0.0.1:{args.web_port}/healthz"),
         Child("worker", worker, ready_line=" ready."),
         Child("beat", beat, ready_line="beat: Starting"),
@@ -312,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--var-dir", required=True)
     p.add_argument("--web-port", type=int, required=True)
     p.add_argument("--sandbox-port", type=int, required=True)
+    p.add_argument("--vonage-sandbox-port", type=int, default=0, help="0: no Vonage sandbox")
+    p.add_argument("--vonage-control-port", type=int, default=0)
+    p.add_argument("--vonage-ca-file", default="", help="default: vonage-sandbox-ca.pem in the var dir")
     p.add_argument("--queues", required=True, help="comma-separated: every queue the code routes to")
     p.add_argument("--banner", default="", help="printed once every child is ready")
     args = p.parse_args(argv)

@@ -13,6 +13,17 @@ export SMSGW_PUBLIC_BASE_URL="${SMSGW_PUBLIC_BASE_URL:-http://127.0.0.1:${SMSGW_
 WEB_PORT="${SMSGW_WEB_PORT:-8000}"
 SANDBOX_PORT="${SMSGW_SANDBOX_PORT:-8081}"
 export TWILIO_API_BASE_URL="${TWILIO_API_BASE_URL:-http://127.0.0.1:$SANDBOX_PORT}"
+# The Vonage sandbox beside it (docs/vonage.md, "The Vonage sandbox"): HTTPS on its port with a throwaway
+# CA written to the var dir (the adapter trusts that file), and its control API in plain HTTP on the next
+# port (health, stats). Outside production the VONAGE_* credentials default to the sandbox's.
+VONAGE_SANDBOX_PORT="${SMSGW_VONAGE_SANDBOX_PORT:-8082}"
+VONAGE_CONTROL_PORT="${SMSGW_VONAGE_SANDBOX_CONTROL_PORT:-$((VONAGE_SANDBOX_PORT + 1))}"
+export VONAGE_REST_HOST="${VONAGE_REST_HOST:-127.0.0.1:$VONAGE_SANDBOX_PORT}"
+export VONAGE_CA_BUNDLE="${VONAGE_CA_BUNDLE:-$SMSGW_VAR_DIR/vonage-sandbox-ca.pem}"
+# Routing (smsgw/config/routes.py): UK numbers through Vonage, everything else through SMSGW_PROVIDER.
+# SMSGW_ROUTES= (empty) turns it off.
+GB_TO_VONAGE='[{"name": "gb-vonage", "country": "GB", "legs": [{"provider": "vonage"}]}]'
+export SMSGW_ROUTES="${SMSGW_ROUTES-$GB_TO_VONAGE}"
 PY=.venv/bin/python
 
 $PY manage.py migrate --noinput -v 0
@@ -25,6 +36,8 @@ BANNER="
 smsgw is running (embedded mode).
   API:      http://127.0.0.1:$WEB_PORT/v1/messages   (reference: /v1/docs, OpenAPI: /v1/openapi.json)
   Sandbox:  $TWILIO_API_BASE_URL   (submissions: /_sandbox/stats)
+  Vonage:   https://$VONAGE_REST_HOST   (CA $VONAGE_CA_BUNDLE; stats: http://127.0.0.1:$VONAGE_CONTROL_PORT/_sandbox/stats)
+  Routes:   ${SMSGW_ROUTES:-none}   (else ${SMSGW_PROVIDER:-twilio})
   API key:  $(cat "$SMSGW_VAR_DIR/demo-api-key")      (also in $SMSGW_VAR_DIR/demo-api-key)
 A process that dies is started again (its line says so). Press Ctrl-C to stop.
 
@@ -34,4 +47,5 @@ A process that dies is started again (its line says so). Press Ctrl-C to stop.
 # The worker consumes every queue the code routes to (smsgw/runtime/queues.py, the one list).
 QUEUES=$($PY -c 'from smsgw.runtime.queues import ROUTED_QUEUES; print(",".join(ROUTED_QUEUES))')
 exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandbox-port "$SANDBOX_PORT" \
-  --queues "$QUEUES" --banner "$BANNER"
+  --vonage-sandbox-port "$VONAGE_SANDBOX_PORT" --vonage-control-port "$VONAGE_CONTROL_PORT" \
+  --vonage-ca-file "$VONAGE_CA_BUNDLE" --queues "$QUEUES" --banner "$BANNER"

@@ -19,6 +19,13 @@ delivery.providers.twilio.callbacks; the rules are one table, delivery.sending.o
 
 Delivery times come from the carrier's receipt when the provider passes it (Twilio's RawDlrDoneDate),
 else from when the callback arrived.
+
+A long message sent through a provider that answers one id per part (``capabilities.per_part_ids``,
+Vonage: one ``message-id`` and one receipt per part) is one message with several receipts: each part's
+receipt is found by the attempt's ``response["part_ids"]`` (receipts.unknown, PART) and named on the
+timeline ("part 2 of 3"). The message is ``delivered`` only once every part has a delivered receipt; a
+part that ends otherwise ends the message so (``undelivered``, or ``failed``), never sent again (the other
+parts were handed on: a resend would repeat them).
 """
 
 from __future__ import annotations
@@ -194,6 +201,7 @@ def _match(
     are recorded as duplicates, superseded, unknown or orphaned, or wait to be tried again."""
     done, waiting, notes = batch.done, batch.waiting, batch.notes
     found_sids: set[str] = set()
+    parts: list[ReceiptEvent] = []  # another part's receipt of a message we know
     pending: list[ReceiptEvent] = []
     for receipt in receipts:
         receipt.tries += 1
@@ -208,6 +216,9 @@ def _match(
         receipt.message_id = message_id
         if verdict == unknown.FOUND:
             found_sids.add(receipt.provider_message_id)
+            pending.append(receipt)
+        elif verdict == unknown.PART:
+            parts.append(receipt)
             pending.append(receipt)
         elif verdict in (unknown.DUPLICATE, unknown.SUPERSEDED):
             receipt.outcome = (
@@ -237,7 +248,60 @@ def _match(
                 waiting.append(receipt)
     if found_sids:
         by_sid.update(_load(found_sids))
+    if parts:
+        _alias_parts(parts, by_sid, pending, waiting, now)
     return pending
+
+
+def _alias_parts(
+    parts: list[ReceiptEvent],
+    by_sid: dict[tuple[str, str | None], MessageRow],
+    pending: list[ReceiptEvent],
+    waiting: list[ReceiptEvent],
+    now: datetime,
+) -> None:
+    """A part's receipt shares its message's row (one dict, so the batch's moves are seen by both)."""
+    recorded: dict[int, str] = {
+        pk: sid or ""
+        for pk, sid in Message.objects.filter(pk__in={r.message_id for r in parts}).values_list(
+            "id", "provider_message_id"
+        )
+    }
+    missing = set(recorded.values()) - {sid for _, sid in by_sid if sid}
+    if missing:
+        by_sid.update(_load(missing))
+    for receipt in parts:
+        first = (receipt.provider, recorded.get(receipt.message_id or 0, ""))
+        if first in by_sid:
+            by_sid[(receipt.provider, receipt.provider_message_id)] = by_sid[first]
+        else:  # the message moved on meanwhile: judged again on the next try
+            pending.remove(receipt)
+            receipt.next_try_at = now + delays.receipt_retry_delay(receipt.tries)
+            waiting.append(receipt)
+
+
+def _parts_of(receipt: ReceiptEvent, msg: MessageRow) -> list[str]:
+    """The part ids of the submission the message records, when it has more than one part (a provider
+    with ``capabilities.per_part_ids``); else []."""
+    if not msg["provider_message_id"] or not get_adapter(receipt.provider).capabilities.per_part_ids:
+        return []
+    attempt = (
+        Attempt.objects.filter(message_id=msg["id"], provider_message_id=msg["provider_message_id"])
+        .order_by("-number")
+        .first()
+    )
+    ids = unknown.part_ids(attempt) if attempt is not None else []
+    return ids if len(ids) > 1 and receipt.provider_message_id in ids else []
+
+
+def _all_parts_delivered(provider: str, part_ids: list[str]) -> bool:
+    """Has every part a delivered receipt (stored: the batch's own receipts are stored rows too)?"""
+    delivered = set(
+        ReceiptEvent.objects.filter(
+            provider=provider, provider_message_id__in=part_ids, normalized_status="delivered"
+        ).values_list("provider_message_id", flat=True)
+    )
+    return delivered >= set(part_ids)
 
 
 def _status_of(message_id: int | None) -> str:
@@ -251,6 +315,10 @@ def _decide(receipt: ReceiptEvent, msg: MessageRow, batch: _Batch, now: datetime
     receipt.message_id = msg["id"]
     current = msg["status"]
     details = _details(receipt)
+    part_ids = _parts_of(receipt, msg)
+    if part_ids:
+        details["part"] = part_ids.index(receipt.provider_message_id) + 1
+        details["parts"] = len(part_ids)
     if receipt.normalized_status == "":
         receipt.outcome = ReceiptOutcome.UNKNOWN_STATUS
         batch.done.append(receipt)
@@ -261,7 +329,21 @@ def _decide(receipt: ReceiptEvent, msg: MessageRow, batch: _Batch, now: datetime
         receipt.outcome = ReceiptOutcome.RECORDED
         batch.done.append(receipt)
         return
-    effect = _effect(receipt, msg)
+    if (
+        part_ids
+        and TARGET.get(receipt.normalized_status) == Status.DELIVERED
+        and RANK[current] < RANK[Status.DELIVERED]
+        and not _all_parts_delivered(receipt.provider, part_ids)
+    ):
+        waiting = (
+            f"part {details['part']} of {len(part_ids)} delivered; the message is delivered when every "
+            "part is"
+        )
+        batch.notes.append((msg["id"], "receipt", current, {**details, "note": waiting}))
+        receipt.outcome = ReceiptOutcome.RECORDED
+        batch.done.append(receipt)
+        return
+    effect = _effect(receipt, msg, resend=not part_ids)
     if effect is None:
         why = (
             "informational status"
@@ -355,9 +437,12 @@ def _details(receipt: ReceiptEvent) -> dict:
     }
 
 
-def _effect(receipt: ReceiptEvent, msg: MessageRow) -> tuple[str, str, dict, dict] | None:
+def _effect(
+    receipt: ReceiptEvent, msg: MessageRow, *, resend: bool = True
+) -> tuple[str, str, dict, dict] | None:
     """(timeline kind, target status, per-row column values, extra details) or None for a note; the
-    move is the table's (delivery.sending.outcomes.RECEIPT_MOVES)."""
+    move is the table's (delivery.sending.outcomes.RECEIPT_MOVES). ``resend`` False (one part of a long
+    message): never back to `queued`, the table's move without a resend instead."""
     current = msg["status"]
     if receipt.normalized_status not in TARGET:
         return None
@@ -368,7 +453,7 @@ def _effect(receipt: ReceiptEvent, msg: MessageRow) -> tuple[str, str, dict, dic
     assert move is not None  # every status in TARGET has a move for each error class (RECEIPT_MOVES)
     values: dict = {"provider_status": receipt.raw_status, "error_code": receipt.error_code}
     if move.status == Status.QUEUED:  # a resend: only while the provider still had the message
-        requeue = _requeue(receipt, msg, info, move, values) if current in REQUEUE_FROM else None
+        requeue = _requeue(receipt, msg, info, move, values) if resend and current in REQUEUE_FROM else None
         if requeue is not None:
             return requeue
         move = move.otherwise

@@ -13,7 +13,10 @@ where that message is:
 * the message already has another sid -> the provider holds two submissions of one message: a
   ``DuplicateSubmission`` row (admin) and a ``duplicate_submission`` timeline entry, and an ERROR log;
 * the sid belongs to an earlier attempt of the message (failed at the provider, then resent) -> a
-  receipt for a superseded attempt: kept on the timeline, the message is not moved.
+  receipt for a superseded attempt: kept on the timeline, the message is not moved;
+* the sid is another part of the attempt the message records (a provider that answers one id per part
+  of a long message, ``capabilities.per_part_ids``, e.g. Vonage's ``messages[]``; the attempt's
+  ``response["part_ids"]``) -> a receipt of that message (PART), not a second submission.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ from scheduling.models import Message, Status
 log = logging.getLogger(__name__)
 
 WAIT, FOUND, DUPLICATE, SUPERSEDED, UNRESOLVED = "wait", "found", "duplicate", "superseded", "unresolved"
+PART = "part"
+
+
+def part_ids(attempt: Attempt) -> list[str]:
+    """Every part's provider id of an accepted attempt (the adapter's ``response["part_ids"]``, first part
+    first); empty when the provider answers one id per message."""
+    ids = (attempt.response or {}).get("part_ids") if isinstance(attempt.response, dict) else None
+    return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
 def unknown_sid_resolve(receipt: ReceiptEvent, now: datetime) -> tuple[str, int | None]:
@@ -45,7 +56,9 @@ def unknown_sid_resolve(receipt: ReceiptEvent, now: datetime) -> tuple[str, int 
     if DuplicateSubmission.objects.filter(provider=receipt.provider, provider_message_id=sid).exists():
         return DUPLICATE, msg.pk
     attempts = {a.number: a for a in msg.attempts.all()}
-    owner = next((a for a in attempts.values() if a.provider_message_id == sid), None)
+    owner = next((a for a in attempts.values() if a.provider_message_id == sid or sid in part_ids(a)), None)
+    if owner is not None and owner.provider_message_id != sid and _is_part(owner, msg):
+        return PART, msg.pk  # another part of the submission the message records
     if owner is not None:
         if owner.outcome == AttemptOutcome.REJECTED:
             return SUPERSEDED, msg.pk  # it failed at the provider and the message was sent again
@@ -63,6 +76,16 @@ def unknown_sid_resolve(receipt: ReceiptEvent, now: datetime) -> tuple[str, int 
     if msg.status in (Status.SENDING, Status.QUEUED):
         return (FOUND if _found(receipt, msg, attempt, now) else WAIT), msg.pk
     return UNRESOLVED, msg.pk
+
+
+def _is_part(attempt: Attempt, msg: Message) -> bool:
+    """A part of the accepted attempt whose first part the message records (a part of any other attempt
+    is judged as that attempt: superseded, or a duplicate)."""
+    return (
+        attempt.outcome != AttemptOutcome.REJECTED
+        and bool(attempt.provider_message_id)
+        and attempt.provider_message_id == msg.provider_message_id
+    )
 
 
 def _found(receipt: ReceiptEvent, msg: Message, attempt: Attempt, now: datetime) -> bool:

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from bench.devprocs import BIN
+from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.models import Message, Status
 from tests import processes
 from tests.sandbox_process import SandboxProcess
@@ -104,6 +105,55 @@ class Pipeline:
             proc.stop()
 
 
+# The signature secret both sides share in the Vonage pipeline: the sandbox signs its receipts (and checks
+# our signed requests) with it, the gateway checks every receipt's ``sig`` (VONAGE_SIGNATURE_SECRET).
+VONAGE_SIGNATURE_SECRET = "integration-signature-secret"
+VONAGE_SIGNATURE_METHOD = "sha256"
+
+
+class VonagePipeline(Pipeline):
+    """The same processes, sending through the Vonage sandbox (SMSGW_PROVIDER=vonage): a real HTTPS
+    server with its own throwaway CA, requests and receipts signed with a shared secret."""
+
+    def __init__(self, vonage: VonageSandboxProcess):
+        self.sandbox = vonage  # type: ignore[assignment]
+        self.vonage = vonage
+        self.procs = []
+        self.env = processes.process_env(
+            SMSGW_PROVIDER="vonage",
+            VONAGE_REST_HOST=vonage.rest_host,
+            VONAGE_CA_BUNDLE=vonage.ca_file,
+            VONAGE_API_KEY=vonage.api_key,
+            VONAGE_API_SECRET=vonage.api_secret,
+            VONAGE_SIGNATURE_SECRET=VONAGE_SIGNATURE_SECRET,
+            VONAGE_SIGNATURE_METHOD=VONAGE_SIGNATURE_METHOD,
+            **FAST,
+        )
+
+    def wait_until(self, predicate, timeout: float, what: str) -> None:
+        try:
+            super().wait_until(predicate, timeout, what)
+        except AssertionError as exc:
+            # What the messages went through, for the failure: the timeline of two of them.
+            from scheduling.models import MessageEvent
+
+            sample = list(Message.objects.exclude(status=Status.DELIVERED).order_by("id")[:2])
+            timelines = "\n".join(
+                f"{m.public_id} {m.status} {m.reason_code} {m.status_reason}: "
+                + "; ".join(f"{e.kind} {e.details}"[:300] for e in MessageEvent.objects.filter(message=m))
+                for m in sample
+            )
+            raise AssertionError(f"{exc}\n--- timelines\n{timelines}") from None
+
+    def parts_by_client_ref(self) -> Counter:
+        """Parts stored at the sandbox, by the client-ref each submission carried."""
+        return Counter(p["client-ref"] for p in self.vonage.messages())
+
+    def submissions_by_recipient(self) -> Counter:
+        """Submissions (requests stored, a long message once) by recipient, as the sandbox holds them."""
+        return Counter(f"+{p['to']}" for p in self.vonage.messages() if p["part"] == 1)
+
+
 def handed_over(pks) -> Counter:
     """The messages' statuses with `delivered` counted as `sent`: a copy the reconciler finds at the
     provider is applied with the status it has there (delivery.sending.reconcile), so a message sent
@@ -146,6 +196,22 @@ def pipeline(transactional_db):
     connection.close()  # workers are separate processes; do not hold a connection they could wait on
     with SandboxProcess() as sandbox:
         pipe = Pipeline(sandbox)
+        try:
+            yield pipe
+        finally:
+            pipe.stop()
+            processes.broker_purge()
+
+
+@pytest.fixture
+def vonage_pipeline(transactional_db):
+    """Workers and beat sending through the Vonage sandbox; receipts need ``start_web`` (a test's own
+    choice, as for Twilio)."""
+    processes.broker_purge()
+    connection.close()
+    extra = ["--signature-secret", VONAGE_SIGNATURE_SECRET, "--signature-method", VONAGE_SIGNATURE_METHOD]
+    with VonageSandboxProcess(extra_args=extra) as vonage:
+        pipe = VonagePipeline(vonage)
         try:
             yield pipe
         finally:

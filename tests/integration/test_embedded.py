@@ -50,15 +50,22 @@ def _http(
     return wait_for(attempt, max(0.0, deadline - time.monotonic()), f"{method} {url}", interval=0.5)
 
 
-def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt():
+@pytest.mark.parametrize("provider", ["twilio", "vonage"])
+def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt(provider):
+    """Both sandboxes run beside the gateway; the message goes through the one SMSGW_PROVIDER names (Vonage's
+    sandbox: HTTPS with the CA file the script writes to the var dir) and is counted there."""
     var = Path(tempfile.mkdtemp(prefix="smsgw-embedded-"))
-    web, sandbox = free_port(), free_port()
+    web, sandbox, vonage, vonage_control = free_port(), free_port(), free_port(), free_port()
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SECRET_KEY")
     }
     env.update(SMSGW_VAR_DIR=str(var), SMSGW_WEB_PORT=str(web), SMSGW_SANDBOX_PORT=str(sandbox))
+    env.update(SMSGW_VONAGE_SANDBOX_PORT=str(vonage), SMSGW_VONAGE_SANDBOX_CONTROL_PORT=str(vonage_control))
+    for name in [k for k in env if k.startswith("VONAGE_")] + ["SMSGW_ROUTES"]:
+        env.pop(name, None)  # the script's own defaults
+    env["SMSGW_PROVIDER"] = provider
     log = open(var / "run.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         ["./deploy/run-embedded.sh"],
@@ -105,7 +112,17 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         assert changes == ["queued", "sending", "sent", "delivered"], events
         assert events["events"][0]["kind"] == "created"
         _, stats = _http("GET", f"http://127.0.0.1:{sandbox}/_sandbox/stats")
-        assert stats["submissions"] == 1
+        _, vonage_stats = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/stats")
+        assert (stats["submissions"], vonage_stats["submissions"]) == (
+            (1, 0) if provider == "twilio" else (0, 1)
+        )
+        if provider == "vonage":
+            _, parts = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/messages")
+            (part,) = parts
+            assert part["to"] == "14155550123" and part["client-ref"].startswith(
+                created["id"].removeprefix("msg_")
+            )
+            assert (var / "vonage-sandbox-ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:
@@ -128,7 +145,8 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         # group. Every process it started (pool children included, whatever their group) is gone within
         # 30 s; the worker drains instead of hanging in its children's exit.
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        assert len(tree) >= 8, [p.cmdline() for p in tree]  # script, sandbox, gunicorn x3, worker x5, beat
+        # script, two sandboxes, gunicorn x3, worker x5, beat
+        assert len(tree) >= 9, [p.cmdline() for p in tree]
         os.killpg(proc.pid, signal.SIGTERM)
         _, alive = psutil.wait_procs(tree, timeout=30)
         assert not alive, [(p.pid, p.cmdline()) for p in alive]

@@ -84,7 +84,9 @@ def test_embedded_run_under_cpu_load_on_every_core_delivers_every_message_once_a
     result = outcome(run, sender.accepted, settle_seconds=180)
     assert result["accepted"] == 300
     _assert_each_delivered_once(run, result)
-    assert run.restarts() == {"sandbox": 0, "web": 0, "worker": 0, "beat": 0}, run.log()[-6000:]
+    assert run.restarts() == {"sandbox": 0, "vonage-sandbox": 0, "web": 0, "worker": 0, "beat": 0}, run.log()[
+        -6000:
+    ]
     assert all(_alive(pid) for pid in pids.values()), pids
     assert "Unrecoverable error" not in run.log()
 
@@ -145,7 +147,8 @@ def test_an_embedded_child_killed_with_sigkill_is_restarted_and_every_message_is
     assert result["accepted"] == 120
     _assert_each_delivered_once(run, result)
     # only the killed child was restarted, once
-    assert run.restarts() == {n: (1 if n == child else 0) for n in ("sandbox", "web", "worker", "beat")}
+    children = ("sandbox", "vonage-sandbox", "web", "worker", "beat")
+    assert run.restarts() == {n: (1 if n == child else 0) for n in children}
     assert _alive(after)
     tree = [psutil.Process(run.proc.pid), *psutil.Process(run.proc.pid).children(recursive=True)]
     # Ctrl-C (SIGTERM to the group) still stops every process, pool children included, within 30 s.
