@@ -20,15 +20,17 @@ VONAGE_SANDBOX_PORT="${SMSGW_VONAGE_SANDBOX_PORT:-8082}"
 VONAGE_CONTROL_PORT="${SMSGW_VONAGE_SANDBOX_CONTROL_PORT:-$((VONAGE_SANDBOX_PORT + 1))}"
 export VONAGE_REST_HOST="${VONAGE_REST_HOST:-127.0.0.1:$VONAGE_SANDBOX_PORT}"
 export VONAGE_CA_BUNDLE="${VONAGE_CA_BUNDLE:-$SMSGW_VAR_DIR/vonage-sandbox-ca.pem}"
-# Routing (smsgw/config/routes.py): UK numbers through Vonage, everything else through SMSGW_PROVIDER.
-# SMSGW_ROUTES= (empty) turns it off.
-GB_TO_VONAGE='[{"name": "gb-vonage", "country": "GB", "legs": [{"provider": "vonage"}]}]'
-export SMSGW_ROUTES="${SMSGW_ROUTES-$GB_TO_VONAGE}"
+# Routing (docs/routing.md): UK numbers through Vonage with Twilio as its standby, US numbers through
+# Twilio with Vonage as its standby (a leg of weight 0 is reached only by failover), everything else
+# through SMSGW_PROVIDER. SMSGW_ROUTES= (empty) turns it off.
+DEMO_ROUTES='[{"name": "gb-vonage", "country": "GB", "legs": [{"provider": "vonage", "sender": "SMSGW"}, {"provider": "twilio", "weight": 0}]}, {"name": "us-twilio", "country": "US", "legs": [{"provider": "twilio"}, {"provider": "vonage", "sender": "SMSGW", "weight": 0}]}]'
+export SMSGW_ROUTES="${SMSGW_ROUTES-$DEMO_ROUTES}"
 PY=.venv/bin/python
 
 $PY manage.py migrate --noinput -v 0
 if [ ! -s "$SMSGW_VAR_DIR/demo-api-key" ]; then
   $PY manage.py tenant_create "Demo" --slug demo --from +14155550100 --timezone America/New_York \
+    --allowed-countries US,GB \
     --if-exists new-key 2>/dev/null | tail -n 1 > "$SMSGW_VAR_DIR/demo-api-key"
 fi
 

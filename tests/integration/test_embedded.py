@@ -50,10 +50,11 @@ def _http(
     return wait_for(attempt, max(0.0, deadline - time.monotonic()), f"{method} {url}", interval=0.5)
 
 
-@pytest.mark.parametrize("provider", ["twilio", "vonage"])
-def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt(provider):
-    """Both sandboxes run beside the gateway; the message goes through the one SMSGW_PROVIDER names (Vonage's
-    sandbox: HTTPS with the CA file the script writes to the var dir) and is counted there."""
+@pytest.mark.parametrize(("provider", "to"), [("twilio", "+14155550123"), ("vonage", "+447400123456")])
+def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt(provider, to):
+    """Both sandboxes run beside the gateway; the script's documented routes send a US number through
+    Twilio and a UK one through Vonage (its sandbox: HTTPS with the CA file the script writes to the var
+    dir), and the message is counted there."""
     var = Path(tempfile.mkdtemp(prefix="smsgw-embedded-"))
     web, sandbox, vonage, vonage_control = free_port(), free_port(), free_port(), free_port()
     env = {
@@ -65,7 +66,7 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
     env.update(SMSGW_VONAGE_SANDBOX_PORT=str(vonage), SMSGW_VONAGE_SANDBOX_CONTROL_PORT=str(vonage_control))
     for name in [k for k in env if k.startswith("VONAGE_")] + ["SMSGW_ROUTES"]:
         env.pop(name, None)  # the script's own defaults
-    env["SMSGW_PROVIDER"] = provider
+    env.pop("SMSGW_PROVIDER", None)
     log = open(var / "run.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         ["./deploy/run-embedded.sh"],
@@ -90,9 +91,13 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
             "POST",
             f"http://127.0.0.1:{web}/v1/messages",
             key,
-            {"to": "+14155550123", "body": "embedded smoke"},
+            {"to": to, "body": "embedded smoke"},
         )
         assert status == 201, created
+        assert created["route"]["legs"][0]["provider"] == provider, created["route"]
+        assert created["route"]["name"] == (
+            "settings:us-twilio" if provider == "twilio" else "settings:gb-vonage"
+        )
         seen = []
 
         def delivered() -> bool:
@@ -119,9 +124,8 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         if provider == "vonage":
             _, parts = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/messages")
             (part,) = parts
-            assert part["to"] == "14155550123" and part["client-ref"].startswith(
-                created["id"].removeprefix("msg_")
-            )
+            assert part["to"] == to.removeprefix("+") and part["from"] == "SMSGW"
+            assert part["client-ref"].startswith(created["id"].removeprefix("msg_"))
             assert (var / "vonage-sandbox-ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.

@@ -166,7 +166,7 @@ def test_twilio_503_for_60s_mid_burst_fails_over_to_vonage_none_twice_none_faile
     )
     pipeline.sandbox.config(outage="none")
     try:
-        pipeline.wait_all_final(pks, timeout=240, final=FINAL)
+        pipeline.wait_all_final(pks, timeout=600, final=FINAL)
     except AssertionError:
         print(list(ProviderCircuit.objects.values()))
         raise

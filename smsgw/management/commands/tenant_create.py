@@ -19,6 +19,11 @@ class Command(BaseCommand):
         parser.add_argument("--messaging-service-sid", default="")
         parser.add_argument("--timezone", default="UTC")
         parser.add_argument(
+            "--allowed-countries",
+            default="",
+            help="Countries it may send to, ISO 3166 alpha-2, comma-separated (default: its own country only).",
+        )
+        parser.add_argument(
             "--if-exists",
             choices=["error", "new-key"],
             default="error",
@@ -39,6 +44,10 @@ class Command(BaseCommand):
                 default_from = normalize_e164(default_from)
             except PhoneNumberError as exc:
                 raise CommandError(f"--from: {exc}") from exc
+        countries = sorted({c.strip().upper() for c in opts["allowed_countries"].split(",") if c.strip()})
+        bad = [c for c in countries if len(c) != 2 or not c.isalpha()]
+        if bad:
+            raise CommandError(f"--allowed-countries: {bad[0]!r} is not an ISO 3166 alpha-2 code")
         with transaction.atomic():
             tenant = Tenant.objects.filter(slug=slug).first()
             if tenant is not None and opts["if_exists"] == "error":
@@ -50,6 +59,7 @@ class Command(BaseCommand):
                     default_from=default_from,
                     messaging_service_sid=opts["messaging_service_sid"],
                     default_timezone=opts["timezone"],
+                    allowed_countries=countries,
                 )
             key, raw = api_key_create(tenant=tenant)
         self.stderr.write(

@@ -1,0 +1,42 @@
+"""`manage.py tenant_create`: the tenant it makes and the errors that name the option."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from smsgw.models import Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+def test_allowed_countries_are_stored_upper_case_and_sorted():
+    out = io.StringIO()
+    call_command(
+        "tenant_create",
+        "Demo",
+        "--from",
+        "+14155550100",
+        "--allowed-countries",
+        "us, gb",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    tenant = Tenant.objects.get(slug="demo")
+    assert tenant.allowed_countries == ["GB", "US"]
+    assert out.getvalue().strip().startswith("sk_")
+
+
+def test_a_bad_country_is_refused_and_nothing_is_made():
+    with pytest.raises(CommandError, match="--allowed-countries"):
+        call_command(
+            "tenant_create",
+            "Demo",
+            "--allowed-countries",
+            "US,GBR",
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    assert not Tenant.objects.exists()
