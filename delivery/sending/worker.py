@@ -43,7 +43,7 @@ from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
 from delivery.sending import campaign_watch, delays, inflight, outcomes
 from delivery.sending.attempts import attempts_finish, attempts_start
-from delivery.sending.outcomes import Delay, provider_failure
+from delivery.sending.outcomes import Delay, provider_failure, unanswered
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.dispatch import release
 from scheduling.dispatch.release import Park
@@ -119,6 +119,7 @@ def send_batch(
         # a second "held" entry). Holding is the rare path; it can afford a fresh read.
         open_holds = holds_service.holds_open(adapter.name, adapter.account, fresh=True)
     circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
+    host_open = circuit.host_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
         expired = transitions.transition_many(
@@ -149,8 +150,14 @@ def send_batch(
                     nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in stopped
                 ]
             message_ids = [mid for mid in message_ids if mid not in stopped]
-        if open_holds or circuit_open:
-            message_ids, parks, probes = _admission_filter(message_ids, open_holds, circuit_open, now)
+        if open_holds or circuit_open or host_open:
+            message_ids, parks, probes = _admission_filter(
+                message_ids,
+                open_holds,
+                circuit_open,
+                now,
+                host=(adapter.name, adapter.account) if host_open else None,
+            )
             release.park_rows(parks, now)
             report.held = len(parks)
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
@@ -191,7 +198,7 @@ def send_batch(
     probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
 
     def wanted(name: str = adapter.name, account: str = adapter.account) -> bool:
-        return not circuit.seen_open(name, account)
+        return not circuit.seen_open(name, account) and not circuit.host_seen_open(name, account)
 
     def campaign_wanted(cid: int, name: str = adapter.name, account: str = adapter.account) -> bool:
         return campaign_watch.running(cid) and not circuit.seen_open(name, account)
@@ -292,10 +299,32 @@ def _halted_skipped(ids: set[int], now: datetime) -> None:
 
 
 def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[SubmitResult]):
-    """Tell the circuit breaker how the provider answered, and lower the rate of whatever it throttled
-    (AIMD), before the outcomes are recorded (they depend on the circuit's state)."""
-    failed = [r for r in results if r.sent and provider_failure(r)]
-    answered = sum(1 for r in results if r.sent)
+    """Tell the circuit breakers how the provider answered, and lower the rate of whatever it throttled
+    (AIMD), before the outcomes are recorded (they depend on the account circuit's state). A failure with
+    no answer at all counts against this host's circuit instead of the account's when another host got
+    answers meanwhile (delivery.flow.circuit): one host cut off does not stop the others."""
+    now = timezone.now()
+    sent = [res for res in results if res.sent]
+    failed = [res for res in sent if provider_failure(res)]
+    cut = [res for res in failed if unanswered(res)]
+    reached = [res for res in sent if not unanswered(res)]
+
+    def latest_start(group: list[SubmitResult]) -> datetime | None:  # the answers' latency back from now
+        return now - timedelta(milliseconds=min(res.latency_ms for res in group)) if group else None
+
+    own = circuit.host_report(
+        provider=adapter.name,
+        account=adapter.account,
+        answered=len(reached),
+        unanswered=len(cut),
+        answered_started=latest_start(reached),
+        unanswered_started=latest_start(cut),
+        error=_reason(cut[0]) if cut else "",
+        now=now,
+    )
+    ok = len(sent) - len(failed)
+    if own:  # this host's own failures: neither the provider's successes nor its failures
+        failed = [res for res in failed if not unanswered(res)]
     probe_ok = any(
         row["reason_code"] == circuit.REASON_PROBE and not provider_failure(res)
         for row, res in zip(rows, results, strict=True)
@@ -303,7 +332,7 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
     state = circuit.circuit_report(
         provider=adapter.name,
         account=adapter.account,
-        ok=answered - len(failed),
+        ok=ok,
         failed=len(failed),
         error=_reason(failed[0]) if failed else "",
         probe_ok=probe_ok,
@@ -323,11 +352,18 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
 
 
 def _admission_filter(
-    message_ids: list[int], open_holds: list[holds_service.OpenHold], circuit_open: bool, now: datetime
+    message_ids: list[int],
+    open_holds: list[holds_service.OpenHold],
+    circuit_open: bool,
+    now: datetime,
+    *,
+    host: tuple[str, str] | None = None,
 ) -> tuple[list[int], list[tuple[Mapping[str, Any], Park]], dict[int, holds_service.OpenHold]]:
     """Split a batch into what may be submitted and what must wait: everything but the probe while the
-    account's circuit is open; what an open hold covers (a sender or destination hold whose probe is due
-    lets exactly one of its messages through; account-wide holds are probed without a message)."""
+    account's circuit is open; everything but one probe when its turn has come while this host's circuit
+    is open (``host``: the provider account it cannot reach), parked briefly so that another host's
+    worker takes it; what an open hold covers (a sender or destination hold whose probe is due lets
+    exactly one of its messages through; account-wide holds are probed without a message)."""
     rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
         "id", "version", "status", "to", "from_number", "messaging_service_sid", "reason_code", "expires_at"
     )
@@ -335,6 +371,7 @@ def _admission_filter(
     parks: list[tuple[Mapping[str, Any], Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
     probing: set[int] = set()
+    host_probe: Mapping[str, Any] | None = None
     for row in rows:
         if circuit_open and row["reason_code"] != circuit.REASON_PROBE:
             until = now + timedelta(seconds=delays.circuit_park_delay())
@@ -353,6 +390,15 @@ def _admission_filter(
             ),
             None,
         )
+        if host is not None and row["reason_code"] != circuit.REASON_PROBE:
+            if hold is None and host_probe is None and circuit.host_probe_take(*host, now=now):
+                host_probe = row  # this host's probe: submitted as the account circuit's probes are
+                continue
+            until = now + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS)
+            text = f"this host ({circuit.host_id()}) cannot reach the provider; another host sends it"
+            park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": circuit.host_id()})
+            parks.append((row, park))
+            continue
         if hold is None:
             allowed.append(row["id"])
         elif (
@@ -368,6 +414,22 @@ def _admission_filter(
             details = {"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code}
             park = Park(hold.park_until(now), holds_service.REASON_HELD, hold.describe(), "held", details)
             parks.append((row, park))
+    if host_probe is not None:
+        # Marked as a probe (its timeline says so) so that it goes even though every process of this host
+        # holds back what it has not sent yet while the host circuit is open (``wanted``).
+        marked = transitions.transition_versioned(
+            [(host_probe["id"], host_probe["version"], {})],
+            from_status=Status.QUEUED,
+            to_status=Status.QUEUED,
+            kind="host_probe",
+            set_fields={
+                "reason_code": circuit.REASON_PROBE,
+                "status_reason": "probe: can this host reach it?",
+            },
+            details={"probe": True, "host": circuit.host_id()},
+            now=now,
+        )
+        allowed += marked
     return allowed, parks, probes
 
 
