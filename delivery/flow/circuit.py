@@ -399,16 +399,16 @@ def host_report(
     account: str,
     answered: int,
     unanswered: int,
-    answered_started: datetime | None = None,
-    unanswered_started: datetime | None = None,
+    probe_answered: bool = False,
+    probe_unanswered: bool = False,
     error: str = "",
     now: datetime | None = None,
 ) -> bool:
     """Count a batch's reach from this host: ``answered`` requests got an answer (any answer: it came
-    back over the network), ``unanswered`` provider failures got none. ``answered_started`` /
-    ``unanswered_started``: when the latest-started request of each kind began. While the host circuit is
-    open, an answer to a request started after it opened closes it (older ones prove nothing about now),
-    and an unanswered one (its probe, mostly) doubles the wait for the next probe.
+    back over the network), ``unanswered`` provider failures got none. While the host circuit is open,
+    its probe's answer (``probe_answered``: a probe message among these got one) closes it, and a probe
+    without an answer (``probe_unanswered``) doubles the wait for the next probe; other answers are late
+    ones, to requests sent before it opened, and prove nothing about now.
 
     Returns whether the unanswered failures are this host's own (another host got answers within the
     window): then they count here and not in the account's circuit. Otherwise (no other host answered:
@@ -419,7 +419,7 @@ def host_report(
     host = host_id()
     key = (os.getpid(), provider, account)
     buffered = _host_ok_buffer.get(key)
-    if not unanswered and not _host_local.get(key, False):
+    if not unanswered and not probe_answered and not _host_local.get(key, False):
         # Answers only say when this host last reached the provider: written at most every
         # OK_FLUSH_SECONDS per process (as the account's successes are), not a row lock per batch.
         if buffered is None:
@@ -441,10 +441,9 @@ def host_report(
         if error and unanswered:
             row.last_error = error[:255]
         if row.state == OPEN:
-            assert row.opened_at is not None  # _host_count sets it whenever it opens the circuit
-            if answered and answered_started is not None and answered_started >= row.opened_at:
-                _host_close(row, now, by="an answer")
-            elif unanswered and unanswered_started is not None and unanswered_started >= row.opened_at:
+            if probe_answered:
+                _host_close(row, now, by="a probe's answer")
+            elif probe_unanswered:
                 row.failed_probes += 1
                 row.next_probe_at = max(
                     row.next_probe_at or now, now + timedelta(seconds=_host_backoff(row.failed_probes))

@@ -308,17 +308,18 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
     failed = [res for res in sent if provider_failure(res)]
     cut = [res for res in failed if unanswered(res)]
     reached = [res for res in sent if not unanswered(res)]
-
-    def latest_start(group: list[SubmitResult]) -> datetime | None:  # the answers' latency back from now
-        return now - timedelta(milliseconds=min(res.latency_ms for res in group)) if group else None
-
+    probes = [
+        res
+        for row, res in zip(rows, results, strict=True)
+        if row["reason_code"] == circuit.REASON_PROBE and res.sent
+    ]
     own = circuit.host_report(
         provider=adapter.name,
         account=adapter.account,
         answered=len(reached),
         unanswered=len(cut),
-        answered_started=latest_start(reached),
-        unanswered_started=latest_start(cut),
+        probe_answered=any(not unanswered(res) for res in probes),
+        probe_unanswered=any(unanswered(res) for res in probes),
         error=_reason(cut[0]) if cut else "",
         now=now,
     )
@@ -365,13 +366,23 @@ def _admission_filter(
     worker takes it; what an open hold covers (a sender or destination hold whose probe is due lets
     exactly one of its messages through; account-wide holds are probed without a message)."""
     rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
-        "id", "version", "status", "to", "from_number", "messaging_service_sid", "reason_code", "expires_at"
+        "id",
+        "version",
+        "status",
+        "to",
+        "from_number",
+        "messaging_service_sid",
+        "reason_code",
+        "expires_at",
+        "priority",
     )
     allowed: list[int] = []
     parks: list[tuple[Mapping[str, Any], Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
     probing: set[int] = set()
     host_probe: Mapping[str, Any] | None = None
+    handed: list[Mapping[str, Any]] = []
+    others: bool | None = None  # does another host reach the provider (asked once, if needed)?
     for row in rows:
         if circuit_open and row["reason_code"] != circuit.REASON_PROBE:
             until = now + timedelta(seconds=delays.circuit_park_delay())
@@ -394,8 +405,13 @@ def _admission_filter(
             if hold is None and host_probe is None and circuit.host_probe_take(*host, now=now):
                 host_probe = row  # this host's probe: submitted as the account circuit's probes are
                 continue
+            if others is None:
+                others = circuit.others_answered(*host, host=circuit.host_id(), now=now)
+            if others:
+                handed.append(row)  # published again as it is: a worker of another host takes it
+                continue
             until = now + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS)
-            text = f"this host ({circuit.host_id()}) cannot reach the provider; another host sends it"
+            text = f"this host ({circuit.host_id()}) cannot reach the provider; waiting"
             park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": circuit.host_id()})
             parks.append((row, park))
             continue
@@ -430,7 +446,38 @@ def _admission_filter(
             now=now,
         )
         allowed += marked
+    if handed:
+        assert host is not None
+        _hand_over(handed, provider=host[0], now=now)
     return allowed, parks, probes
+
+
+def _hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) -> None:
+    """While this host cannot reach the provider and another host can, its share of a batch is published
+    again at once, unchanged (still released, its pacing slot spent once): the next worker to take it is
+    as likely to be another host's, and nothing goes back through the release gate, whose slots a parked
+    and re-released message would spend again for nothing. One ``host_unreachable`` entry per message
+    (the reason says it was handed over); ``run_after`` stays the recovery time, as for any published
+    message whose task could be lost."""
+    host = circuit.host_id()
+    fresh = [(r["id"], r["version"], {}) for r in rows if r["reason_code"] != circuit.REASON_HOST]
+    transitions.transition_versioned(
+        fresh,
+        from_status=Status.QUEUED,
+        to_status=Status.QUEUED,
+        kind="host_unreachable",
+        set_fields={
+            "reason_code": circuit.REASON_HOST,
+            "status_reason": f"this host ({host}) cannot reach the provider; handed over to another host",
+        },
+        details={"host": host, "handed_over": True},
+        now=now,
+    )
+    by_priority: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        by_priority[r["priority"]].append(r["id"])
+    for priority, ids in by_priority.items():
+        release.publish_after_commit(priority, ids, provider=provider)
 
 
 def _reason(res: SubmitResult) -> str:

@@ -172,27 +172,17 @@ def test_the_host_circuit_probes_after_a_backoff_that_doubles_and_closes_on_an_a
         account=adapter.account,
         answered=0,
         unanswered=1,
-        unanswered_started=due,
+        probe_unanswered=True,
         now=due,
     )
     row = host_row(adapter)
     assert row.state == circuit.OPEN and row.failed_probes == 1
     assert row.next_probe_at == due + timedelta(seconds=4)
-    # A late answer to a request sent before the circuit opened proves nothing about now.
-    circuit.host_report(
-        provider=adapter.name,
-        account=adapter.account,
-        answered=1,
-        unanswered=0,
-        answered_started=opened - timedelta(seconds=1),
-    )
+    # Late answers to requests sent before it opened (not its probe) prove nothing about now.
+    report(adapter, [ACCEPTED] * 3)
     assert host_row(adapter).state == circuit.OPEN
     circuit.host_report(
-        provider=adapter.name,
-        account=adapter.account,
-        answered=1,
-        unanswered=0,
-        answered_started=opened + timedelta(seconds=3),
+        provider=adapter.name, account=adapter.account, answered=1, unanswered=0, probe_answered=True
     )
     row = host_row(adapter)
     assert row.state == circuit.CLOSED and row.probes == 1 and row.next_probe_at is None
@@ -208,8 +198,8 @@ def test_an_operator_closes_a_host_circuit(adapter, here):
 
 
 # --- the send worker on a cut host ----------------------------------------------------------------------
-def test_a_cut_host_sends_its_batches_back_uncharged_parks_them_and_probes_with_one_message(
-    adapter, sandbox, tenant, here, settings
+def test_a_cut_host_sends_its_batches_back_uncharged_hands_them_over_and_probes_with_one_message(
+    adapter, sandbox, tenant, here, settings, django_capture_on_commit_callbacks
 ):
     another_host_answered(adapter)
     msgs = [queued(tenant, recipient(100 + i)) for i in range(6)]
@@ -221,20 +211,27 @@ def test_a_cut_host_sends_its_batches_back_uncharged_parks_them_and_probes_with_
         assert m.status == Status.QUEUED and m.attempt_count == 0, "uncharged: not the message's fault"
     assert not MessageEvent.objects.filter(message__in=msgs, kind="provider_unavailable").exists()
 
-    # While the host circuit is open and its probe not due: the whole batch is parked, briefly.
-    Message.objects.filter(pk__in=[m.pk for m in msgs]).update(run_after=timezone.now())
-    report_ = sending.send_batch([m.pk for m in msgs])
-    assert report_.claimed == 0 and report_.held == 6
-    parked = Message.objects.filter(pk__in=[m.pk for m in msgs])
-    assert set(parked.values_list("reason_code", flat=True)) == {"host_unreachable"}
-    assert all(
-        m.run_after <= timezone.now() + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS) for m in parked
-    )
+    # While the host circuit is open and its probe not due: the batch is published again as it is, for a
+    # worker of the host that reaches the provider (not parked: its release slots are not spent twice).
+    ids = [m.pk for m in msgs]
+    Message.objects.filter(pk__in=ids).update(run_after=timezone.now() + timedelta(seconds=120))
+    with django_capture_on_commit_callbacks() as published:
+        report_ = sending.send_batch(ids)
+    assert report_.claimed == 0 and report_.held == 0 and len(published) == 1
+    handed = Message.objects.filter(pk__in=ids)
+    assert set(handed.values_list("status", "reason_code")) == {(Status.QUEUED, "host_unreachable")}
+    assert all(m.run_after > timezone.now() + timedelta(seconds=60) for m in handed), "run_after kept"
     entries = MessageEvent.objects.filter(message__in=msgs, kind="host_unreachable")
-    assert entries.count() == 6 and entries.first().details["host"] == "host-b"
-    # Parked again: no second entry.
-    sending.send_batch([m.pk for m in msgs])
+    assert entries.count() == 6 and {e.details["host"] for e in entries} == {"host-b"}
+    sending.send_batch(ids)  # handed over again: no second entry
     assert MessageEvent.objects.filter(message__in=msgs, kind="host_unreachable").count() == 6
+
+    # No other host has reached the provider lately: nobody to hand over to; parked briefly instead.
+    another_host_answered(adapter, ago=60)
+    report_ = sending.send_batch(ids)
+    assert report_.claimed == 0 and report_.held == 6
+    limit = timezone.now() + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS)
+    assert all(m.run_after <= limit for m in Message.objects.filter(pk__in=ids))
 
     # The provider is reachable again and the probe is due: one message goes, its answer closes it.
     settings.TWILIO_API_BASE_URL = sandbox.base_url
