@@ -460,7 +460,9 @@ def _hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) -
     (the reason says it was handed over); ``run_after`` stays the recovery time, as for any published
     message whose task could be lost."""
     host = circuit.host_id()
-    fresh = [(r["id"], r["version"], {}) for r in rows if r["reason_code"] != circuit.REASON_HOST]
+    fresh: list[tuple[int, int, dict[str, Any]]] = [
+        (r["id"], r["version"], {}) for r in rows if r["reason_code"] != circuit.REASON_HOST
+    ]
     transitions.transition_versioned(
         fresh,
         from_status=Status.QUEUED,
