@@ -362,9 +362,10 @@ def _admission_filter(
 ) -> tuple[list[int], list[tuple[Mapping[str, Any], Park]], dict[int, holds_service.OpenHold]]:
     """Split a batch into what may be submitted and what must wait: everything but the probe while the
     account's circuit is open; everything but one probe when its turn has come while this host's circuit
-    is open (``host``: the provider account it cannot reach), parked briefly so that another host's
-    worker takes it; what an open hold covers (a sender or destination hold whose probe is due lets
-    exactly one of its messages through; account-wide holds are probed without a message)."""
+    is open (``host``: the provider account it cannot reach), handed over to another host's workers
+    (``_hand_over``), or parked briefly when no other host reaches the provider either; what an open hold
+    covers (a sender or destination hold whose probe is due lets exactly one of its messages through;
+    account-wide holds are probed without a message)."""
     rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED).values(
         "id",
         "version",
