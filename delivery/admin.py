@@ -15,6 +15,7 @@ from delivery.models import (
     OptOutSignal,
     ProviderCircuit,
     ProviderHold,
+    ProviderHostCircuit,
     RateBucket,
     ReviewHold,
     SenderCapacity,
@@ -237,6 +238,37 @@ class ProviderCircuitAdmin(_ReadOnly):
             )
             self.log_change(request, row, "closed the circuit")  # audit trail
         self.message_user(request, f"Released {released} waiting messages.", messages.SUCCESS)
+
+
+@admin.register(ProviderHostCircuit)
+class ProviderHostCircuitAdmin(_ReadOnly):
+    """One sending host's reach to a provider account: open while that host gets no answer at all and
+    another host does (its workers park their batches for the others and probe; delivery.flow.circuit)."""
+
+    list_display = (
+        "provider",
+        "account",
+        "host",
+        "state",
+        "opened_at",
+        "next_probe_at",
+        "probes",
+        "last_answer_at",
+        "last_error",
+    )
+    list_filter = ("state", "provider")
+    actions = ("close",)
+
+    @admin.action(description="Close selected host circuits (the host sends again)")
+    def close(self, request, queryset):
+        closed = 0
+        for row in queryset.filter(state=circuit.OPEN):
+            if circuit.host_circuit_close(
+                row.provider, row.account, row.host, actor=f"admin:{request.user.get_username()}"
+            ):
+                closed += 1
+                self.log_change(request, row, "closed the host circuit")  # audit trail
+        self.message_user(request, f"Closed {closed} host circuits.", messages.SUCCESS)
 
 
 @admin.register(Suppression)

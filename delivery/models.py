@@ -246,6 +246,39 @@ class ProviderCircuit(models.Model):
         return f"{self.provider}/{self.account}: {self.state}"
 
 
+class ProviderHostCircuit(models.Model):
+    """One host's reach to a provider account (delivery.flow.circuit): open while this host gets no answer
+    at all (connections refused or timed out, reads timed out) although another host got answers in the
+    window. Its own failures then stop only its own workers; the account's circuit stays closed. The
+    row also says when this host last got an answer, which is how the other hosts tell the two apart."""
+
+    provider = models.CharField(max_length=32)
+    account = models.CharField(max_length=64)
+    host = models.CharField(max_length=128)  # SMSGW_HOST_ID, or the machine's hostname
+    state = models.CharField(max_length=12, default="closed")
+    window_started_at = models.DateTimeField()
+    window_ok = models.PositiveIntegerField(default=0)  # requests answered (whatever the answer)
+    window_failed = models.PositiveIntegerField(default=0)  # requests with no answer, this host's own
+    streak_failed = models.PositiveIntegerField(default=0)
+    last_answer_at = models.DateTimeField(null=True, blank=True)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    probes = models.PositiveIntegerField(default=0)
+    failed_probes = models.PositiveIntegerField(default=0)  # since it opened: the probe backoff's step
+    last_error = models.CharField(max_length=255, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "account", "host"], name="providerhostcircuit_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.account} from {self.host}: {self.state}"
+
+
 class SuppressionSource(models.TextChoices):
     INBOUND_KEYWORD = "inbound_keyword"  # the recipient texted STOP/START/HELP to the sender
     PROVIDER_ERROR = "provider_error"  # the provider refused a send with 21610 (recipient unsubscribed)

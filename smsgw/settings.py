@@ -483,6 +483,15 @@ CIRCUIT_FAILURE_RATIO = env_float("SMSGW_CIRCUIT_FAILURE_RATIO", 0.5, minimum=0.
 CIRCUIT_STREAK_FAILURES = env_int("SMSGW_CIRCUIT_STREAK_FAILURES", 20, minimum=1)
 CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.1)
 CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
+# The host circuit (delivery.flow.circuit): this host cannot reach the provider (no answer at all:
+# connection refused or timed out, read timeouts) while another host gets answers within the window. The
+# same thresholds open it; while open this host's workers park their batches for HOST_CIRCUIT_PARK_SECONDS
+# (another host's worker takes them) and send one probe after PROBE_SECONDS, doubling up to PROBE_MAX.
+# HOST_ID names this host (default: the machine's hostname): processes with the same id share a circuit.
+HOST_ID = env_str("SMSGW_HOST_ID", "")[:128]
+HOST_CIRCUIT_PROBE_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_SECONDS", 2.0, minimum=0.1)
+HOST_CIRCUIT_PROBE_MAX_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_MAX_SECONDS", 30.0, minimum=0.1)
+HOST_CIRCUIT_PARK_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PARK_SECONDS", 2.0, minimum=0.1)
 
 # --- logging --------------------------------------------------------------------------------------
 # One JSON object per line (smsgw.runtime.logs_json) in production, plain text elsewhere.

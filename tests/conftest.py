@@ -34,6 +34,8 @@ def _fast_capacity_defaults(settings):
     # Per-process circuit views (buffered successes, the last state seen) must not leak between tests.
     circuit._ok_buffer.clear()
     circuit._local.clear()
+    circuit._host_ok_buffer.clear()
+    circuit._host_local.clear()
     yield
     capacity.cache_clear()
 

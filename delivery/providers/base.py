@@ -106,6 +106,10 @@ class SubmitResult:
     scope: Scope | None = None
     sent: bool = True  # False: never sent (Submission.still_wanted said no); says nothing of the provider
     validity_period: int | None = None  # the validity period the request carried, once it was written
+    # Did the provider answer at all (any status, readable or not)? None: whether an HTTP status came
+    # back says so (``http_status is None``: refused, timed out, reset before any answer). Tells a provider
+    # that fails from a host that cannot reach it (delivery.flow.circuit).
+    answered: bool | None = None
 
 
 ResultCallback = Callable[[int, SubmitResult], None]

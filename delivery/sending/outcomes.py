@@ -99,6 +99,16 @@ def provider_failure(res: SubmitResult) -> bool:
     return res.http_status is None or res.http_status >= 500 or res.http_status == 408
 
 
+def unanswered(res: SubmitResult) -> bool:
+    """A provider failure that got no answer at all (connection refused or timed out, a read timeout, a
+    reset before any answer): the provider may be down, or only this host cut off from it
+    (delivery.flow.circuit tells them apart). Every other provider failure (a 5xx, a 408, an unreadable
+    answer) came from the provider itself."""
+    if not res.sent or not provider_failure(res):
+        return False
+    return not res.answered if res.answered is not None else res.http_status is None
+
+
 def answer_of(res: SubmitResult, *, halted: bool, circuit_open: bool) -> Answer:
     """``halted``: the submission was held back at its slot and its campaign is no longer running."""
     if halted and not res.sent:

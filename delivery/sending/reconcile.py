@@ -75,8 +75,10 @@ CLOCK_SKEW = timedelta(seconds=120)
 def reconcile_many(message_ids: list[int], *, budget_seconds: float | None = None) -> dict[str, int]:
     """One reconcile task's work, bounded: it stops after ``budget_seconds`` (SMSGW_RECONCILE_TASK_SECONDS),
     and skips the messages of a provider account whose circuit is open (a look-up would only wait on the
-    outage). What it leaves stays `sending` with its lease extended, and the sweep hands it over again
-    when the lease runs out: nothing is lost, and no task holds a process through an outage."""
+    outage). Only the account's: a host circuit (one sending host cut off while others reach the
+    provider, delivery.flow.circuit) never holds reconciliation back. What it leaves stays `sending` with
+    its lease extended, and the sweep hands it over again when the lease runs out: nothing is lost, and no
+    task holds a process through an outage."""
     from delivery.flow import circuit
 
     budget = settings.RECONCILE_TASK_SECONDS if budget_seconds is None else budget_seconds

@@ -44,7 +44,7 @@ from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdap
 from delivery.routing import failover
 from delivery.sending import campaign_watch, delays, inflight, outcomes
 from delivery.sending.attempts import attempts_finish, attempts_start
-from delivery.sending.outcomes import Delay, provider_failure
+from delivery.sending.outcomes import Delay, provider_failure, unanswered
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.dispatch import release
 from scheduling.dispatch.release import Park
@@ -124,6 +124,7 @@ def send_batch(
         # a second "held" entry). Holding is the rare path; it can afford a fresh read.
         open_holds = holds_service.holds_open(adapter.name, adapter.account, fresh=True)
     circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
+    host_open = circuit.host_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
         expired = transitions.transition_many(
@@ -154,9 +155,14 @@ def send_batch(
                     nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in stopped
                 ]
             message_ids = [mid for mid in message_ids if mid not in stopped]
-        if open_holds or circuit_open:
+        if open_holds or circuit_open or host_open:
             message_ids, parks, probes, moves = _admission_filter(
-                message_ids, adapter.name, open_holds, circuit_open, now
+                message_ids,
+                adapter.name,
+                open_holds,
+                circuit_open,
+                now,
+                host=(adapter.name, adapter.account) if host_open else None,
             )
             release.park_rows(parks, now)
             report.held = len(parks)
@@ -199,7 +205,7 @@ def send_batch(
     probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
 
     def wanted(name: str = adapter.name, account: str = adapter.account) -> bool:
-        return not circuit.seen_open(name, account)
+        return not circuit.seen_open(name, account) and not circuit.host_seen_open(name, account)
 
     def campaign_wanted(cid: int, name: str = adapter.name, account: str = adapter.account) -> bool:
         return campaign_watch.running(cid) and not circuit.seen_open(name, account)
@@ -300,10 +306,33 @@ def _halted_skipped(ids: set[int], now: datetime) -> None:
 
 
 def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[SubmitResult]):
-    """Tell the circuit breaker how the provider answered, and lower the rate of whatever it throttled
-    (AIMD), before the outcomes are recorded (they depend on the circuit's state)."""
-    failed = [r for r in results if r.sent and provider_failure(r)]
-    answered = sum(1 for r in results if r.sent)
+    """Tell the circuit breakers how the provider answered, and lower the rate of whatever it throttled
+    (AIMD), before the outcomes are recorded (they depend on the account circuit's state). A failure with
+    no answer at all counts against this host's circuit instead of the account's when another host got
+    answers meanwhile (delivery.flow.circuit): one host cut off does not stop the others."""
+    now = timezone.now()
+    sent = [res for res in results if res.sent]
+    failed = [res for res in sent if provider_failure(res)]
+    cut = [res for res in failed if unanswered(res)]
+    reached = [res for res in sent if not unanswered(res)]
+    probes = [
+        res
+        for row, res in zip(rows, results, strict=True)
+        if row["reason_code"] == circuit.REASON_PROBE and res.sent
+    ]
+    own = circuit.host_report(
+        provider=adapter.name,
+        account=adapter.account,
+        answered=len(reached),
+        unanswered=len(cut),
+        probe_answered=any(not unanswered(res) for res in probes),
+        probe_unanswered=any(unanswered(res) for res in probes),
+        error=_reason(cut[0]) if cut else "",
+        now=now,
+    )
+    ok = len(sent) - len(failed)
+    if own:  # this host's own failures: neither the provider's successes nor its failures
+        failed = [res for res in failed if not unanswered(res)]
     probe_ok = any(
         row["reason_code"] == circuit.REASON_PROBE and not provider_failure(res)
         for row, res in zip(rows, results, strict=True)
@@ -311,7 +340,7 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
     state = circuit.circuit_report(
         provider=adapter.name,
         account=adapter.account,
-        ok=answered - len(failed),
+        ok=ok,
         failed=len(failed),
         error=_reason(failed[0]) if failed else "",
         probe_ok=probe_ok,
@@ -330,12 +359,14 @@ def _report_health(adapter: ProviderAdapter, rows: list[dict], results: list[Sub
     return state
 
 
-def _admission_filter(
+def _admission_filter(  # noqa: C901, PLR0915 (one pass over the batch: each row takes one of the ways)
     message_ids: list[int],
     provider: str,
     open_holds: list[holds_service.OpenHold],
     circuit_open: bool,
     now: datetime,
+    *,
+    host: tuple[str, str] | None = None,
 ) -> tuple[
     list[int],
     list[tuple[Mapping[str, Any], Park]],
@@ -343,9 +374,13 @@ def _admission_filter(
     list[tuple[Mapping[str, Any], str, str]],
 ]:
     """Split a batch into what may be submitted, what must wait and what moves to its route's next leg:
-    everything but the probe while the account's circuit is open; what an open hold covers (a sender or
-    destination hold whose probe is due lets exactly one of its messages through; account-wide holds are
-    probed without a message). A message that would wait and has another leg fails over instead."""
+    everything but the probe while the account's circuit is open; everything but one probe when its turn
+    has come while this host's circuit is open (``host``: the provider account it cannot reach), handed
+    over to another host's workers (``_hand_over``), or parked briefly when no other host reaches the
+    provider either; what an open hold covers (a sender or destination hold whose probe is due lets
+    exactly one of its messages through; account-wide holds are probed without a message). A message that
+    would wait for the account's circuit or a hold and has another leg fails over instead; a host that
+    cannot reach the provider is not the provider's failure, so it hands over, never fails over."""
     # Only this provider's messages: one that already moved to another leg is not ours to hold or move.
     rows = Message.objects.filter(pk__in=message_ids, status=Status.QUEUED, provider=provider).values(
         "id",
@@ -358,12 +393,16 @@ def _admission_filter(
         "expires_at",
         "route_plan",
         "route_leg",
+        "priority",
     )
     allowed: list[int] = []
     parks: list[tuple[Mapping[str, Any], Park]] = []
     probes: dict[int, holds_service.OpenHold] = {}
     moves: list[tuple[Mapping[str, Any], str, str]] = []
     probing: set[int] = set()
+    host_probe: Mapping[str, Any] | None = None
+    handed: list[Mapping[str, Any]] = []
+    others: bool | None = None  # does another host reach the provider (asked once, if needed)?
     for row in rows:
         if circuit_open and row["reason_code"] != circuit.REASON_PROBE and failover.has_next(row):
             moves.append((row, failover.Why.CIRCUIT, "provider circuit open"))
@@ -385,6 +424,20 @@ def _admission_filter(
             ),
             None,
         )
+        if host is not None and row["reason_code"] != circuit.REASON_PROBE:
+            if hold is None and host_probe is None and circuit.host_probe_take(*host, now=now):
+                host_probe = row  # this host's probe: submitted as the account circuit's probes are
+                continue
+            if others is None:
+                others = circuit.others_answered(*host, host=circuit.host_id(), now=now)
+            if others:
+                handed.append(row)  # published again as it is: a worker of another host takes it
+                continue
+            until = now + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS)
+            text = f"this host ({circuit.host_id()}) cannot reach the provider; waiting"
+            park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": circuit.host_id()})
+            parks.append((row, park))
+            continue
         if hold is None:
             allowed.append(row["id"])
         elif (
@@ -402,7 +455,56 @@ def _admission_filter(
             details = {"hold_id": hold.id, "scope": hold.scope, "error_code": hold.error_code}
             park = Park(hold.park_until(now), holds_service.REASON_HELD, hold.describe(), "held", details)
             parks.append((row, park))
+    if host_probe is not None:
+        # Marked as a probe (its timeline says so) so that it goes even though every process of this host
+        # holds back what it has not sent yet while the host circuit is open (``wanted``).
+        marked = transitions.transition_versioned(
+            [(host_probe["id"], host_probe["version"], {})],
+            from_status=Status.QUEUED,
+            to_status=Status.QUEUED,
+            kind="host_probe",
+            set_fields={
+                "reason_code": circuit.REASON_PROBE,
+                "status_reason": "probe: can this host reach it?",
+            },
+            details={"probe": True, "host": circuit.host_id()},
+            now=now,
+        )
+        allowed += marked
+    if handed:
+        assert host is not None
+        _hand_over(handed, provider=host[0], now=now)
     return allowed, parks, probes, moves
+
+
+def _hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) -> None:
+    """While this host cannot reach the provider and another host can, its share of a batch is published
+    again at once, unchanged (still released, its pacing slot spent once): the next worker to take it is
+    as likely to be another host's, and nothing goes back through the release gate, whose slots a parked
+    and re-released message would spend again for nothing. One ``host_unreachable`` entry per message
+    (the reason says it was handed over); ``run_after`` stays the recovery time, as for any published
+    message whose task could be lost."""
+    host = circuit.host_id()
+    fresh: list[tuple[int, int, dict[str, Any]]] = [
+        (r["id"], r["version"], {}) for r in rows if r["reason_code"] != circuit.REASON_HOST
+    ]
+    transitions.transition_versioned(
+        fresh,
+        from_status=Status.QUEUED,
+        to_status=Status.QUEUED,
+        kind="host_unreachable",
+        set_fields={
+            "reason_code": circuit.REASON_HOST,
+            "status_reason": f"this host ({host}) cannot reach the provider; handed over to another host",
+        },
+        details={"host": host, "handed_over": True},
+        now=now,
+    )
+    by_priority: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        by_priority[r["priority"]].append(r["id"])
+    for priority, ids in by_priority.items():
+        release.publish_after_commit(priority, ids, provider=provider)
 
 
 def _reason(res: SubmitResult) -> str:

@@ -21,6 +21,10 @@ class ReasonCode(models.TextChoices):
     HELD_FOR_REVIEW = "held_for_review", "held for an operator's review (velocity)"
     REVIEW_RELEASED = "review_released", "released by an operator after review"
     PROVIDER_UNAVAILABLE = "provider_unavailable", "the provider's circuit is open"
+    HOST_UNREACHABLE = (
+        "host_unreachable",
+        "this sending host cannot reach the provider; another host sends it",
+    )
     CIRCUIT_PROBE = "circuit_probe", "sent as the probe of an open circuit"
     PROVIDER_HOLD = "provider_hold", "the provider account, sender or country is held"
     PROVIDER_THROTTLED = "provider_throttled", "the provider throttled it; resent later"

@@ -23,6 +23,7 @@ VIEW = {
         "accountcapacity",
         "ratebucket",
         "providercircuit",
+        "providerhostcircuit",
         "reviewhold",
         "routerule",
         "routeleg",
@@ -46,6 +47,7 @@ OPERATE = {
         "providerhold": ["change"],
         "suppression": ["add", "delete"],
         "providercircuit": ["change"],
+        "providerhostcircuit": ["change"],
         "reviewhold": ["change"],  # release / cancel a velocity review hold
         "sendercapacity": ["add", "change"],
         "accountcapacity": ["add", "change"],

@@ -22,7 +22,7 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from delivery.models import ProviderCircuit
+from delivery.models import ProviderCircuit, ProviderHostCircuit
 from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.models import Message, Priority, Status
 from smsgw.observability.models import Heartbeat
@@ -206,6 +206,16 @@ class StateCollector:
         for provider, account, state in ProviderCircuit.objects.values_list("provider", "account", "state"):
             family.add_metric([provider, account], 1.0 if state == "open" else 0.0)
         yield family
+        hosts = GaugeMetricFamily(
+            "smsgw_provider_host_circuit_open",
+            "1 while a sending host's circuit is open (that host cannot reach the provider account).",
+            labels=["provider", "account", "host"],
+        )
+        for provider, account, host, state in ProviderHostCircuit.objects.values_list(
+            "provider", "account", "host", "state"
+        ):
+            hosts.add_metric([provider, account, host], 1.0 if state == "open" else 0.0)
+        yield hosts
 
     def _sweep(self, now):
         at = Heartbeat.objects.filter(name="sweep").values_list("at", flat=True).first()

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import ProviderCircuit
+from delivery.models import ProviderCircuit, ProviderHostCircuit
 from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.dispatch import sweep
 from scheduling.models import Message, Status
@@ -110,6 +110,9 @@ def test_receipts_webhooks_and_circuits_are_read_at_scrape_time(client, token, t
     ProviderCircuit.objects.create(
         provider="twilio", account="AC2", state="closed", window_started_at=now, updated_at=now
     )
+    ProviderHostCircuit.objects.create(
+        provider="twilio", account="AC2", host="send-2", state="open", window_started_at=now, updated_at=now
+    )
     s = scrape(client)
     assert value(s, "smsgw_receipts_due") == 2
     assert 45 <= value(s, "smsgw_receipts_lag_seconds") < 100
@@ -117,6 +120,7 @@ def test_receipts_webhooks_and_circuits_are_read_at_scrape_time(client, token, t
     assert 30 <= value(s, "smsgw_webhook_outbox_oldest_age_seconds") < 90
     assert value(s, "smsgw_provider_circuit_open", provider="twilio", account="AC1") == 1
     assert value(s, "smsgw_provider_circuit_open", provider="twilio", account="AC2") == 0
+    assert value(s, "smsgw_provider_host_circuit_open", provider="twilio", account="AC2", host="send-2") == 1
 
 
 def test_a_sweep_pass_is_timed_counted_and_marks_sweep_liveness(client, token, tenant):

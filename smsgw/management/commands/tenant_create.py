@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--allowed-countries",
             default="",
-            help="Countries it may send to, ISO 3166 alpha-2, comma-separated (default: its own country only).",
+            help="Countries it may send to: ISO 3166 alpha-2, comma-separated (default: its own only).",
         )
         parser.add_argument(
             "--if-exists",
