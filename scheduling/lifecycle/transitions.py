@@ -241,7 +241,13 @@ def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
     for raw in cursor.fetchall():
         row = {}
         for name, field, value in zip(columns, fields, raw, strict=True):
-            row[name] = _sqlite_value(field, value) if sqlite and value is not None else value
+            if sqlite and value is not None:
+                value = _sqlite_value(field, value)
+            elif isinstance(field, JSONField) and isinstance(value, str):
+                # Django's psycopg backend loads jsonb as its text (the field's from_db_value decodes it):
+                # a raw cursor gets the text, so a route's plan was a string, not its legs.
+                value = json.loads(value)
+            row[name] = value
         out.append(row)
     return out
 
