@@ -114,8 +114,11 @@ def failover(
             f"failover: SMSGW_RECONCILE_LIST_LAG_SECONDS={reconcile_list_lag} "
             "(the sandbox's list does not lag)"
         )
+        # Born due an hour ahead (births take seconds on a busy machine), then moved to ``lead_seconds``
+        # from now in one statement, so that the first message is not already late.
+        loaded_in = _load(tenant, n, first_due=timezone.now() + timedelta(hours=1), rate=rate)
         first_due = timezone.now() + timedelta(seconds=lead_seconds)
-        loaded_in = _load(tenant, n, first_due=first_due, rate=rate)
+        _shift(tenant.pk, first_due)
         core._say(
             f"failover: born {n} routed messages in {loaded_in:.1f} s; first due {first_due.isoformat()}"
         )
@@ -235,6 +238,17 @@ def _load(tenant, n: int, *, first_due, rate: float) -> float:
     with connection.cursor() as cur:
         cur.execute("ANALYZE scheduling_message")
     return time.monotonic() - started
+
+
+def _shift(tenant_id: int, first_due) -> None:
+    """Move every message of the run so that the first is due at ``first_due``, keeping their spacing."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "WITH d AS (SELECT %s - min(due_at) AS delta FROM scheduling_message WHERE tenant_id = %s) "
+            "UPDATE scheduling_message m SET due_at = m.due_at + d.delta, run_after = m.run_after + d.delta, "
+            "expires_at = m.expires_at + d.delta FROM d WHERE m.tenant_id = %s",
+            [first_due, tenant_id, tenant_id],
+        )
 
 
 def _wait_drained(tenant_id: int, timeout: float) -> int:
