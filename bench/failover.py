@@ -90,7 +90,8 @@ def failover(
     }
     tenant = _reset()
     own_routes = settings.SMSGW_ROUTES
-    vonage = VonageSandboxProcess().start()
+    vonage = VonageSandboxProcess()
+    vonage.start()
     topo = None
     try:
         env.update(
@@ -405,7 +406,7 @@ def _measure(
             round(after["by_provider"][PRIMARY] / after["submissions"], 3) if after["submissions"] else None
         ),
         "primary_return_after_recovery_s": _first_primary_after(handed, up_at),
-        "after_recovery_by_5s": returned(handed, up_at),
+        "after_recovery_by_15s": returned(handed, up_at),
         "attempts": attempts,
         "failover_events_by_why": failovers,
         "reconcile_events": reconcile_events,
@@ -416,7 +417,7 @@ def _measure(
     return result
 
 
-def returned(handed: list[tuple[float, str]], up_at: float, bucket: float = 5.0, buckets: int = 12) -> list:
+def returned(handed: list[tuple[float, str]], up_at: float, bucket: float = 15.0, buckets: int = 40) -> list:
     """``[seconds after recovery, primary, standby]`` per ``bucket`` seconds after the recovery, until
     the last submission (at most ``buckets``): how the traffic went back to the primary."""
     out = []
@@ -502,8 +503,8 @@ def summary_lines(r: dict) -> list[str]:
         f"   by provider: {', '.join(f'{k} {v}' for k, v in r['submissions_by_provider'].items())}",
         f"   after recovery: {PRIMARY} share {r['primary_share_after_recovery']} of the after window's "
         f"submissions; first {PRIMARY} submission {r['primary_return_after_recovery_s']} s after recovery",
-        f"   after recovery, per 5 s [{PRIMARY}/{STANDBY}]: "
-        + " ".join(f"+{lo}s {a}/{b}" for lo, a, b in r["after_recovery_by_5s"]),
+        f"   after recovery, per 15 s [{PRIMARY}/{STANDBY}]: "
+        + " ".join(f"+{lo}s {a}/{b}" for lo, a, b in r["after_recovery_by_15s"]),
         f"   failovers by why: {r['failover_events_by_why']}; reconcile: {r['reconcile_events']}",
     ]
     for m in r.get("troubled_messages") or []:

@@ -47,7 +47,7 @@ def test_duplicates_count_a_recipient_at_both_providers_or_twice_at_one():
 
 def test_returned_gives_each_providers_submissions_per_bucket_after_recovery():
     handed = [(9.0, "vonage"), (10.5, "vonage"), (14.0, "twilio"), (16.0, "twilio")]
-    assert returned(handed, up_at=10.0) == [[0, 1, 1], [5, 1, 0]]
+    assert returned(handed, up_at=10.0, bucket=5.0) == [[0, 1, 1], [5, 1, 0]]
     assert nearest_rank([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert nearest_rank([], 0.99) is None
 
@@ -76,7 +76,7 @@ def _result(**over) -> dict:
         "submissions_by_provider": {"twilio": 2, "vonage": 1},
         "primary_share_after_recovery": 1.0,
         "primary_return_after_recovery_s": 0.5,
-        "after_recovery_by_5s": [[0, 1, 0]],
+        "after_recovery_by_15s": [[0, 1, 0]],
         "failover_events_by_why": {"circuit_open": 1},
         "reconcile_events": {},
         "troubled_messages": [],
