@@ -209,6 +209,22 @@ class Command(BaseCommand):
         p.add_argument("--outage-seconds", type=int, default=60)
         p.add_argument("--refuse-share", type=float, default=0.5)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser(
+            "failover", help="routed messages at a steady rate; the primary provider answers 503 mid-run"
+        )
+        p.add_argument("--messages", type=int, default=20_000)
+        p.add_argument("--rate", type=float, default=500.0, help="messages due per second")
+        p.add_argument(
+            "--outage-at",
+            type=float,
+            default=0.125,
+            help="when the 503s start, as a share of the due span (0.125: a 30-s outage centred in 40 s)",
+        )
+        p.add_argument("--outage-seconds", type=float, default=30.0)
+        p.add_argument("--reconcile-list-lag", type=int, default=5, help="SMSGW_RECONCILE_LIST_LAG_SECONDS")
+        p.add_argument("--concurrency", type=int, default=3)
+        p.add_argument("--lead", type=float, default=10.0, help="seconds between the birth and the first due")
+        p.add_argument("--timeout", type=float, default=300.0, help="after the last due moment, to drain")
         p = sub.add_parser("limiter", help="the 50,000 burst with pacing off and on, same run")
         p.add_argument("--messages", type=int, default=50_000)
         p.add_argument("--timeout", type=float, default=300.0)
@@ -402,6 +418,19 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
                 fault_free=opts["fault_free"],
+            )
+        elif scenario == "failover":
+            from bench.failover import failover
+
+            result = failover(
+                n=opts["messages"],
+                rate=opts["rate"],
+                outage_at=opts["outage_at"],
+                outage_seconds=opts["outage_seconds"],
+                reconcile_list_lag=opts["reconcile_list_lag"],
+                concurrency=opts["concurrency"],
+                lead_seconds=opts["lead"],
+                timeout=opts["timeout"],
             )
         elif scenario in ("materialize", "materialize-idle", "preview"):
             from bench import schedules as bench_schedules

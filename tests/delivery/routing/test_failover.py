@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from delivery.flow import circuit
 from delivery.models import Attempt, AttemptOutcome, ProviderCircuit
 from delivery.providers import get_adapter
+from delivery.routing import failover
 from delivery.sending import worker as sending
 from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.lifecycle import transitions
@@ -254,3 +256,40 @@ def test_a_reconcile_look_up_probes_an_open_circuit_that_nothing_waits_on(routed
     assert outcome == {"found": 1, "probe_closed": 1}
     assert msg.status in (Status.SENT, Status.DELIVERED) and msg.route_leg == 0
     assert not circuit.circuit_state("twilio", account).is_open
+
+
+def test_the_claims_rows_carry_the_plan_as_legs_and_fail_over_from_them(routed, tenant, sandbox, vonage):
+    """The send worker's claim returns its rows through a raw cursor, and an answer recorded while the
+    circuit is open fails the message over from that row. On PostgreSQL Django loads jsonb as its text:
+    the row's plan was once a string, the recording took a character for the next leg (AttributeError),
+    left its whole group of answers unrecorded and the messages ``sending`` (bench failover,
+    2026-12-02)."""
+    msg = born(tenant, US)
+    now = timezone.now()
+    (row,) = transitions.transition_many(
+        [msg.pk],
+        from_status=Status.QUEUED,
+        to_status=Status.SENDING,
+        kind="attempt_started",
+        returning=sending.CLAIM_RETURNING,
+        now=now,
+    )
+    assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]
+    # As the recording hands it over (delivery.sending.worker._move_add).
+    moved = failover.failover_rows(
+        [({**row, "status": Status.SENDING}, failover.Why.CIRCUIT, "provider circuit open")], now=now
+    )
+    msg.refresh_from_db()
+    assert moved == [msg.pk]
+    assert (msg.status, msg.provider, msg.route_leg, msg.from_number) == (Status.QUEUED, "vonage", 1, "ACME")
+    assert msg.events.get(kind="failover").details["to"]["provider"] == "vonage"
+
+
+def test_raw_rows_give_the_plan_as_legs_when_the_driver_reads_json_as_text(routed, tenant):
+    """What the send workers' connections do on PostgreSQL (Django registers a text loader for jsonb):
+    the claim's rows must still carry the legs, not their JSON text."""
+    msg = born(tenant, US)
+    with connection.cursor() as cur:
+        cur.execute("SELECT CAST(route_plan AS text) FROM scheduling_message WHERE id = %s", [msg.pk])
+        (row,) = transitions._rows(cur, ["route_plan"])
+    assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]
