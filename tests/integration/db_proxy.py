@@ -3,7 +3,9 @@ from one process (point its DATABASE_URL here, then ``down()``) without touching
 ``stall()`` keeps every connection open and forwards nothing: a server that stopped answering without
 going away (a frozen host, a server stopped mid-query), which no connection error reveals. ``netns`` puts
 the listening socket in another network namespace (tests.integration.split_host), so processes there
-reach a service of this host through it."""
+reach a service of this host through it. ``mute()`` forwards what clients send and drops what comes back
+(a request written, its answer lost: a read timeout), ``refuse()`` closes the port (connections refused:
+nothing written), as a network cut between one host and a provider looks (tests.integration.test_host_circuit)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class DatabaseProxy:
     def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", netns: str | None = None):
         self.upstream = upstream
         self.host = host
+        self.netns = netns
         self._listener = _listen_in(netns, host) if netns else socket.create_server((host, 0))
         self.port = self._listener.getsockname()[1]
         self._up = True
@@ -26,7 +29,12 @@ class DatabaseProxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self.stalled_reads = 0  # chunks a client sent while stalled (held, not forwarded)
-        threading.Thread(target=self._accept, name="db-proxy", daemon=True).start()
+        self._muted = False
+        self._refused = False
+        self._serve()
+
+    def _serve(self) -> None:
+        threading.Thread(target=self._accept, args=(self._listener,), name="db-proxy", daemon=True).start()
 
     def down(self) -> None:
         """Every connection through the proxy is cut, and new ones are closed at once: to the client,
@@ -45,7 +53,23 @@ class DatabaseProxy:
         accepted (the kernel still acknowledges what clients send, so they just wait for an answer)."""
         self._flowing.clear()
 
+    def mute(self) -> None:
+        """Requests still reach the server; its answers are dropped on the way back."""
+        self._muted = True
+
+    def refuse(self) -> None:
+        """The port is closed (a connection is refused: nothing is written) and every connection cut."""
+        assert self.netns is None, "refuse() re-listens in this process's namespace only"
+        self._refused = True
+        self._listener.close()
+        self.down()
+
     def up(self) -> None:
+        if self._refused:
+            self._refused = False
+            self._listener = socket.create_server((self.host, self.port))  # SO_REUSEADDR: the same port
+            self._serve()
+        self._muted = False
         with self._lock:
             self._up = True
         self._flowing.set()
@@ -55,10 +79,10 @@ class DatabaseProxy:
         self.down()
         self._listener.close()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             with self._lock:
@@ -74,12 +98,14 @@ class DatabaseProxy:
                 continue
             with self._lock:
                 self._open.update((client, server))
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, answers in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, answers), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
+                if answers and self._muted:
+                    continue  # the server's answer is lost on the way back
                 if not self._flowing.is_set():
                     with self._lock:
                         self.stalled_reads += 1

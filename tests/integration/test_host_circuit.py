@@ -7,9 +7,6 @@ sent exactly once at the provider."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 from collections import Counter
 from urllib.parse import urlsplit
@@ -23,6 +20,7 @@ from scheduling.models import Message, MessageEvent, Status
 from smsgw.runtime.queues import ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
 from tests import processes
 from tests.factories import SENDER, messages_bulk, recipient, tenant_with_key
+from tests.integration.db_proxy import DatabaseProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -30,8 +28,9 @@ PROVIDER = "twilio"
 N = 400
 EXTRA = 40
 RATE = 20.0  # the sender's rate: 400 messages take 20 s, so the cut falls mid-stream
-MUTE_SECONDS = 4.0  # requests reach the provider, answers never come back (read timeouts: uncertain)
-REFUSE_SECONDS = 12.0  # connections refused
+# While the cut host is refused, the healthy one must send at least this many (a quarter of the rate over
+# 12 s): the cut lasts until it has, and until the cut host's effects are seen (see the test).
+HEALTHY_DURING_CUT = 60
 HOST_ENV = {
     # Five failures in a row open a circuit: the account's would open as easily if it heard of them.
     "SMSGW_CIRCUIT_STREAK_FAILURES": "5",
@@ -42,88 +41,14 @@ HOST_ENV = {
 }
 
 
-class CutProxy:
-    """A TCP proxy between one host's workers and the provider: ``up``, ``mute`` (what the client sends
-    is forwarded, nothing comes back) or ``refuse`` (the port is closed). A muted request reaches the
-    provider and is stored: an uncertain submission, as a read timeout after the request was written."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.mode = "up"
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._serve()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _serve(self) -> None:
-        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
-
-    def mute(self) -> None:
-        self.mode = "mute"
-
-    def refuse(self) -> None:
-        self.mode = "refuse"
-        self._listener.close()
-        with self._lock:
-            sockets, self._open = self._open, set()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def up(self) -> None:
-        if self.mode == "refuse":
-            self._listener = socket.create_server(("127.0.0.1", self.port))  # SO_REUSEADDR: the same port
-            self._serve()
-        self.mode = "up"
-
-    def close(self) -> None:
-        self.refuse()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self.upstream, timeout=5)
-                server.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._open.update((client, server))
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if answers and self.mode != "up":
-                    continue  # the provider's answer is lost on the way back
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
 def test_one_host_cut_off_opens_only_its_own_circuit_and_the_healthy_host_sends_everything_once(pipeline):
     sandbox = pipeline.sandbox
     sandbox.config(callbacks_enabled=False)
     split = urlsplit(sandbox.base_url)
-    proxy = CutProxy((split.hostname or "127.0.0.1", split.port or 80))
+    proxy = DatabaseProxy((split.hostname or "127.0.0.1", split.port or 80))
     pipeline.env.update(HOST_ENV)
     healthy = {**pipeline.env, "SMSGW_HOST_ID": "host-a"}
-    cut = {**pipeline.env, "SMSGW_HOST_ID": "host-b", "TWILIO_API_BASE_URL": proxy.url}
+    cut = {**pipeline.env, "SMSGW_HOST_ID": "host-b", "TWILIO_API_BASE_URL": f"http://127.0.0.1:{proxy.port}"}
     sends = f"{SEND_TRANSACTIONAL},{SEND_BULK}"
     others = ",".join(q for q in ROUTED_QUEUES if q not in (SEND_TRANSACTIONAL, SEND_BULK))
     try:
@@ -149,16 +74,32 @@ def test_one_host_cut_off_opens_only_its_own_circuit_and_the_healthy_host_sends_
         pipeline.wait_until(lambda: sent() >= 60, 60, "60 sent before the cut")
         assert sent() < N - 150, f"{sent()} already sent: the cut came too late to matter"
 
+        def uncertain_from_mute() -> bool:  # a request written whose answer never came back
+            return Attempt.objects.filter(
+                message_id__in=pks,
+                http_status__isnull=True,
+                outcome__in=(AttemptOutcome.UNCERTAIN, AttemptOutcome.RECONCILED_FOUND),
+            ).exists()
+
         proxy.mute()
-        muted_at = time.time()
         pipeline.wait_until(
             lambda: (row := host_b()) is not None and row.state == "open", 30, "host-b's circuit to open"
         )
-        time.sleep(max(0.0, muted_at + MUTE_SECONDS - time.time()))  # the muted phase's planned length
+        # The muted phase lasts until it made what it is for: an uncertain submission of the cut host.
+        pipeline.wait_until(uncertain_from_mute, 30, "an uncertain submission from the muted host")
         proxy.refuse()
         refused_at = time.time()
-        # The cut lasts a fixed period (the fault's length, not a wait for something to happen).
-        time.sleep(REFUSE_SECONDS)
+
+        def cut_seen() -> bool:
+            """The cut host handed work over, the healthy one sent meanwhile, and the reconciler found a
+            muted submission: all while the cut lasts."""
+            return (
+                MessageEvent.objects.filter(message_id__in=pks, kind="host_unreachable").exists()
+                and MessageEvent.objects.filter(message_id__in=pks, kind="reconciled_found").exists()
+                and len(sandbox.submissions(refused_at)) >= HEALTHY_DURING_CUT
+            )
+
+        pipeline.wait_until(cut_seen, 60, "the cut's effects: hand-over, healthy sends, reconciliation")
         healthy_sends = len(sandbox.submissions(refused_at))
         cut_ended = time.time()
         proxy.up()
@@ -213,7 +154,7 @@ def test_one_host_cut_off_opens_only_its_own_circuit_and_the_healthy_host_sends_
         assert parked.exists() and {e.details["host"] for e in parked} == {"host-b"}
 
         # The healthy host kept sending while the other was refused (at least a quarter of the rate).
-        assert healthy_sends >= RATE * REFUSE_SECONDS / 4, f"{healthy_sends} sent in {REFUSE_SECONDS} s"
+        assert healthy_sends >= HEALTHY_DURING_CUT, f"{healthy_sends} sent in {cut_ended - refused_at:.1f} s"
 
         # The cut host's uncertain submissions (written, never answered) were found at the provider by the
         # reconciler while that host was still cut off: no wait for its circuit.
@@ -237,7 +178,7 @@ def test_one_host_cut_off_opens_only_its_own_circuit_and_the_healthy_host_sends_
         print(
             f"host circuit: {len(uncertain)} uncertain reconciled in {waits[0]:.1f}-{waits[-1]:.1f} s, "
             f"{parked.count()} host_unreachable entries, {row.probes} probes, {healthy_sends} sent by the "
-            f"healthy host in {REFUSE_SECONDS:.0f} s of refusal"
+            f"healthy host in {cut_ended - refused_at:.1f} s of refusal"
         )
     finally:
         proxy.close()
