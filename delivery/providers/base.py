@@ -11,16 +11,21 @@ provider's codes or HTTP statuses.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import enum
 import math
+import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from smsgw.config.providers import Capabilities as Capabilities
 from smsgw.config.providers import SenderPools as SenderPools
 from smsgw.config.providers import ValidityBounds as ValidityBounds
+from smsgw.values.phone import mask
 
 
 class Outcome(enum.StrEnum):
@@ -206,6 +211,27 @@ class ProviderAdapter:
     # not send it again after a 4xx). NUL anywhere else is still refused.
     free_text_fields: frozenset[str] = frozenset()
 
+    def _process_local(self) -> None:
+        """Start this process's state (``_reset_process_state``: locks, pools, loops), start it again in
+        a forked child (the parent's threads and sockets are not the child's: never closed from there),
+        and close the adapter when the process exits. Called by an adapter's ``__init__``."""
+        self._reset_process_state()
+        ref = weakref.ref(self)
+
+        def after_fork_in_child() -> None:
+            adapter = ref()
+            if adapter is not None:
+                adapter._reset_process_state()
+
+        os.register_at_fork(after_in_child=after_fork_in_child)
+        atexit.register(_close_ref, ref)
+
+    def _reset_process_state(self) -> None:
+        """This process's own state, made anew (see ``_process_local``)."""
+
+    def close(self) -> None:
+        """Release what the process state holds. Optional."""
+
     @property
     def request_timeout(self) -> float:
         """Seconds a submission may take before it is given up as uncertain (reconciliation looks for
@@ -319,3 +345,36 @@ class ProviderAdapter:
         """Is ``provider_body`` (as the provider stored it) the body we sent? Providers rewrite bodies
         (prefixes, character substitution); exact equality would miss our own submission."""
         raise NotImplementedError
+
+
+def _close_ref(ref: weakref.ref) -> None:
+    adapter = ref()
+    if adapter is not None:
+        with contextlib.suppress(Exception):
+            adapter.close()
+
+
+def redact_fields(
+    params: Mapping[str, object], *, dropped: tuple[str, ...], numbers: tuple[str, ...]
+) -> dict[str, str]:
+    """A callback's fields as they are kept (its stored payload, logs): the ``dropped`` ones left out (the
+    body, credentials, signatures), the ``numbers`` masked, every other value cut to 200 characters."""
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        if key in dropped:
+            continue
+        text = "" if value is None else str(value)
+        out[key] = mask(text) if key in numbers else text[:200]
+    return out
+
+
+def carrier_minute(value: str) -> datetime | None:
+    """A carrier's receipt time, ``YYMMDDhhmm`` (Twilio's RawDlrDoneDate, Vonage's scts), read as UTC
+    (neither provider states its zone); None when it is not one."""
+    value = (value or "").strip()
+    if len(value) != 10 or not value.isdigit():
+        return None
+    try:
+        return datetime.strptime(value, "%y%m%d%H%M").replace(tzinfo=UTC)
+    except ValueError:
+        return None

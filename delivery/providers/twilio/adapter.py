@@ -26,7 +26,6 @@ Outcomes (what the provider has), then the error table (``twilio_errors``) says 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import email.utils
@@ -37,7 +36,6 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -197,16 +195,7 @@ class TwilioAdapter(ProviderAdapter):
         # with its own settings prefix, and so its own capacity, circuit and callback URL.
         self.name = name
         self.settings_prefix = settings_prefix
-        self._reset_process_state()
-        ref = weakref.ref(self)
-
-        def after_fork_in_child() -> None:
-            adapter = ref()
-            if adapter is not None:
-                adapter._reset_process_state()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
-        atexit.register(_close_ref, ref)
+        self._process_local()
 
     def _reset_process_state(self) -> None:
         # after a fork the parent's loop thread does not exist here: start over (without closing what
@@ -633,13 +622,6 @@ class TwilioAdapter(ProviderAdapter):
 
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         return twilio_callbacks.body_matches(sent_body, provider_body)
-
-
-def _close_ref(ref: weakref.ref) -> None:
-    adapter = ref()
-    if adapter is not None:
-        with contextlib.suppress(Exception):
-            adapter.close()
 
 
 def _utc(value: datetime) -> datetime:

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
 
-from delivery.providers.base import CallbackData, CallbackInvalid, CallbackKeyUnknown
-from smsgw.values.phone import mask
+from delivery.providers.base import (
+    CallbackData,
+    CallbackInvalid,
+    CallbackKeyUnknown,
+    carrier_minute,
+    redact_fields,
+)
 
 # Raw Twilio status -> ours (delivery.providers.base.RECEIPT_STATUSES).
 STATUS_MAP = {
@@ -84,24 +88,8 @@ _SMART = str.maketrans(
 )
 
 
-def redact(params: dict[str, str]) -> dict[str, str]:
-    out = {}
-    for key, value in params.items():
-        if key in DROPPED_FIELDS:
-            continue
-        out[key] = mask(value) if key in NUMBER_FIELDS else value[:200]
-    return out
-
-
-def parse_raw_dlr_done_date(value: str) -> datetime | None:
-    """``YYMMDDhhmm`` from the carrier's receipt (the time zone is not stated by Twilio: read as UTC)."""
-    value = (value or "").strip()
-    if len(value) != 10 or not value.isdigit():
-        return None
-    try:
-        return datetime.strptime(value, "%y%m%d%H%M").replace(tzinfo=UTC)
-    except ValueError:
-        return None
+def redact(params: Mapping[str, str]) -> dict[str, str]:
+    return redact_fields(params, dropped=DROPPED_FIELDS, numbers=NUMBER_FIELDS)
 
 
 def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
@@ -121,7 +109,7 @@ def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
         raw_status=raw_status,
         normalized_status=STATUS_MAP.get(raw_status.strip().lower(), ""),
         error_code=(params.get("ErrorCode") or "").strip()[:32],
-        done_at=parse_raw_dlr_done_date(params.get("RawDlrDoneDate", "")),
+        done_at=carrier_minute(params.get("RawDlrDoneDate", "")),
         message_hint=hint if _HINT_MESSAGE_RE.fullmatch(hint) else "",
         attempt_hint=attempt,
         payload=redact(params),

@@ -33,7 +33,6 @@ submissions").
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
@@ -41,7 +40,6 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -165,16 +163,7 @@ class VonageAdapter(ProviderAdapter):
     def __init__(self, name: str = "vonage", settings_prefix: str = "VONAGE") -> None:
         self.name = name
         self.settings_prefix = settings_prefix
-        self._reset_process_state()
-        ref = weakref.ref(self)
-
-        def after_fork_in_child() -> None:
-            adapter = ref()
-            if adapter is not None:
-                adapter._reset_process_state()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
-        atexit.register(_close_ref, ref)
+        self._process_local()
 
     def _reset_process_state(self) -> None:
         self._lock = threading.Lock()
@@ -387,13 +376,6 @@ class VonageAdapter(ProviderAdapter):
         return sent_body == provider_body  # never asked: there is no listing to match against
 
 
-def _close_ref(ref: weakref.ref) -> None:
-    adapter = ref()
-    if adapter is not None:
-        with contextlib.suppress(Exception):
-            adapter.close()
-
-
 _PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
 
 
@@ -457,29 +439,25 @@ def _from_exception(exc: Exception, latency_ms: float, written: dict, extra: dic
 def _from_answer(
     data: Any, http_status: int | None, latency_ms: float, requested_at: float, written: dict, extra: dict
 ) -> SubmitResult:
-    messages = data.get("messages") if isinstance(data, dict) else None
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+    def unreadable(why: str) -> SubmitResult:  # an answer that does not say whether it was taken
         return SubmitResult(
             outcome=Outcome.UNCERTAIN,
-            error_message="an answer without messages",
+            error_message=why,
             http_status=http_status,
             latency_ms=latency_ms,
             validity_period=written.get("validity_period"),
             response={"http_status": http_status, **extra},
         )
+
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return unreadable("an answer without messages")
     accepted = [m for m in messages if str(m.get("status", "")).strip() == "0"]
     refused = [m for m in messages if str(m.get("status", "")).strip() != "0"]
     if accepted:
         part_ids = [str(m.get("message-id") or "") for m in accepted]
         if not part_ids[0]:
-            return SubmitResult(
-                outcome=Outcome.UNCERTAIN,
-                error_message="success answer without a message-id",
-                http_status=http_status,
-                latency_ms=latency_ms,
-                validity_period=written.get("validity_period"),
-                response={"http_status": http_status, **extra},
-            )
+            return unreadable("success answer without a message-id")
         response = {
             "http_status": http_status,
             "message_count": str(data.get("message-count", "")),

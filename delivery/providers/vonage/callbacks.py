@@ -19,10 +19,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from datetime import UTC, datetime
 
-from delivery.providers.base import CallbackData, CallbackInvalid
-from smsgw.values.phone import mask
+from delivery.providers.base import CallbackData, CallbackInvalid, carrier_minute, redact_fields
 
 # Raw DLR status -> ours (delivery.providers.base.RECEIPT_STATUSES).
 STATUS_MAP = {
@@ -57,24 +55,7 @@ def client_ref(message_ref: str, attempt: int) -> str:
 
 
 def redact(params: dict) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in params.items():
-        if key in DROPPED_FIELDS:
-            continue
-        text = "" if value is None else str(value)
-        out[key] = mask(text) if key in NUMBER_FIELDS else text[:200]
-    return out
-
-
-def parse_scts(value: str) -> datetime | None:
-    """``scts``, ``YYMMDDHHMM``: when the carrier reached its final status (read as UTC)."""
-    value = (value or "").strip()
-    if len(value) != 10 or not value.isdigit():
-        return None
-    try:
-        return datetime.strptime(value, "%y%m%d%H%M").replace(tzinfo=UTC)
-    except ValueError:
-        return None
+    return redact_fields(params, dropped=DROPPED_FIELDS, numbers=NUMBER_FIELDS)
 
 
 def _hints(params: dict, query: dict) -> tuple[str, int | None]:
@@ -103,7 +84,7 @@ def parse(params: dict, query: dict) -> CallbackData:
         raw_status=raw_status,
         normalized_status=STATUS_MAP.get(raw_status.lower(), ""),
         error_code="" if err_code == "0" else err_code,
-        done_at=parse_scts(str(params.get("scts") or "")),
+        done_at=carrier_minute(str(params.get("scts") or "")),
         message_hint=hint,
         attempt_hint=attempt,
         payload=redact(params),

@@ -10,8 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from twilio.request_validator import RequestValidator
 
-from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown, ErrorClass, Outcome, Scope
-from delivery.providers.twilio.callbacks import body_matches, parse, parse_raw_dlr_done_date, validate
+from delivery.providers.base import (
+    CallbackInvalid,
+    CallbackKeyUnknown,
+    ErrorClass,
+    Outcome,
+    Scope,
+    carrier_minute,
+)
+from delivery.providers.twilio.callbacks import body_matches, parse, validate
 from delivery.providers.twilio.errors import classify, submission_outcome
 from delivery.providers.twilio.http import abortable_socket_factory
 from delivery.sending.worker import validity_period
@@ -144,7 +151,7 @@ def test_callback_parse_hints_done_date_and_redaction():
     assert "Body" not in data.payload and "+14155550123" not in str(data.payload)
     # a forged or garbled hint is ignored, never trusted
     assert parse(params, {"m": "../etc", "a": "x"}).message_hint == ""
-    assert parse_raw_dlr_done_date("2613301205") is None
+    assert carrier_minute("2613301205") is None
     with pytest.raises(CallbackInvalid) as info:
         parse({"MessageStatus": "sent"}, {})
     assert info.value.field == "MessageSid"
