@@ -141,21 +141,13 @@ def circuit_report(
     if not ok and not failed:
         return circuit_state(provider, account)
     key = (os.getpid(), provider, account)
-    buffered = _ok_buffer.get(key)
-    if not failed and not probe_ok:
-        # Answers only count against failures within the window: a process adds up its successes and
-        # reports them at most every OK_FLUSH_SECONDS (or with its next failure), instead of locking the
-        # account's circuit row for every small group of answers.
-        if buffered is None:
-            _ok_buffer[key] = [ok, time.monotonic()]
-            return _CLOSED_UNREAD
-        buffered[0] += ok
-        if time.monotonic() - buffered[1] < OK_FLUSH_SECONDS:
-            return _CLOSED_UNREAD
-        ok = buffered[0]
-    elif buffered is not None:
-        ok += buffered[0]
-    _ok_buffer.pop(key, None)
+    # Answers only count against failures within the window: a process adds up its successes and reports
+    # them at most every OK_FLUSH_SECONDS (or with its next failure), instead of locking the account's
+    # circuit row for every small group of answers.
+    total = _ok_take(_ok_buffer, key, ok, hold=not failed and not probe_ok)
+    if total is None:
+        return _CLOSED_UNREAD
+    ok = total
     row = _row(provider, account, now)
     closed = False
     with transaction.atomic():
@@ -175,6 +167,25 @@ def circuit_report(
         circuit_release(provider=provider, now=timezone.now())  # outside the row lock: many messages
         return CircuitState(CLOSED)
     return CircuitState(row.state, row.opened_at, row.next_probe_at, row.last_error)
+
+
+def _ok_take(buffer: dict, key: tuple, ok: int, *, hold: bool) -> int | None:
+    """This process's buffered successes for ``key`` plus ``ok``, to be written now; or None, kept in
+    the buffer, when ``hold`` (only successes to report) and the last write was under OK_FLUSH_SECONDS
+    ago."""
+    buffered = buffer.get(key)
+    if hold:
+        if buffered is None:
+            buffer[key] = [ok, time.monotonic()]
+            return None
+        buffered[0] += ok
+        if time.monotonic() - buffered[1] < OK_FLUSH_SECONDS:
+            return None
+        ok = buffered[0]
+    elif buffered is not None:
+        ok += buffered[0]
+    buffer.pop(key, None)
+    return ok
 
 
 def _count(row: ProviderCircuit, ok: int, failed: int, error: str, now: datetime) -> None:
@@ -418,20 +429,13 @@ def host_report(
     now = now or timezone.now()
     host = host_id()
     key = (os.getpid(), provider, account)
-    buffered = _host_ok_buffer.get(key)
-    if not unanswered and not probe_answered and not _host_local.get(key, False):
-        # Answers only say when this host last reached the provider: written at most every
-        # OK_FLUSH_SECONDS per process (as the account's successes are), not a row lock per batch.
-        if buffered is None:
-            _host_ok_buffer[key] = [answered, time.monotonic()]
-            return False
-        buffered[0] += answered
-        if time.monotonic() - buffered[1] < OK_FLUSH_SECONDS:
-            return False
-        answered = buffered[0]
-    elif buffered is not None:
-        answered += buffered[0]
-    _host_ok_buffer.pop(key, None)
+    # Answers only say when this host last reached the provider: written at most every OK_FLUSH_SECONDS
+    # per process (as the account's successes are), not a row lock per batch.
+    hold = not unanswered and not probe_answered and not _host_local.get(key, False)
+    total = _ok_take(_host_ok_buffer, key, answered, hold=hold)
+    if total is None:
+        return False
+    answered = total
     own = bool(unanswered) and others_answered(provider, account, host=host, now=now)
     row = _host_row(provider, account, host, now)
     with transaction.atomic():
