@@ -48,37 +48,48 @@ def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | Non
     }
 
 
+def _routed(row: Any, rules_cache: dict[int | None, list]) -> dict[str, Any] | None:
+    """The route fields of one row (a ``Message`` or a dict of its field values), or None when no rule
+    matches it."""
+    get = row.get if isinstance(row, dict) else (lambda name, default=None: getattr(row, name, default))
+    tenant_id = get("tenant_id")
+    rules = rules_cache.get(tenant_id)
+    if rules is None:
+        rules = rules_cache[tenant_id] = rules_for(tenant_id)
+    if not rules:
+        return None
+    plan = plan_with(rules, get("to") or "", get("priority") or "transactional", get("public_id") or "")
+    if plan.route == "default":
+        return None
+    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "")
+
+
+def _unrouted(row: dict) -> dict[str, Any]:
+    return {
+        "provider": row.get("provider") or settings.SMSGW_PROVIDER,
+        "from_number": row.get("from_number") or "",
+        "messaging_service_sid": row.get("messaging_service_sid") or "",
+        "route": "",
+        "route_plan": [],
+        "route_leg": 0,
+    }
+
+
 def rows_route(rows: Sequence[tuple[Any, Any]]) -> None:
-    """Route each row in place (a ``Message`` or a dict of its field values). Every dict row ends with
-    the same keys (a batch insert takes its columns from the first row)."""
-    rules_cache: dict[int, list] = {}
-    for row, _ in rows:
-        is_dict = isinstance(row, dict)
-        get = row.get if is_dict else (lambda name, default=None, r=row: getattr(r, name, default))
-        tenant_id = get("tenant_id")
-        rules = rules_cache.get(tenant_id)
-        if rules is None:
-            rules = rules_cache[tenant_id] = rules_for(tenant_id)
-        values = None
-        if rules:
-            plan = plan_with(
-                rules, get("to") or "", get("priority") or "transactional", get("public_id") or ""
-            )
-            if plan.route != "default":
-                values = fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "")
-        if values is None:
-            if not is_dict:
-                continue
-            values = {
-                "provider": get("provider") or settings.SMSGW_PROVIDER,
-                "from_number": get("from_number") or "",
-                "messaging_service_sid": get("messaging_service_sid") or "",
-                "route": "",
-                "route_plan": [],
-                "route_leg": 0,
-            }
-        if is_dict:
+    """Route each row in place. A batch no rule touches is left as it is (the fields' defaults: the
+    default provider, no route), at the cost of one rules look-up per tenant; once one dict row is
+    routed, every dict row gets the same keys (a batch insert takes its columns from the first row)."""
+    rules_cache: dict[int | None, list] = {}
+    routed = [(row, values) for row, _ in rows if (values := _routed(row, rules_cache)) is not None]
+    if not routed:
+        return
+    for row, values in routed:
+        if isinstance(row, dict):
             row.update(values)
         else:
             for name, value in values.items():
                 setattr(row, name, value)
+    done = {id(row) for row, _ in routed}
+    for row, _ in rows:
+        if isinstance(row, dict) and id(row) not in done:
+            row.update(_unrouted(row))

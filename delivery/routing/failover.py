@@ -23,6 +23,7 @@ from typing import Any
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw.config.routes import leg_public
 
 KIND = "failover"
 COLUMNS = (
@@ -58,15 +59,6 @@ def next_leg(row: Mapping[str, Any]) -> tuple[int, dict[str, str]] | None:
 
 def has_next(row: Mapping[str, Any]) -> bool:
     return next_leg(row) is not None
-
-
-def leg_public(leg: Mapping[str, str]) -> dict[str, str]:
-    """A leg as the API and the timeline show it."""
-    return {
-        "provider": leg.get("provider", ""),
-        "account": leg.get("account", ""),
-        "sender": leg.get("from") or leg.get("pool") or "",
-    }
 
 
 def current_leg(row: Mapping[str, Any]) -> dict[str, str] | None:

@@ -238,14 +238,15 @@ def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     fields = [Message._meta.get_field(c) for c in columns]
     sqlite = connection.vendor == "sqlite"
+    # Django has psycopg return jsonb as text (JSONField.from_db_value decodes it): a raw cursor gets the
+    # text, decoded here as the ORM would.
+    json_columns = {i for i, field in enumerate(fields) if isinstance(field, JSONField)}
     for raw in cursor.fetchall():
         row = {}
-        for name, field, value in zip(columns, fields, raw, strict=True):
+        for i, (name, field, value) in enumerate(zip(columns, fields, raw, strict=True)):
             if sqlite and value is not None:
                 value = _sqlite_value(field, value)
-            elif isinstance(value, str) and isinstance(field, JSONField):
-                # Django has psycopg return jsonb as text (JSONField.from_db_value decodes it); a raw
-                # cursor gets the text, so decode it as the ORM would.
+            elif i in json_columns and isinstance(value, str):
                 value = json.loads(value)
             row[name] = value
         out.append(row)

@@ -23,6 +23,7 @@ from scheduling.messages import examples, selectors
 from scheduling.messages import service as services
 from scheduling.models import Message, Priority, Status
 from smsgw.config.providers import body_max_length
+from smsgw.config.routes import leg_public
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
@@ -295,14 +296,7 @@ class MessageOutput(serializers.Serializer):
 def _route(m: Message) -> dict:
     """The message's route: its rule, its legs (provider, account, sender) and the leg it is on. Without
     a rule: the one leg it has, its provider with its own sender."""
-    legs = [
-        {
-            "provider": leg.get("provider", ""),
-            "account": leg.get("account", ""),
-            "sender": leg.get("from") or leg.get("pool") or "",
-        }
-        for leg in (m.route_plan or [])
-    ]
+    legs = [leg_public(leg) for leg in (m.route_plan or [])]
     if not legs:
         legs = [{"provider": m.provider, "account": "", "sender": m.from_number or m.messaging_service_sid}]
     return {"name": m.route or "default", "leg": m.route_leg or 0, "legs": legs}

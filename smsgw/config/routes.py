@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 COUNTRY_RE = re.compile(r"[A-Z]{2}")
@@ -149,3 +149,13 @@ def parse(raw: str, providers: Iterable[str], priorities: Iterable[str]) -> tupl
 
 def providers_named(rules: Iterable[RuleSpec]) -> set[str]:
     return {leg.provider for rule in rules for leg in rule.legs}
+
+
+def leg_public(leg: Mapping[str, str]) -> dict[str, str]:
+    """A stored leg of a message's route (``{provider, account, from, pool}``, delivery.routing.birth) as
+    the API and the timeline show it: its sender is its From or its sender pool."""
+    return {
+        "provider": leg.get("provider", ""),
+        "account": leg.get("account", ""),
+        "sender": leg.get("from") or leg.get("pool") or "",
+    }
