@@ -5,6 +5,8 @@ retries, signed in the Standard Webhooks form (webhook-id, webhook-timestamp, we
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
@@ -14,16 +16,18 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
+from scheduling.facade import resources as facade
 from scheduling.models import Message
 from smsgw.models import Tenant
 from smsgw.observability import events
@@ -147,6 +151,25 @@ _OUTBOX_COLUMNS = (
     "to",
     "metadata",
     "status_reason",
+    "tenant__webhook_url",
+    "status_callback",
+)
+# A Twilio-compatible API message's StatusCallback (scheduling.facade): the same outbox, retries, SSRF guard
+# and audit as the tenant's webhook, in Twilio's form and signature.
+STATUS_CALLBACK = "twilio.status_callback"
+_CALLBACK_COLUMNS = (
+    "pk",
+    "public_id",
+    "to",
+    "from_number",
+    "messaging_service_sid",
+    "status",
+    "error_code",
+    "reason_code",
+    "requested_send_at",
+    "quiet_deferred_from",
+    "status_callback",
+    "tenant__facade_account_sid",
 )
 
 
@@ -154,51 +177,99 @@ def webhook_outbox_enqueue(
     ids: list[int], from_status: str, to_status: str, kind: str, now: datetime
 ) -> None:
     """Status listener: runs inside the transaction of the change. One cheap query finds the messages
-    whose tenant has a webhook; nothing else is done for tenants without one."""
+    whose tenant has a webhook or that have a StatusCallback; nothing else is done for the rest."""
+    wanted = ~Q(tenant__webhook_url="") | ~Q(status_callback="")
     if is_postgres():
         # One array parameter: the ORM's IN (%s, ...) made a statement of a thousand placeholders that
         # psycopg parsed anew for every batch (a sixth of a sweep pass).
-        rows = list(
-            Message.objects.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", [PgInts(ids)]))
-            .exclude(tenant__webhook_url="")
-            .values_list(*_OUTBOX_COLUMNS)
-        )
+        qs = Message.objects.filter(pk__in=RawSQL("SELECT unnest(%s::bigint[])", [PgInts(ids)]))
     else:
-        rows = list(
-            Message.objects.filter(pk__in=ids).exclude(tenant__webhook_url="").values_list(*_OUTBOX_COLUMNS)
-        )
+        qs = Message.objects.filter(pk__in=ids)
+    rows = list(qs.filter(wanted).values_list(*_OUTBOX_COLUMNS))
     if not rows:
         return
-    WebhookDelivery.objects.bulk_create(
-        [
+    deliveries = [
+        WebhookDelivery(
+            webhook_id=f"whmsg_{secrets.token_hex(12)}",
+            tenant_id=tenant_id,
+            message_id=pk,
+            event_type=EVENT_TYPE,
+            payload={
+                "type": EVENT_TYPE,
+                "timestamp": now.isoformat(),
+                "data": {
+                    "id": public_id,
+                    "status": to_status,
+                    "previous_status": from_status,
+                    "event": kind,
+                    # version orders a message's notifications: deliveries may arrive out of order.
+                    "version": version,
+                    "to": to,
+                    "provider_status": provider_status,
+                    "error_code": error_code,
+                    "reason": reason,
+                    "metadata": metadata,
+                },
+            },
+            next_attempt_at=now,
+            created_at=now,
+        )
+        for (
+            pk,
+            public_id,
+            tenant_id,
+            version,
+            provider_status,
+            error_code,
+            to,
+            metadata,
+            reason,
+            webhook_url,
+            _callback,
+        ) in rows
+        if webhook_url
+    ]
+    callbacks = [row[0] for row in rows if row[-1]]
+    if callbacks:
+        deliveries += _status_callbacks(callbacks, from_status, to_status, now)
+    WebhookDelivery.objects.bulk_create(deliveries)
+
+
+def _status_callbacks(
+    ids: list[int], from_status: str, to_status: str, now: datetime
+) -> list[WebhookDelivery]:
+    """The Twilio status callbacks this change owes (scheduling.facade.resources.callback_status)."""
+    out = []
+    for row in Message.objects.filter(pk__in=ids).values(*_CALLBACK_COLUMNS, "tenant_id"):
+        account_sid = row.pop("tenant__facade_account_sid")
+        tenant_id = row.pop("tenant_id")
+        message = Message(**row)
+        status = facade.callback_status(message, from_status, to_status)
+        if status is None:
+            continue
+        out.append(
             WebhookDelivery(
-                webhook_id=f"whmsg_{secrets.token_hex(12)}",
+                webhook_id=f"whcb_{secrets.token_hex(12)}",
                 tenant_id=tenant_id,
-                message_id=pk,
-                event_type=EVENT_TYPE,
+                message_id=message.pk,
+                event_type=STATUS_CALLBACK,
                 payload={
-                    "type": EVENT_TYPE,
-                    "timestamp": now.isoformat(),
-                    "data": {
-                        "id": public_id,
-                        "status": to_status,
-                        "previous_status": from_status,
-                        "event": kind,
-                        # version orders a message's notifications: deliveries may arrive out of order.
-                        "version": version,
-                        "to": to,
-                        "provider_status": provider_status,
-                        "error_code": error_code,
-                        "reason": reason,
-                        "metadata": metadata,
-                    },
+                    "url": message.status_callback,
+                    "params": facade.callback_params(message, account_sid, status),
                 },
                 next_attempt_at=now,
                 created_at=now,
             )
-            for pk, public_id, tenant_id, version, provider_status, error_code, to, metadata, reason in rows
-        ]
-    )
+        )
+    return out
+
+
+def twilio_signature(key: str, url: str, params: dict[str, str]) -> str:
+    """``X-Twilio-Signature``: base64(HMAC-SHA1(key, URL + each parameter's name and value, names
+    sorted)), as Twilio signs its webhooks (twilio.com/docs/usage/webhooks/webhooks-security) and the
+    official SDKs' ``RequestValidator`` checks them."""
+    payload = url + "".join(name + params[name] for name in sorted(params))
+    return base64.b64encode(hmac.new(key.encode(), payload.encode(), hashlib.sha1).digest()).decode()
 
 
 # --- delivery -----------------------------------------------------------------------------------------
@@ -229,29 +300,47 @@ def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
     return list(WebhookDelivery.objects.filter(pk__in=ids).select_related("tenant"))
 
 
+def _callback_request(delivery: WebhookDelivery) -> tuple[str, bytes, dict[str, str]]:
+    """A status callback's URL, form body and headers, signed with the tenant's callback signing key."""
+    url, params = delivery.payload["url"], delivery.payload["params"]
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "User-Agent": "smsgw-status-callbacks/1",
+        "X-Twilio-Signature": twilio_signature(delivery.tenant.callback_signing_key, url, params),
+        # Twilio's webhook idempotency header: the same on every retry of one callback.
+        "I-Twilio-Idempotency-Token": delivery.webhook_id,
+    }
+    return url, urlencode(params).encode(), headers
+
+
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
     tenant = delivery.tenant
-    url = tenant.webhook_url
     started = time.perf_counter()
-    if not url or not tenant.webhook_secret:
-        return None, "tenant has no webhook configured", 0.0
+    if delivery.event_type == STATUS_CALLBACK:
+        url, payload, headers = _callback_request(delivery)
+    else:
+        url = tenant.webhook_url
+        if not url or not tenant.webhook_secret:
+            return None, "tenant has no webhook configured", 0.0
     try:
         # Again at send time (DNS may have changed since configuration), and the connection goes to the
         # address just checked.
         host, port, address = webhook_target(url)
     except WebhookUrlError as exc:
         return None, f"refused: {exc}", 0.0
-    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
-    sent_at = timezone.now()
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "smsgw-webhooks/1",
-        "webhook-id": delivery.webhook_id,
-        "webhook-timestamp": str(int(sent_at.timestamp())),
-        "webhook-signature": webhook_sign(tenant.webhook_secret, delivery.webhook_id, sent_at, body),
-    }
+    if delivery.event_type != STATUS_CALLBACK:
+        body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
+        sent_at = timezone.now()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "smsgw-webhooks/1",
+            "webhook-id": delivery.webhook_id,
+            "webhook-timestamp": str(int(sent_at.timestamp())),
+            "webhook-signature": webhook_sign(tenant.webhook_secret, delivery.webhook_id, sent_at, body),
+        }
+        payload = body.encode()
     try:
-        resp = _post_pinned(url, host, port, address, body.encode(), headers)
+        resp = _post_pinned(url, host, port, address, payload, headers)
     except urllib3.exceptions.HTTPError as exc:
         return None, type(exc).__name__, (time.perf_counter() - started) * 1000
     ok = 200 <= resp.status < 300

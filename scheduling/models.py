@@ -101,6 +101,9 @@ class Message(models.Model):
     # gateway's list-lag bound; delivery.sending.reconcile): a one-time code, where late is worse than a
     # rare duplicate.
     uncertain_wait_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Twilio's StatusCallback (scheduling.facade): each status change Twilio would call back about is
+    # POSTed there, form-encoded and signed (receipts.webhooks); empty = none.
+    status_callback = models.CharField(max_length=1024, blank=True, default="", db_default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -51,13 +51,17 @@ class IdempotencyMismatch(DomainError):
 
 
 class InvalidInput(DomainError):
-    """A value breaks a rule; ``field`` names it as the request spells it (``to``, ``send_at``, ...)."""
+    """A value breaks a rule; ``field`` names it as the request spells it (``to``, ``send_at``, ...);
+    ``reason`` says which rule when a caller needs to tell them apart (the Twilio-compatible API maps it
+    to Twilio's error codes: ``suppressed``, ``destination``, ``no_sender``, ``empty``, ``too_long``,
+    ``window``); empty for the rest."""
 
     code = "invalid"
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, *, reason: str = "") -> None:
         super().__init__(message)
         self.field = field
+        self.reason = reason
 
 
 class QuotaExceeded(DomainError):

@@ -12,6 +12,18 @@ KEY_PREFIX_LEN = 12
 KEY_SECRET_BYTES = 24
 
 
+def new_facade_account_sid() -> str:
+    """The tenant's account SID on the Twilio-compatible API (scheduling.facade): ``AC`` + 32 hex, as
+    Twilio's account SIDs are (twilio-oai spec/json/twilio_api_v2010.json, ``^AC[0-9a-fA-F]{32}$``)."""
+    return "AC" + secrets.token_hex(16)
+
+
+def new_callback_signing_key() -> str:
+    """The secret that signs the Twilio-shaped status callbacks (``X-Twilio-Signature``): 32 hex, the form
+    of a Twilio auth token, so ``RequestValidator(<this key>)`` of the official SDKs checks them."""
+    return secrets.token_hex(16)
+
+
 class Tenant(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=64, unique=True)
@@ -54,6 +66,13 @@ class Tenant(models.Model):
     velocity_prefix_max = models.PositiveIntegerField(null=True, blank=True)
     velocity_prefix_digits = models.PositiveSmallIntegerField(null=True, blank=True)
     velocity_new_numbers_max = models.PositiveIntegerField(null=True, blank=True)
+    # The Twilio-compatible Messages API (scheduling.facade, docs/coming-from-twilio.md): the account SID
+    # the official SDKs are given (with one of the tenant's API keys as the auth token), strict mode (the
+    # facade answers exactly Twilio's limits and errors), and the key that signs status callbacks. The
+    # signing key is stored as it is, like webhook_secret: an HMAC needs it; API keys stay hashed.
+    facade_account_sid = models.CharField(max_length=34, unique=True, default=new_facade_account_sid)
+    facade_strict = models.BooleanField(default=False, db_default=False)
+    callback_signing_key = models.CharField(max_length=64, default=new_callback_signing_key)
 
     class Meta:
         constraints = [

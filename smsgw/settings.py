@@ -361,6 +361,9 @@ RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_RETRY_MAX_DELAY_SECONDS", 300.0, mini
 RETRY_MAX_AGE_SECONDS = env_int("SMSGW_RETRY_MAX_AGE_SECONDS", 6 * 3600, minimum=1)
 SEND_AT_PAST_TOLERANCE_SECONDS = env_int("SMSGW_SEND_AT_PAST_TOLERANCE", 300, minimum=0)
 MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=1)
+# The Twilio-compatible API's strict mode (scheduling.facade): the least lead time of a SendAt, as Twilio's
+# scheduling article and error 35114 state it (900 s; Twilio's newer error pages say 300 s).
+FACADE_STRICT_MIN_LEAD_SECONDS = env_int("SMSGW_FACADE_STRICT_MIN_LEAD_SECONDS", 900, minimum=0)
 DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
 MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
 # Recurring schedules (scheduling.schedules.materialize): occurrences are made as messages this far ahead.

@@ -35,7 +35,10 @@ class WebhookReceiver:
                     {
                         "headers": {k.lower(): v for k, v in self.headers.items()},
                         "body": body,
-                        "json": json.loads(body),
+                        "json": json.loads(body)
+                        if "json" in (self.headers.get("Content-Type") or "")
+                        else None,
+                        "path": self.path,
                     }
                 )
                 self.send_response(204)

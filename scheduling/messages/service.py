@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from scheduling.dispatch import quiet
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages import acceptance, birth
-from scheduling.models import Message, Priority, Status
+from scheduling.models import TERMINAL_STATUSES, Message, Priority, Status
 from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.limits import quotas
@@ -28,6 +29,8 @@ from smsgw.observability import events
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
+
+log = logging.getLogger(__name__)
 
 REASON_CANCELLED = ReasonCode.CANCELLED_BY_REQUEST  # after the tenant's (or an operator's) cancel
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
@@ -65,12 +68,13 @@ def _recipient(raw: str) -> str:
 
 def _body(body: str) -> tuple[str, int]:
     if not body or not body.strip():
-        raise InvalidInput("body", "must not be empty")
+        raise InvalidInput("body", "must not be empty", reason="empty")
     info = analyze(body)
     if info.segments > settings.MAX_SEGMENTS:
         raise InvalidInput(
             "body",
             f"needs {info.segments} {info.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
+            reason="too_long",
         )
     return info.encoding, info.segments
 
@@ -94,7 +98,7 @@ def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) ->
         return "", service_sid
     if tenant.default_from or tenant.messaging_service_sid:
         return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid
-    raise InvalidInput("from", "no sender given and the tenant has no default sender")
+    raise InvalidInput("from", "no sender given and the tenant has no default sender", reason="no_sender")
 
 
 def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str | None, now: datetime):
@@ -113,6 +117,9 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str 
         return None, dst_policy
     try:
         resolved = resolve_send_at(send_at, tz_name, dst_policy, tenant.default_timezone or "UTC")
+    except TimeResolutionError as exc:
+        raise InvalidInput(exc.field, str(exc)) from exc
+    try:
         check_window(
             resolved.due_at,
             now=now,
@@ -120,7 +127,7 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str 
             max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
         )
     except TimeResolutionError as exc:
-        raise InvalidInput(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc), reason="window") from exc
     return resolved, dst_policy
 
 
@@ -182,7 +189,11 @@ def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str)
         tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
     ):
         events.opted_out_stopped("acceptance")
-        raise InvalidInput("to", "the recipient opted out of messages from this sender (suppression list)")
+        raise InvalidInput(
+            "to",
+            "the recipient opted out of messages from this sender (suppression list)",
+            reason="suppressed",
+        )
 
 
 def destination_allowed(tenant: Tenant, to: str) -> None:
@@ -191,7 +202,7 @@ def destination_allowed(tenant: Tenant, to: str) -> None:
     deny list of premium-rate and high-risk ranges) is a 400 naming `to`; nothing is stored."""
     refusal = acceptance.destination_refusal(tenant, to)
     if refusal is not None:
-        raise InvalidInput("to", f"{refusal.message} ({refusal.code})")
+        raise InvalidInput("to", f"{refusal.message} ({refusal.code})", reason="destination")
 
 
 def message_create(
@@ -227,6 +238,7 @@ def message_create(
         priority=data.get("priority") or Priority.TRANSACTIONAL,
         metadata=data.get("metadata") or {},
         uncertain_wait_seconds=data.get("uncertain_wait_seconds"),
+        status_callback=data.get("status_callback") or "",
         expires_at=time_fields["due_at"] + timedelta(seconds=validity),
         run_after=time_fields["due_at"],
         status=Status.SCHEDULED,
@@ -280,6 +292,10 @@ def _intent_details(message: Message, resolved: ResolvedTime | None) -> dict[str
 
 def message_get(*, tenant: Tenant, public_id: str) -> Message:
     # Tenant in the filter, not a permission check afterwards: another tenant's id is simply not found.
+    if public_id.startswith("SM"):  # the message's SID on the Twilio-compatible API (scheduling.facade)
+        from scheduling.facade.resources import public_id_of
+
+        public_id = public_id_of(public_id) or public_id
     message = Message.objects.filter(tenant=tenant, public_id=public_id).first()
     if message is None:
         raise NotFoundError("No message with this id.")
@@ -408,6 +424,44 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         )
     message.refresh_from_db()
     return message
+
+
+# A body can be redacted once the message has left the gateway: before, the send worker still needs it.
+REDACTABLE = frozenset({Status.SENT, *TERMINAL_STATUSES})
+
+
+def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
+    """Blank the body of a message that has left the gateway (Twilio's ``update(body="")``); the timeline
+    records who did it. ConflictError while it is still to be sent."""
+    message = message_get(tenant=tenant, public_id=public_id)
+    with transaction.atomic():
+        done = Message.objects.filter(pk=message.pk, status__in=REDACTABLE).update(
+            body="", updated_at=timezone.now()
+        )
+        if done:
+            transitions.event_record(message.pk, kind="redacted", actor=actor, status=message.status)
+    if not done:
+        message.refresh_from_db(fields=["status"])
+        raise ConflictError(
+            f"The body can be redacted once the message has been sent; this one is {message.status}.",
+            current_status=message.status,
+        )
+    message.refresh_from_db()
+    return message
+
+
+def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
+    """Delete a message in a final status, its timeline and attempts with it (Twilio's ``delete()``).
+    ConflictError before it is final: its delivery is not complete."""
+    message = message_get(tenant=tenant, public_id=public_id)
+    deleted, _ = Message.objects.filter(pk=message.pk, status__in=TERMINAL_STATUSES).delete()
+    if not deleted:
+        message.refresh_from_db(fields=["status"])
+        raise ConflictError(
+            f"A message can be deleted once its delivery is complete; this one is {message.status}.",
+            current_status=message.status,
+        )
+    log.info("message deleted", extra={"message_id": message.public_id, "actor": actor})
 
 
 def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import timedelta
 from functools import cache
 
@@ -9,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from smsgw.models import ApiKey, Tenant
+from smsgw.models import KEY_PREFIX_LEN, ApiKey, Tenant
 from smsgw.runtime import logs_json
 
 # Writing last_used_at on every request would add a write per API call; once a minute is enough to
@@ -82,6 +84,59 @@ def key_lookup(prefix: str, using: str = "default") -> ApiKey | None:
     return key
 
 
+def key_verify(prefix: str, secret: str) -> ApiKey:
+    """The key with this prefix when the secret matches and neither it nor its tenant is switched off;
+    else AuthenticationFailed saying why. Marks the key used (once a minute) and names the tenant in the
+    request's log lines."""
+    key = key_lookup(prefix)
+    if key is None or not key.matches(secret):
+        raise exceptions.AuthenticationFailed("Unknown API key.")
+    if key.is_revoked:
+        raise exceptions.AuthenticationFailed("This API key has been revoked.")
+    if not key.tenant.is_active:
+        raise exceptions.AuthenticationFailed("This tenant is disabled.")
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    logs_json.context_set(tenant=key.tenant.slug)  # every line of this request names its tenant
+    return key
+
+
+# --- the Twilio-compatible API's credentials (scheduling.facade) -------------------------------------
+ACCOUNT_SID = re.compile(r"^AC[0-9a-fA-F]{32}$")
+KEY_SID = re.compile(r"^SK[0-9a-f]{32}$")
+
+
+def api_key_sid(key: ApiKey) -> str:
+    """The key as a Twilio API key SID (``SK`` + 32 hex): its prefix and a check over it, so the prefix is
+    read back from the SID without a stored column."""
+    return f"SK{key.prefix}{_sid_check(key.prefix)}"
+
+
+def _sid_check(prefix: str) -> str:
+    return hashlib.blake2s(prefix.encode(), digest_size=10).hexdigest()
+
+
+def basic_verify(username: str, password: str) -> ApiKey:
+    """HTTP Basic credentials as Twilio's SDKs send them: the tenant's account SID (``AC…``) with one of
+    its API keys (``sk_<prefix>_<secret>``) as the auth token, or an API key SID (``SK…``, shown by
+    ``manage.py tenant_create``) with the key's secret. AuthenticationFailed otherwise."""
+    if KEY_SID.match(username):
+        prefix = username[2 : 2 + KEY_PREFIX_LEN]
+        if _sid_check(prefix) != username[2 + KEY_PREFIX_LEN :]:
+            raise exceptions.AuthenticationFailed("Unknown API key.")
+        return key_verify(prefix, password)
+    if not ACCOUNT_SID.match(username):
+        raise exceptions.AuthenticationFailed("The username must be an account SID or an API key SID.")
+    parts = ApiKey.split(password)
+    if parts is None:
+        raise exceptions.AuthenticationFailed("The auth token must be one of the account's API keys.")
+    key = key_verify(*parts)
+    if key.tenant.facade_account_sid != username:
+        raise exceptions.AuthenticationFailed("This API key belongs to another account.")
+    return key
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -95,18 +150,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = ApiKey.split(raw.strip())
         if parts is None:
             raise exceptions.AuthenticationFailed("Malformed API key.")
-        prefix, secret = parts
-        key = key_lookup(prefix)
-        if key is None or not key.matches(secret):
-            raise exceptions.AuthenticationFailed("Unknown API key.")
-        if key.is_revoked:
-            raise exceptions.AuthenticationFailed("This API key has been revoked.")
-        if not key.tenant.is_active:
-            raise exceptions.AuthenticationFailed("This tenant is disabled.")
-        now = timezone.now()
-        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        logs_json.context_set(tenant=key.tenant.slug)  # every line of this request names its tenant
+        key = key_verify(*parts)
         return ApiPrincipal(key), key
 
     def authenticate_header(self, request):
