@@ -31,9 +31,9 @@ def _say(msg: str) -> None:
 
 
 def csv_write(path: Path, n: int) -> int:
-    """phone,first_name,code: n distinct valid numbers (+1 415 2xx xxxx, San Francisco)."""
+    """to,first_name,code: n distinct valid numbers (+1 415 2xx xxxx, San Francisco)."""
     with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write("phone,first_name,code\n")
+        f.write("to,first_name,code\n")
         step = 50_000
         for start in range(0, n, step):
             f.write(

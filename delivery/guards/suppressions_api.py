@@ -1,10 +1,12 @@
 """The tenant's suppression list: `GET|POST|DELETE /v1/suppressions` (delivery.guards.suppression does the
-work
-and the auditing; source `api`)."""
+work and the auditing; source `api`). The recipient is `to`, as everywhere in the API; `number` is its
+deprecated alias, still read in the body and the query and still written beside `to` in answers."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from collections.abc import Mapping
+
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
@@ -25,8 +27,14 @@ SENDER_HELP = (
 )
 
 
+DEPRECATED_ALIAS = "Deprecated alias of `to`"
+ALIAS = "number"
+
+
+@extend_schema_serializer(deprecate_fields=[ALIAS])
 class SuppressionOutput(serializers.Serializer):
-    number = serializers.CharField(help_text="E.164.")
+    to = serializers.CharField(help_text="The recipient (E.164).")
+    number = serializers.CharField(help_text=f"{DEPRECATED_ALIAS}: the same value.")
     sender = serializers.CharField(help_text=SENDER_HELP)
     # The serializer's metaclass pops declared fields off the class, so this never shadows Field.source;
     # the stubs cannot know that (rest_framework/serializers.py, SerializerMetaclass._get_declared_fields).
@@ -34,8 +42,14 @@ class SuppressionOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+@extend_schema_serializer(
+    deprecate_fields=[ALIAS], description="`to` is required (or `number`, its deprecated alias)."
+)
 class SuppressionInput(JsonTypedSerializer):
-    number = serializers.CharField(max_length=32)
+    to = serializers.CharField(max_length=32, required=False, help_text="The recipient (E.164). Required.")
+    number = serializers.CharField(
+        max_length=32, required=False, help_text=f"{DEPRECATED_ALIAS}: give one of them (or both, equal)."
+    )
     sender = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text=SENDER_HELP)
 
     def to_internal_value(self, data):
@@ -50,15 +64,28 @@ class SuppressionCursor(StrictCursorPagination):
     ordering = "-id"
 
 
-LIST_PARAMS = frozenset(("number", "sender", "cursor", "page_size"))
-DELETE_PARAMS = frozenset(("number", "sender"))
+LIST_PARAMS = frozenset(("to", ALIAS, "sender", "cursor", "page_size"))
+DELETE_PARAMS = frozenset(("to", ALIAS, "sender"))
 
 
-def _number(raw: str, field: str = "number") -> str:
+def _number(raw: str, field: str) -> str:
     try:
         return normalize_e164(raw)
     except PhoneNumberError as exc:
         raise field_error(field, str(exc)) from exc
+
+
+def _recipient(values: Mapping) -> str | None:
+    """The E.164 number of ``to`` or of its deprecated alias ``number`` (None when neither is given); a
+    bad value is a 400 naming the one the client wrote, both naming different numbers a 400 naming the
+    alias."""
+    given = [(name, values[name]) for name in ("to", ALIAS) if values.get(name) is not None]
+    numbers = [_number(raw, name) for name, raw in given]
+    if len(set(numbers)) > 1:
+        raise field_error(
+            ALIAS, "a different number than `to`: give `to` alone (`number` is its deprecated alias)"
+        )
+    return numbers[0] if numbers else None
 
 
 def _sender(raw: str) -> str:
@@ -72,6 +99,7 @@ def _sender(raw: str) -> str:
 
 def _data(entry: Suppression) -> dict:
     return {
+        "to": entry.number,
         "number": entry.number,
         "sender": entry.sender,
         "source": entry.source,
@@ -82,7 +110,10 @@ def _data(entry: Suppression) -> dict:
 class SuppressionsApi(APIView):
     @extend_schema(
         parameters=[
-            OpenApiParameter("number", str, description="Only this recipient (E.164). Else 400."),
+            OpenApiParameter("to", str, description="Only this recipient (E.164). Else 400."),
+            OpenApiParameter(
+                ALIAS, str, deprecated=True, description=f"{DEPRECATED_ALIAS}: the same filter."
+            ),
             OpenApiParameter("sender", str, description="Only entries for this sender."),
             *schema.PAGE_PARAMETERS,
         ],
@@ -93,8 +124,9 @@ class SuppressionsApi(APIView):
     def get(self, request):
         strict_input.query_params_check(request.query_params, LIST_PARAMS)
         qs = Suppression.objects.filter(tenant=request.user.tenant)
-        if "number" in request.query_params:
-            qs = qs.filter(number=_number(request.query_params["number"]))
+        number = _recipient(request.query_params)
+        if number is not None:
+            qs = qs.filter(number=number)
         if "sender" in request.query_params:
             qs = qs.filter(sender=_sender(request.query_params["sender"]))
         paginator = SuppressionCursor()
@@ -106,7 +138,7 @@ class SuppressionsApi(APIView):
         request=SuppressionInput,
         responses={201: SuppressionOutput, 200: SuppressionOutput},
         examples=[
-            OpenApiExample("Every sender", value={"number": "+14155550123"}, request_only=True),
+            OpenApiExample("Every sender", value={"to": "+14155550123"}, request_only=True),
         ],
         summary="Add a number (201; 200 if it was already there)",
     )
@@ -115,7 +147,9 @@ class SuppressionsApi(APIView):
             raise field_error("body", "must be a JSON object")
         data = SuppressionInput(data=request.data)
         data.is_valid(raise_exception=True)
-        number = _number(data.validated_data["number"])
+        number = _recipient(data.validated_data)
+        if number is None:
+            raise field_error("to", "required")
         sender = _sender(data.validated_data.get("sender", ""))
         tenant = request.user.tenant
         added = suppression.suppression_add(
@@ -131,7 +165,10 @@ class SuppressionsApi(APIView):
     @extend_schema(
         request=None,
         parameters=[
-            OpenApiParameter("number", str, required=True, description="The recipient (E.164)."),
+            OpenApiParameter("to", str, description="The recipient (E.164). Required (or `number`)."),
+            OpenApiParameter(
+                ALIAS, str, deprecated=True, description=f"{DEPRECATED_ALIAS}: the same recipient."
+            ),
             OpenApiParameter(
                 "sender", str, description="The entry's sender; absent: the every-sender entry."
             ),
@@ -141,9 +178,9 @@ class SuppressionsApi(APIView):
     )
     def delete(self, request):
         strict_input.query_params_check(request.query_params, DELETE_PARAMS)
-        if "number" not in request.query_params:
-            raise field_error("number", "required")
-        number = _number(request.query_params["number"])
+        number = _recipient(request.query_params)
+        if number is None:
+            raise field_error("to", "required")
         sender = _sender(request.query_params.get("sender", ""))
         removed = suppression.suppression_remove(
             tenant_id=request.user.tenant.pk,

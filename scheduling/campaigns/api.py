@@ -8,7 +8,13 @@ from __future__ import annotations
 import json
 
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
@@ -31,6 +37,32 @@ from smsgw.http import schema, strict_input
 from smsgw.http.boundary import NUL_OR_SURROGATE, StrictJSONParser, first_bad_field
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
+
+# A recipient's values as the service takes them (scheduling.campaigns.service._source_columns).
+_RECIPIENT_VALUE = {"type": ["string", "number", "null"]}
+DEPRECATED_ALIAS = "Deprecated alias of `to`"
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {
+            "to": {**_RECIPIENT_VALUE, "description": "The recipient: an E.164 number."},
+            "phone": {
+                **_RECIPIENT_VALUE,
+                "deprecated": True,
+                "description": f"{DEPRECATED_ALIAS}: still read. With `to` too, the same value or a 400.",
+            },
+            "timezone": {
+                **_RECIPIENT_VALUE,
+                "description": "The recipient's IANA zone (time_mode recipient_local, quiet hours).",
+            },
+        },
+        "additionalProperties": {**_RECIPIENT_VALUE, "description": "A template variable's value."},
+    }
+)
+class RecipientField(serializers.DictField):
+    """One recipient object: ``to``, an optional ``timezone``, its variables (checked by the service)."""
 
 
 def _campaign_fields() -> dict:
@@ -89,8 +121,9 @@ CampaignCreateInput = type(
     {
         **_campaign_fields(),
         "recipients": serializers.ListField(
-            child=serializers.DictField(),
-            help_text="Objects {phone, timezone?, <variable>: value, ...}; other keys are variables.",
+            child=RecipientField(),
+            help_text="Objects {to, timezone?, <variable>: value, ...}; other keys are variables. "
+            "`phone` is a deprecated alias of `to`.",
         ),
     },
 )
@@ -100,7 +133,8 @@ CampaignUploadInput = type(
     {
         **_campaign_fields(),
         "recipients": serializers.FileField(
-            help_text="CSV, UTF-8, header row first: phone, optional timezone, one column per variable."
+            help_text="CSV, UTF-8, header row first: to, optional timezone, one column per variable. "
+            "A `phone` column is a deprecated alias of `to` (a header with both is a 400)."
         ),
     },
 )
@@ -189,12 +223,17 @@ class CampaignOutput(serializers.Serializer):
         return dict(CampaignTimestampsOutput(c).data)
 
 
+@extend_schema_serializer(deprecate_fields=["phone"])
 class CampaignErrorOutput(serializers.Serializer):
     line = serializers.IntegerField(
         help_text="CSV: the line (the header is line 1). JSON: the item (from 1)."
     )
-    phone = serializers.CharField(help_text="The number as given.")
-    field = serializers.CharField(help_text="phone, timezone, body, send_at, row or the variable's name.")
+    to = serializers.CharField(source="phone", help_text="The recipient as given.")
+    phone = serializers.CharField(help_text=f"{DEPRECATED_ALIAS}: the same value.")
+    field = serializers.CharField(
+        help_text="to (phone for a list that used that deprecated alias), timezone, body, send_at, row or "
+        "the variable's name."
+    )
     code = serializers.CharField(
         help_text="invalid_number, invalid_timezone, missing_variable, too_long, duplicate, opted_out, "
         "send_at_passed, invalid_row, ..."

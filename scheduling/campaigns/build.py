@@ -13,7 +13,13 @@ from functools import lru_cache
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling.campaigns.rows import Template, segments_of, template_parse, zone_of_number
+from scheduling.campaigns.rows import (
+    Template,
+    recipient_column,
+    segments_of,
+    template_parse,
+    zone_of_number,
+)
 from scheduling.dispatch import quiet
 from scheduling.models import Campaign, CampaignError, CampaignTimeMode, Status, new_public_id
 from smsgw.values.phone import PhoneNumberError, normalize_e164
@@ -166,6 +172,8 @@ class BuiltBatch:
     skipped: int = 0
     read: int = 0
     last_line: int = 0
+    # The list's recipient column (`to`, or `phone`, its deprecated alias): the field its errors name.
+    recipient_field: str = "to"
 
 
 def error_row(
@@ -194,6 +202,7 @@ def rows_build(  # noqa: C901, PLR0915
     template, plain, max_segments = maker.template, maker.plain, settings.MAX_SEGMENTS
     width = len(names)
     has_tz = "timezone" in names
+    recipient = batch.recipient_field = recipient_column(names)
     keyed_by_line = c.allow_duplicates
     seen: set[str] = set()
     campaign_details = {"source": "campaign", "campaign": c.public_id}
@@ -224,11 +233,11 @@ def rows_build(  # noqa: C901, PLR0915
             errors.append(error_row(cid, line, "", "row", "invalid_row", "the line contains a NUL character"))
             continue
         values = dict(zip(names, fields, strict=False))
-        raw = values.get("phone", "").strip()
+        raw = values.get(recipient, "").strip()
         try:
             to = normalize_e164(raw)
         except PhoneNumberError as exc:
-            errors.append(error_row(cid, line, raw, "phone", "invalid_number", str(exc)))
+            errors.append(error_row(cid, line, raw, recipient, "invalid_number", str(exc)))
             continue
         zone = values.get("timezone", "").strip() if has_tz else ""
         if zone and not _zone_ok(zone):
@@ -258,7 +267,7 @@ def rows_build(  # noqa: C901, PLR0915
         key = f"line:{line}" if keyed_by_line else to
         if not keyed_by_line:
             if to in seen:
-                errors.append(error_row(cid, line, raw, "phone", "duplicate", DUPLICATE_MESSAGE))
+                errors.append(error_row(cid, line, raw, recipient, "duplicate", DUPLICATE_MESSAGE))
                 continue
             seen.add(to)
         source = "row"

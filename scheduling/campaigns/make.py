@@ -79,12 +79,17 @@ def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:
         if row["to"] in suppressed:
             batch.errors.append(
                 error_row(
-                    c.pk, line, row["to"], "phone", "opted_out", "the recipient opted out of this sender"
+                    c.pk,
+                    line,
+                    row["to"],
+                    batch.recipient_field,
+                    "opted_out",
+                    "the recipient opted out of this sender",
                 )
             )
         elif row["to"] in refused:
             code, message = refused[row["to"]]
-            batch.errors.append(error_row(c.pk, line, row["to"], "phone", code, message))
+            batch.errors.append(error_row(c.pk, line, row["to"], batch.recipient_field, code, message))
         else:
             kept_rows.append((row, details))
             kept_lines.append(line)
@@ -187,7 +192,14 @@ def _commit(maker: RowBuilder, batch: BuiltBatch, size: int, tenants: dict, repo
             for (row, _), line in zip(batch.rows, batch.lines, strict=True):
                 if row["public_id"] not in births.inserted_public_ids:
                     batch.errors.append(
-                        error_row(campaign_id, line, row["to"], "phone", "duplicate", DUPLICATE_MESSAGE)
+                        error_row(
+                            campaign_id,
+                            line,
+                            row["to"],
+                            batch.recipient_field,
+                            "duplicate",
+                            DUPLICATE_MESSAGE,
+                        )
                     )
         CampaignError.objects.bulk_create(batch.errors, ignore_conflicts=True)
         duplicates = sum(1 for e in batch.errors if e.code == "duplicate")

@@ -29,7 +29,11 @@ from smsgw.values.segments import (
 )
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|\{|\}")
-RESERVED_COLUMNS = ("phone", "timezone")
+# The recipient's column is `to`, as in every request of the API; `phone` is its deprecated alias, still
+# read (docs/campaigns.md). Neither is a template variable's column.
+RECIPIENT = "to"
+RECIPIENT_ALIAS = "phone"
+RESERVED_COLUMNS = (RECIPIENT, RECIPIENT_ALIAS, "timezone")
 MAX_COLUMNS = 64
 # A CSV field longer than this is a broken file (an unclosed quote swallowing the rest), not a name.
 MAX_FIELD_CHARS = 4096
@@ -159,15 +163,25 @@ def csv_records(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None]]:
         yield reader.line_num, fields
 
 
+def recipient_column(names: list[str]) -> str:
+    """The column that holds the recipient: ``to``, or ``phone`` in a list that uses the alias. Read once
+    per list (header_check refuses a header with both), never per row."""
+    return RECIPIENT_ALIAS if RECIPIENT_ALIAS in names and RECIPIENT not in names else RECIPIENT
+
+
 def header_check(header: list[str] | None, variables: list[str]) -> list[str]:
     """The header's column names, or ValueError saying what is wrong with it."""
     if not header:
-        raise ValueError("the CSV file is empty; its first line names the columns (phone, then variables)")
+        raise ValueError("the CSV file is empty; its first line names the columns (to, then variables)")
     names = [h.strip() for h in header]
     if len(names) > MAX_COLUMNS:
         raise ValueError(f"the CSV header has {len(names)} columns; at most {MAX_COLUMNS}")
-    if "phone" not in names:
-        raise ValueError("the CSV header has no 'phone' column")
+    if RECIPIENT not in names and RECIPIENT_ALIAS not in names:
+        raise ValueError("the CSV header has no 'to' column (and no 'phone' column, its deprecated alias)")
+    if RECIPIENT in names and RECIPIENT_ALIAS in names:
+        # Which one would hold the recipient is anyone's guess, and the rows are read later, by the job:
+        # refused now, while the client is there to hear it, rather than row by row.
+        raise ValueError("the CSV header has both 'to' and 'phone' (its deprecated alias): keep one of them")
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"the CSV header names {dupes[0]!r} twice")

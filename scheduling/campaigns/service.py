@@ -25,6 +25,8 @@ from django.utils import timezone
 
 from scheduling.campaigns.rows import (
     MAX_COLUMNS,
+    RECIPIENT,
+    RECIPIENT_ALIAS,
     TemplateError,
     csv_records,
     decoded_lines,
@@ -235,11 +237,17 @@ def _source_columns(source: Source, variables: list[str]) -> list[str]:
             return header_check(first[1], variables)
         except ValueError as exc:
             raise InvalidInput("recipients", str(exc)) from exc
-    rows = source.rows
+    return _json_columns(source.rows)
+
+
+def _json_columns(rows: Any) -> list[str]:
+    """A JSON array's columns: the recipient's (``to``, or ``phone`` for a list that uses only that
+    alias), ``timezone`` and every other key, a variable, in order of appearance."""
     if not isinstance(rows, list) or not rows:
         raise InvalidInput("recipients", "must be a non-empty array of objects, or an uploaded CSV file")
-    columns = ["phone", "timezone"]
-    seen = set(columns)
+    columns = ["", "timezone"]  # the recipient's column first, named below
+    seen = {RECIPIENT, RECIPIENT_ALIAS, "timezone"}
+    uses_to = False
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise InvalidInput("recipients", f"item {i + 1} is not an object")
@@ -253,6 +261,17 @@ def _source_columns(source: Source, variables: list[str]) -> list[str]:
                 columns.append(key)
                 if len(columns) > MAX_COLUMNS:
                     raise InvalidInput("recipients", f"more than {MAX_COLUMNS} distinct keys")
+        to, alias = row.get(RECIPIENT), row.get(RECIPIENT_ALIAS)
+        if to is not None:
+            uses_to = True
+            if alias is not None and str(alias).strip() != str(to).strip():
+                raise InvalidInput(
+                    "recipients",
+                    f"item {i + 1}: 'to' and 'phone' (its deprecated alias) differ; give 'to' alone",
+                )
+    # Stored under the name the list used, so that its error rows name the field the client wrote: `phone`
+    # for a list written before `to`, else `to`.
+    columns[0] = RECIPIENT if uses_to else RECIPIENT_ALIAS
     return columns
 
 
@@ -286,8 +305,15 @@ def _source_bytes(source: Source, columns: list[str]):
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
+    rest = columns[1:]
     for row in source.rows:
-        writer.writerow(["" if row.get(c) is None else str(row.get(c)) for c in columns])
+        # `to`, else `phone` (_source_columns refused an item where both are given and differ).
+        to = row.get(RECIPIENT)
+        if to is None:
+            to = row.get(RECIPIENT_ALIAS)
+        writer.writerow(
+            ["" if to is None else str(to), *("" if row.get(c) is None else str(row.get(c)) for c in rest)]
+        )
         if out.tell() >= UPLOAD_CHUNK_BYTES:
             yield out.getvalue().encode()
             out.seek(0)

@@ -197,6 +197,23 @@ def campaigns_walk(c: Contract) -> None:
     c.call("get", f"/v1/campaigns/{cid}/errors", 400, data={"page_size": "x"})
     c.call("get", "/v1/campaigns/cmp_unknown/errors", 404)
 
+    # `to`, the recipient's name everywhere; `phone` above is its deprecated alias. Error rows carry both.
+    people = [{"to": RECIPIENT, "first_name": "Ann"}, {"to": "+1415", "first_name": "Bad"}]
+    made = c.call("post", "/v1/campaigns", 202, data={"template": "Hi {first_name}", "recipients": people})
+    both = [{"to": RECIPIENT, "phone": "+14155550124", "first_name": "Ann"}]
+    c.call("post", "/v1/campaigns", 400, data={"template": "Hi {first_name}", "recipients": both})
+    csv_file = SimpleUploadedFile("list.csv", b"to,first_name\n+14155550124,Bo\n", content_type="text/csv")
+    c.call(
+        "post",
+        "/v1/campaigns",
+        202,
+        data={"template": "Hi {first_name}", "recipients": csv_file},
+        format="multipart",
+    )
+    campaign_make(Campaign.objects.get(public_id=made["id"]).pk)
+    [error] = c.call("get", f"/v1/campaigns/{made['id']}/errors", 200)["results"]
+    assert (error["to"], error["phone"], error["field"]) == ("+1415", "+1415", "to")
+
 
 def schedules_walk(c: Contract) -> None:
     body = {
@@ -299,6 +316,17 @@ def suppressions_walk(c: Contract) -> None:
     c.call("delete", "/v1/suppressions?number=%2B14155550141&sender=%2B14155550100", 404)
     c.call("delete", "/v1/suppressions", 400)
     c.call("delete", "/v1/suppressions?number=%2B14155550140", 204)
+    # `to`, the recipient's name everywhere; `number` above is its deprecated alias. Answers carry both.
+    added = c.call("post", "/v1/suppressions", 201, data={"to": "+14155550142"})
+    assert added["to"] == added["number"] == "+14155550142"
+    c.call("post", "/v1/suppressions", 200, data={"to": "+14155550142", "number": "+14155550142"})
+    c.call("post", "/v1/suppressions", 400, data={"to": "+14155550142", "number": "+14155550143"})
+    c.call("post", "/v1/suppressions", 400, data={"sender": "+14155550100"})
+    listed = c.call("get", "/v1/suppressions", 200, data={"to": "+14155550142"})["results"]
+    assert [(e["to"], e["number"]) for e in listed] == [("+14155550142", "+14155550142")]
+    c.call("get", "/v1/suppressions", 400, data={"to": "+14155550142", "number": "+14155550143"})
+    c.call("delete", "/v1/suppressions?to=%2B14155550142&number=%2B14155550143", 400)
+    c.call("delete", "/v1/suppressions?to=%2B14155550142", 204)
 
 
 def routes_walk(c: Contract) -> None:
