@@ -65,8 +65,13 @@ class TenantForm(forms.ModelForm):
             "velocity_prefix_max",
             "velocity_prefix_digits",
             "velocity_new_numbers_max",
+            # The Twilio-compatible API (docs/coming-from-twilio.md).
+            "facade_strict",
         )
         help_texts = {
+            "facade_strict": "Twilio-compatible API: answer exactly Twilio's limits and errors "
+            "(SendAt 15 min to 35 days ahead, only with a Messaging Service, UTC only, cancel only "
+            "while scheduled)",
             "country": "ISO 3166 alpha-2; empty: from default_from, else SMSGW_DEFAULT_COUNTRY",
             "allowed_countries": 'JSON list of ISO 3166 alpha-2 codes, ["*"] = any; empty: own country',
             "deny_prefixes": 'JSON list of E.164 prefixes (digits) denied for this tenant, e.g. ["3737"]',
@@ -167,8 +172,31 @@ class TenantAdmin(admin.ModelAdmin):
         "created_at",
     )
     search_fields = ("slug", "name")
-    readonly_fields = ("has_webhook_secret", "created_at")
-    actions = ("rotate_webhook_secret",)
+    readonly_fields = ("facade_account_sid", "has_webhook_secret", "created_at")
+    actions = ("rotate_webhook_secret", "rotate_callback_signing_key")
+
+    @admin.action(
+        description="Rotate the status-callback signing key (Twilio-compatible API)", permissions=["change"]
+    )
+    def rotate_callback_signing_key(self, request, queryset):
+        from smsgw.tenancy.api_keys import callback_signing_key_rotate
+
+        tenants = list(queryset)
+        if len(tenants) != 1:
+            self.message_user(request, "Select one tenant.", messages.ERROR)
+            return None
+        tenant = tenants[0]
+        key = callback_signing_key_rotate(tenant=tenant)
+        self.log_change(request, tenant, "rotated the status-callback signing key")
+        return secret_page(
+            request,
+            self,
+            title=f"New status-callback signing key for {tenant.slug}",
+            intro="StatusCallback requests (X-Twilio-Signature) are signed with this key from now on: "
+            "the tenant's RequestValidator needs it.",
+            secret=key,
+            back_url=reverse("admin:smsgw_tenant_changelist"),
+        )
 
     @admin.display(boolean=True, description="webhook signing secret")
     def has_webhook_secret(self, obj):

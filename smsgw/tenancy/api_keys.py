@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from smsgw.models import ApiKey, api_key_create
+from smsgw.models import ApiKey, Tenant, api_key_create, new_callback_signing_key
 
 
 def api_key_revoke(*, key: ApiKey) -> bool:
@@ -21,3 +21,11 @@ def api_key_rotate(*, key: ApiKey) -> tuple[ApiKey, str]:
     new key and its raw string (shown once). Requests with the old key are refused from the commit on."""
     api_key_revoke(key=key)
     return api_key_create(tenant=key.tenant, name=key.name)
+
+
+def callback_signing_key_rotate(*, tenant: Tenant) -> str:
+    """A new key for the tenant's Twilio-shaped status callbacks (``X-Twilio-Signature``); callbacks
+    signed from now on use it, including retries of ones already queued. Returns it (shown once)."""
+    tenant.callback_signing_key = new_callback_signing_key()
+    tenant.save(update_fields=["callback_signing_key"])
+    return tenant.callback_signing_key

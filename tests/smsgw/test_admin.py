@@ -235,3 +235,17 @@ def test_behind_the_tls_proxy_failures_count_against_the_forwarded_client_addres
         colleague.post("/admin/login/?next=/admin/", {"username": "ops", "password": PASSWORD}).status_code
         == 302
     )
+
+
+def test_facade_account_sid_shown_strict_mode_set_and_callback_key_rotated():
+    tenant = tenant_with_key("acme")[0]
+    admin = staff("admin")
+    page = admin.get(f"/admin/smsgw/tenant/{tenant.pk}/change/").content.decode()
+    assert tenant.facade_account_sid in page and 'name="facade_strict"' in page
+    assert tenant.callback_signing_key not in page and 'name="facade_account_sid"' not in page
+    old = tenant.callback_signing_key
+    rotated = admin.post(
+        "/admin/smsgw/tenant/", {"action": "rotate_callback_signing_key", "_selected_action": [tenant.pk]}
+    ).content.decode()
+    tenant.refresh_from_db()
+    assert tenant.callback_signing_key != old and tenant.callback_signing_key in rotated

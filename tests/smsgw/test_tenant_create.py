@@ -40,3 +40,16 @@ def test_a_bad_country_is_refused_and_nothing_is_made():
             stderr=io.StringIO(),
         )
     assert not Tenant.objects.exists()
+
+
+def test_it_prints_the_twilio_compatible_credentials():
+    err = io.StringIO()
+    call_command("tenant_create", "Demo", "--from", "+14155550100", stdout=io.StringIO(), stderr=err)
+    tenant = Tenant.objects.get(slug="demo")
+    assert tenant.facade_account_sid.startswith("AC") and len(tenant.facade_account_sid) == 34
+    text = err.getvalue()
+    assert tenant.facade_account_sid in text and tenant.callback_signing_key in text
+    assert "API key SID SK" in text
+    other = Tenant.objects.create(name="Other", slug="other")
+    assert other.facade_account_sid != tenant.facade_account_sid
+    assert other.callback_signing_key != tenant.callback_signing_key

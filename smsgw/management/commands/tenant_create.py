@@ -5,6 +5,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from smsgw.models import Tenant, api_key_create
+from smsgw.tenancy.auth import api_key_sid
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
@@ -64,5 +65,11 @@ class Command(BaseCommand):
             key, raw = api_key_create(tenant=tenant)
         self.stderr.write(
             f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… (store it now, it is not kept)"
+        )
+        # The Twilio-compatible API (docs/coming-from-twilio.md): Client(<account SID>, <API key>), or
+        # Client(<API key SID>, <the key's secret>, <account SID>); status callbacks are signed with the key.
+        self.stderr.write(
+            f"Twilio-compatible API: account SID {tenant.facade_account_sid}; "
+            f"API key SID {api_key_sid(key)}; status callbacks signed with {tenant.callback_signing_key}"
         )
         self.stdout.write(raw)
