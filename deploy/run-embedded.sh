@@ -33,6 +33,12 @@ if [ ! -s "$SMSGW_VAR_DIR/demo-api-key" ]; then
     --allowed-countries US,GB \
     --if-exists new-key 2>/dev/null | tail -n 1 > "$SMSGW_VAR_DIR/demo-api-key"
 fi
+# The demo tenant's account SID on the Twilio-compatible API (docs/coming-from-twilio.md).
+if [ ! -s "$SMSGW_VAR_DIR/demo-account-sid" ]; then
+  $PY manage.py shell -v 0 -c \
+    "from smsgw.models import Tenant; print(Tenant.objects.get(slug='demo').facade_account_sid)" \
+    > "$SMSGW_VAR_DIR/demo-account-sid"
+fi
 
 BANNER="
 smsgw is running (embedded mode).
@@ -41,6 +47,8 @@ smsgw is running (embedded mode).
   Vonage:   https://$VONAGE_REST_HOST   (CA $VONAGE_CA_BUNDLE; stats: http://127.0.0.1:$VONAGE_CONTROL_PORT/_sandbox/stats)
   Routes:   ${SMSGW_ROUTES:-none}   (else ${SMSGW_PROVIDER:-twilio})
   API key:  $(cat "$SMSGW_VAR_DIR/demo-api-key")      (also in $SMSGW_VAR_DIR/demo-api-key)
+  Twilio-compatible API: http://127.0.0.1:$WEB_PORT/2010-04-01/Accounts/$(cat "$SMSGW_VAR_DIR/demo-account-sid")/Messages.json
+            (account SID in $SMSGW_VAR_DIR/demo-account-sid, the API key as auth token)
 A process that dies is started again (its line says so). Press Ctrl-C to stop.
 
 "

@@ -87,6 +87,8 @@ def _status_callback(url: str) -> str:
         raise TwilioError(400, 21609, f"Invalid StatusCallback URL: {url[:100]}")
     if parts.username or parts.password:
         raise TwilioError(400, 21609, "The StatusCallback URL must not contain credentials")
+    if parts.scheme != "https" and not settings.WEBHOOK_ALLOW_HTTP:
+        raise TwilioError(400, 21609, "The StatusCallback URL must use https")
     return url
 
 

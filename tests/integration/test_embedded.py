@@ -127,6 +127,23 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
             assert part["to"] == to.removeprefix("+") and part["from"] == "SMSGW"
             assert part["client-ref"].startswith(created["id"].removeprefix("msg_"))
             assert (var / "vonage-sandbox-ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
+        if provider == "twilio":
+            # The Twilio-compatible API with the official SDK, as the README shows it: the demo account
+            # SID from the var dir, the API key as the auth token, only the base URL changed.
+            from twilio.rest import Client
+
+            account_sid = (var / "demo-account-sid").read_text().strip()
+            assert account_sid.startswith("AC") and len(account_sid) == 34
+            client = Client(account_sid, key)
+            client.api.base_url = f"http://127.0.0.1:{web}"
+            sdk = client.messages.create(to=to, from_="+14155550100", body="embedded sdk smoke")
+            assert sdk.status == "queued" and sdk.sid.startswith("SM")
+            wait_for(
+                lambda: client.messages(sdk.sid).fetch().status == "delivered",
+                max(0.0, deadline - time.monotonic()),
+                "the SDK's message delivered",
+                interval=0.2,
+            )
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:
