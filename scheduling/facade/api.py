@@ -10,6 +10,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -20,6 +21,7 @@ from scheduling.facade.resources import TwilioError, message_resource, messages_
 from scheduling.messages import service
 from scheduling.models import Message, Status
 from smsgw.domain_errors import ConflictError, DomainError, NotFoundError
+from smsgw.http.boundary import first_bad_field
 from smsgw.limits import ratelimit
 from smsgw.models import ApiKey, Tenant
 from smsgw.observability import events
@@ -64,6 +66,21 @@ def _authenticate(request: HttpRequest, account_sid: str) -> tuple[Tenant, ApiKe
     return tenant, key
 
 
+def _params(request: HttpRequest, which: str):
+    """The form body (POST) or the query string (GET), refused in Twilio's form when Django's own limits
+    on a form are passed or a value holds a NUL or an unpaired surrogate (no database column takes it)."""
+    try:
+        params = request.POST if which == "POST" else request.GET
+    except RequestDataTooBig:
+        raise TwilioError(413, 20001, "Request body too large") from None
+    except (TooManyFieldsSent, TooManyFilesSent):
+        raise TwilioError(400, 20001, "Too many parameters") from None
+    bad = first_bad_field(params)
+    if bad is not None:
+        raise TwilioError(400, 20001, f"Parameter {bad!r} holds a NUL character or an unpaired surrogate")
+    return params
+
+
 def _actor(key: ApiKey) -> str:
     return f"apikey:{key.prefix}"
 
@@ -89,7 +106,7 @@ def messages(request: HttpRequest, account_sid: str) -> HttpResponse:
 
 
 def _create(request: HttpRequest, tenant: Tenant, key: ApiKey) -> HttpResponse:
-    params = request.POST
+    params = _params(request, "POST")
     _unknown(params, facade.CREATE_PARAMS)
     data = facade.create_data(tenant, params, request.headers)
     idempotency_key = request.headers.get("Idempotency-Key") or request.headers.get(
@@ -131,7 +148,7 @@ def message(request: HttpRequest, account_sid: str, sid: str) -> HttpResponse:
 
 
 def _update(request: HttpRequest, tenant: Tenant, key: ApiKey, current: Message) -> HttpResponse:
-    params = request.POST
+    params = _params(request, "POST")
     _unknown(params, frozenset(("Status", "Body")))
     status, body = params.get("Status"), params.get("Body")
     if status is None and body is None:
@@ -212,7 +229,7 @@ def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str
 
 
 def _list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    q = request.GET
+    q = _params(request, "GET")
     _unknown(q, LIST_PARAMS)
     try:
         page_size = int(q.get("PageSize", DEFAULT_PAGE_SIZE))

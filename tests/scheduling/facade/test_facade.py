@@ -407,3 +407,45 @@ def test_date_is_rfc2822():
     from scheduling.facade.resources import rfc2822
 
     assert rfc2822(datetime(2026, 12, 2, 18, 5, 7, 123, tzinfo=UTC)) == "Wed, 02 Dec 2026 18:05:07 +0000"
+
+
+def test_hostile_input_is_a_twilio_error_never_a_500(account, settings):
+    tenant, key = account
+    import base64
+
+    auth = "Basic " + base64.b64encode(f"{tenant.facade_account_sid}:{key}".encode()).decode()
+    url = f"/2010-04-01/Accounts/{tenant.facade_account_sid}/Messages.json"
+    c = DjangoClient()
+    resp = c.post(url, {"To": RECIPIENT, "From": "+14155550100", "Body": "a\x00b"}, HTTP_AUTHORIZATION=auth)
+    assert resp.status_code == 400 and resp.json()["code"] == 20001 and "Body" in resp.json()["message"]
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    resp = c.post(url, {"To": RECIPIENT, "From": "+14155550100", "Body": "x" * 2000}, HTTP_AUTHORIZATION=auth)
+    assert resp.status_code == 413 and resp.json()["code"] == 20001
+    resp = c.get(url + "?To=%00", HTTP_AUTHORIZATION=auth)
+    assert resp.status_code == 400 and resp.json()["code"] == 20001
+    resp = c.post(url, {"To": RECIPIENT}, HTTP_AUTHORIZATION="Basic !!!")
+    assert resp.status_code == 401 and resp.json()["code"] == 20003 and resp["WWW-Authenticate"]
+    resp = c.put(url, HTTP_AUTHORIZATION=auth)
+    assert resp.status_code == 405 and resp.json()["status"] == 405
+    resp = c.get(
+        f"/2010-04-01/Accounts/{tenant.facade_account_sid}/Messages/SMnotasid.json", HTTP_AUTHORIZATION=auth
+    )
+    assert resp.status_code == 404 and resp.json()["code"] == 20404
+    assert not Message.objects.exists()
+
+
+def test_the_keys_rate_limit_is_twilios_20429(account):
+    tenant, key = account
+    tenant.api_rate_per_second = 1
+    tenant.save()
+    client = sdk_in_process(tenant.facade_account_sid, key)
+    codes = []
+    for _ in range(50):
+        try:
+            client.messages(message_sid("msg_" + "0" * 24)).fetch()
+        except TwilioRestException as exc:
+            codes.append(exc.code)
+            if exc.status == 429:
+                assert client.http_client.last_response.headers["Retry-After"].isdigit()
+                break
+    assert codes[-1] == 20429 and set(codes[:-1]) == {20404}
