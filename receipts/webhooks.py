@@ -5,8 +5,6 @@ retries, signed in the Standard Webhooks form (webhook-id, webhook-timestamp, we
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -156,7 +154,7 @@ _OUTBOX_COLUMNS = (
 )
 # A Twilio-compatible API message's StatusCallback (scheduling.facade): the same outbox, retries, SSRF guard
 # and audit as the tenant's webhook, in Twilio's form and signature.
-STATUS_CALLBACK = "twilio.status_callback"
+STATUS_CALLBACK = facade.CALLBACK_EVENT
 _CALLBACK_COLUMNS = (
     "pk",
     "public_id",
@@ -264,14 +262,6 @@ def _status_callbacks(
     return out
 
 
-def twilio_signature(key: str, url: str, params: dict[str, str]) -> str:
-    """``X-Twilio-Signature``: base64(HMAC-SHA1(key, URL + each parameter's name and value, names
-    sorted)), as Twilio signs its webhooks (twilio.com/docs/usage/webhooks/webhooks-security) and the
-    official SDKs' ``RequestValidator`` checks them."""
-    payload = url + "".join(name + params[name] for name in sorted(params))
-    return base64.b64encode(hmac.new(key.encode(), payload.encode(), hashlib.sha1).digest()).decode()
-
-
 # --- delivery -----------------------------------------------------------------------------------------
 def webhook_sign(secret: str, webhook_id: str, timestamp: datetime, body: str) -> str:
     return Webhook(secret).sign(webhook_id, timestamp, body)
@@ -303,13 +293,7 @@ def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
 def _callback_request(delivery: WebhookDelivery) -> tuple[str, bytes, dict[str, str]]:
     """A status callback's URL, form body and headers, signed with the tenant's callback signing key."""
     url, params = delivery.payload["url"], delivery.payload["params"]
-    headers = {
-        "Content-Type": "application/x-www-form-urlencoded",
-        "User-Agent": "smsgw-status-callbacks/1",
-        "X-Twilio-Signature": twilio_signature(delivery.tenant.callback_signing_key, url, params),
-        # Twilio's webhook idempotency header: the same on every retry of one callback.
-        "I-Twilio-Idempotency-Token": delivery.webhook_id,
-    }
+    headers = facade.callback_headers(delivery.tenant.callback_signing_key, url, params, delivery.webhook_id)
     return url, urlencode(params).encode(), headers
 
 

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
+from scheduling import facade
 from scheduling.messages.service import ALPHANUMERIC_SENDER
 from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
@@ -69,9 +70,7 @@ class TenantForm(forms.ModelForm):
             "facade_strict",
         )
         help_texts = {
-            "facade_strict": "Twilio-compatible API: answer exactly Twilio's limits and errors "
-            "(SendAt 15 min to 35 days ahead, only with a Messaging Service, UTC only, cancel only "
-            "while scheduled)",
+            "facade_strict": facade.STRICT_HELP,
             "country": "ISO 3166 alpha-2; empty: from default_from, else SMSGW_DEFAULT_COUNTRY",
             "allowed_countries": 'JSON list of ISO 3166 alpha-2 codes, ["*"] = any; empty: own country',
             "deny_prefixes": 'JSON list of E.164 prefixes (digits) denied for this tenant, e.g. ["3737"]',
@@ -176,7 +175,7 @@ class TenantAdmin(admin.ModelAdmin):
     actions = ("rotate_webhook_secret", "rotate_callback_signing_key")
 
     @admin.action(
-        description="Rotate the status-callback signing key (Twilio-compatible API)", permissions=["change"]
+        description=f"Rotate the status-callback signing key ({facade.LABEL})", permissions=["change"]
     )
     def rotate_callback_signing_key(self, request, queryset):
         from smsgw.tenancy.api_keys import callback_signing_key_rotate
@@ -192,7 +191,7 @@ class TenantAdmin(admin.ModelAdmin):
             request,
             self,
             title=f"New status-callback signing key for {tenant.slug}",
-            intro="StatusCallback requests (X-Twilio-Signature) are signed with this key from now on: "
+            intro=f"StatusCallback requests of the {facade.LABEL} are signed with this key from now on: "
             "the tenant's RequestValidator needs it.",
             secret=key,
             back_url=reverse("admin:smsgw_tenant_changelist"),

@@ -8,7 +8,7 @@ from delivery.routing import api as routes_api
 from receipts import api as receipts_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
-from scheduling.facade import api as twilio_api
+from scheduling.facade import api as facade_api
 from scheduling.messages import api
 from scheduling.schedules import api as sched
 from smsgw.http import docs, health
@@ -70,11 +70,11 @@ urlpatterns = [
     path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
     path("inbound/<str:provider>/", receipts_api.inbound_message, name="inbound"),
     # The Twilio-compatible Messages API (docs/coming-from-twilio.md): the official SDKs' paths.
-    path("2010-04-01/Accounts/<str:account_sid>/Messages.json", twilio_api.messages, name="twilio-messages"),
+    path("2010-04-01/Accounts/<str:account_sid>/Messages.json", facade_api.messages, name="facade-messages"),
     path(
         "2010-04-01/Accounts/<str:account_sid>/Messages/<str:sid>.json",
-        twilio_api.message,
-        name="twilio-message",
+        facade_api.message,
+        name="facade-message",
     ),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

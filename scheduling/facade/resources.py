@@ -4,7 +4,9 @@ error codes of failed messages and the ``{code, message, more_info, status}`` er
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -210,3 +212,27 @@ def callback_params(m: Message, account_sid: str, status: str) -> dict[str, str]
     if status in ("failed", "undelivered") and code is not None:
         params["ErrorCode"] = str(code)
     return params
+
+
+# --- status callbacks ---------------------------------------------------------------------------------
+# The webhook outbox's event type of a StatusCallback (receipts.webhooks): stored in its rows, never renamed.
+CALLBACK_EVENT = "twilio.status_callback"
+
+
+def callback_signature(key: str, url: str, params: dict[str, str]) -> str:
+    """``X-Twilio-Signature``: base64(HMAC-SHA1(key, URL + each parameter's name and value, names
+    sorted)), as Twilio signs its webhooks (twilio.com/docs/usage/webhooks/webhooks-security) and the
+    official SDKs' ``RequestValidator`` checks them."""
+    payload = url + "".join(name + params[name] for name in sorted(params))
+    return base64.b64encode(hmac.new(key.encode(), payload.encode(), hashlib.sha1).digest()).decode()
+
+
+def callback_headers(key: str, url: str, params: dict[str, str], token: str) -> dict[str, str]:
+    """The headers of one StatusCallback POST: the form, the signature with the tenant's callback signing
+    key, and Twilio's webhook idempotency token (``token``: the same on every retry of one callback)."""
+    return {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "User-Agent": "smsgw-status-callbacks/1",
+        "X-Twilio-Signature": callback_signature(key, url, params),
+        "I-Twilio-Idempotency-Token": token,
+    }

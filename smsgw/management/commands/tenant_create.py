@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils.text import slugify
 
+from scheduling import facade
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
 from smsgw.values.phone import PhoneNumberError, normalize_e164
@@ -69,7 +70,7 @@ class Command(BaseCommand):
         # The Twilio-compatible API (docs/coming-from-twilio.md): Client(<account SID>, <API key>), or
         # Client(<API key SID>, <the key's secret>, <account SID>); status callbacks are signed with the key.
         self.stderr.write(
-            f"Twilio-compatible API: account SID {tenant.facade_account_sid}; "
+            f"{facade.LABEL}: account SID {tenant.facade_account_sid}; "
             f"API key SID {api_key_sid(key)}; status callbacks signed with {tenant.callback_signing_key}"
         )
         self.stdout.write(raw)
