@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
 ./deploy/services.sh postgres redis rabbitmq
 
+# The official Twilio Node SDK, pinned by tests/node/package-lock.json, for
+# tests/integration/test_twilio_node_sdk.py (from the npm registry). Without npm that test is skipped,
+# saying so.
+if command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund >/dev/null; fi
+
 # The admin's browser tests (tests/admin_ui) drive Debian's Chromium through Playwright; Playwright's
 # own browser download is never used (it needs the network). Without /usr/bin/chromium they are
 # skipped, saying so; as root this installs it.
