@@ -234,6 +234,15 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--no-healthz", dest="healthz", action="store_false", help="skip the GET /healthz run")
+        p = sub.add_parser(
+            "facade", help="POST .../Messages.json (Twilio's form, Basic) beside POST /v1/messages, same run"
+        )
+        # The client and server settings of ``ingest`` (bench/core.py), so the two compare.
+        p.add_argument("--seconds", type=int, default=15, help="per run")
+        p.add_argument("--concurrency", type=int, default=32, help="client connections")
+        p.add_argument("--web-workers", type=int, default=3)
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--rounds", type=int, default=2, help="v1 then facade, facade then v1, ...")
         p = sub.add_parser("campaign", help="a CSV campaign uploaded to gunicorn, made by a celery worker")
         p.add_argument("--recipients", type=int, default=1_000_000)
         p.add_argument("--web-workers", type=int, default=2)
@@ -468,6 +477,16 @@ class Command(BaseCommand):
                 reads=opts["reads"],
                 paused_seconds=opts["paused_seconds"],
                 timeout=opts["timeout"],
+            )
+        elif scenario == "facade":
+            from bench.facade import facade
+
+            result = facade(
+                seconds=opts["seconds"],
+                concurrency=opts["concurrency"],
+                web_workers=opts["web_workers"],
+                threads=opts["threads"],
+                rounds=opts["rounds"],
             )
         elif scenario == "pending":
             result = core.pending(

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
+from urllib.parse import urlencode
 
 import psutil
 from django.conf import settings
@@ -424,13 +425,16 @@ def pending(*, n: int, repeats: int, idle_seconds: int) -> dict:
     }
 
 
-# wrk's Lua script for ``ingest``: in "post" mode every request gets its own body (recipient and text
-# vary) and the API key header; each wrk thread numbers its requests from its own offset so bodies never
-# repeat. In "get" mode it sends plain GETs of the URL (``/healthz``, the web stack's own ceiling). The
-# status codes seen are counted per thread and collected in done().
+# wrk's Lua script for ``ingest`` and ``facade``: in "post" mode every request gets its own JSON body
+# (recipient and text vary) and the API key as a Bearer header; in "form" mode (bench/facade.py) its own
+# form body as Twilio's SDKs send it (``To``, ``From``, ``Body``) with HTTP Basic credentials (the first
+# argument, already base64) and the From number (the third). Each wrk thread numbers its requests from
+# its own offset so bodies never repeat. In "get" mode it sends plain GETs of the URL (``/healthz``, the
+# web stack's own ceiling). The status codes seen are counted per thread and collected in done().
 _WRK_SCRIPT = r"""
 local key = nil
 local mode = "post"
+local sender = ""
 local counter = 0
 local threads = {}
 offset = 0 -- a global: setup() sets it per thread
@@ -444,21 +448,31 @@ end
 function init(args)
   key = args[1]
   mode = args[2] or "post"
+  sender = string.gsub(args[3] or "", "%+", "%%2B")
   offset = tonumber(offset) or 0
   if mode == "post" then
     wrk.method = "POST"
     wrk.headers["Content-Type"] = "application/json"
     wrk.headers["Authorization"] = "Bearer " .. key
+  elseif mode == "form" then
+    wrk.method = "POST"
+    wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
+    wrk.headers["Authorization"] = "Basic " .. key
   end
 end
 
 function request()
-  if mode ~= "post" then
+  if mode == "get" then
     return wrk.format("GET")
   end
   counter = counter + 1
   local n = offset + counter
-  local body = string.format('{"to": "+1415%07d", "body": "ingest %d"}', 2000000 + n % 1000000, n)
+  local body
+  if mode == "form" then
+    body = string.format("To=%%2B1415%07d&From=%s&Body=facade+%d", 5000000 + n % 1000000, sender, n)
+  else
+    body = string.format('{"to": "+1415%07d", "body": "ingest %d"}', 2000000 + n % 1000000, n)
+  end
   return wrk.format(nil, nil, nil, body)
 end
 
@@ -485,10 +499,11 @@ end
 
 
 def _ingest_wrk(
-    wrk: str, url: str, key: str, *, seconds: int, concurrency: int, method: str = "POST"
+    wrk: str, url: str, key: str, *, seconds: int, concurrency: int, method: str = "POST", sender: str = ""
 ) -> dict:
-    """One bounded wrk run against ``url`` (loopback): distinct bodies (POST) or plain GETs, latency from
-    wrk's histogram."""
+    """One bounded wrk run against ``url`` (loopback): distinct JSON bodies (POST), distinct form bodies
+    (FORM: ``key`` is the base64 Basic credential, ``sender`` the From number) or plain GETs, latency
+    from wrk's histogram."""
     import subprocess
     import tempfile
 
@@ -498,7 +513,7 @@ def _ingest_wrk(
         # One wrk thread: it needs a fraction of a core, and every other cycle goes to the server.
         argv = [wrk, "-t1", f"-c{concurrency}", f"-d{seconds}s", "--timeout", "10s", "-s", script.name]
         out = subprocess.run(
-            [*argv, url, "--", key, method.lower()],
+            [*argv, url, "--", key, method.lower(), sender],
             capture_output=True,
             text=True,
             timeout=seconds + 60,
@@ -519,16 +534,32 @@ def _ingest_wrk(
     }
 
 
-def _ingest_python(url: str, key: str, *, seconds: float, concurrency: int, method: str = "POST") -> dict:
+def _ingest_python(
+    url: str, key: str, *, seconds: float, concurrency: int, method: str = "POST", sender: str = ""
+) -> dict:
     """The fallback load generator (aiohttp, in this process): it shares the cores with the server, so
-    it understates what the server sustains. ``method`` GET sends plain GETs of ``url``."""
+    it understates what the server sustains. ``method`` GET sends plain GETs of ``url``; FORM sends
+    Twilio's form bodies with ``key`` as the base64 Basic credential and ``sender`` as From."""
     import aiohttp
 
     latencies: list[float] = []
     codes: dict[int, int] = {}
 
+    def body_of(i: int) -> str | None:
+        if method == "FORM":
+            return urlencode(
+                {"To": f"+1415{5000000 + i % 1000000:07d}", "From": sender, "Body": f"facade {i}"}
+            )
+        if method == "POST":
+            return json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
+        return None
+
     async def run():
-        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        headers = (
+            {"Authorization": f"Basic {key}", "Content-Type": "application/x-www-form-urlencoded"}
+            if method == "FORM"
+            else {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        )
         stop_at = time.monotonic() + seconds
         counter = iter(range(10**9))
         async with aiohttp.ClientSession(
@@ -537,14 +568,9 @@ def _ingest_python(url: str, key: str, *, seconds: float, concurrency: int, meth
 
             async def client():
                 while time.monotonic() < stop_at:
-                    i = next(counter)
-                    body = (
-                        json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
-                        if method == "POST"
-                        else None
-                    )
+                    body = body_of(next(counter))
                     started = time.perf_counter()
-                    async with session.request(method, url, data=body) as resp:
+                    async with session.request("GET" if method == "GET" else "POST", url, data=body) as resp:
                         await resp.read()
                         codes[resp.status] = codes.get(resp.status, 0) + 1
                     latencies.append(time.perf_counter() - started)
