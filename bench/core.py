@@ -228,6 +228,10 @@ class Topology:
             # Scenarios that are not about pacing run with limits above what the machine can do.
             **dict.fromkeys(UNLIMITED_RATE_ENV, "1000000"),
         )
+        # Requests in flight per send process as in every recorded figure (docs/benchmarks.md), not the
+        # share of a real account's concurrent-request limit the default now takes (smsgw.config.concurrency):
+        # the sandbox sets no such limit unless a scenario gives it one. A scenario's env may set it.
+        self.env.setdefault("SMSGW_SEND_CONCURRENCY", "250")
         self.env.update(env or {})
         self.procs: list[devprocs.Proc] = []
         self.sweeper = devprocs.celery_worker("sweeper", self.env, queues="sweep", concurrency=1)
