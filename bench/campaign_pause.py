@@ -52,11 +52,11 @@ def _campaign_load(tenant, n: int) -> Campaign:
                 body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
                 dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,
-                request_fingerprint, campaign_id, campaign_key)
+                request_fingerprint, campaign_id, campaign_key, route_plan)
             SELECT 'msg_' || substr(md5(random()::text || g::text), 1, 24), %s,
                    '+1' || (2000000000 + g)::text, %s, '', 'Benchmark campaign', 'GSM-7', 1, 'bulk', '{}',
                    '', '', 'earlier', 'none', %s, %s + interval '2 days', 'scheduled', '', 1, %s, 0, %s,
-                   '', '', now(), now(), '', %s, '+1' || (2000000000 + g)::text
+                   '', '', now(), now(), '', %s, '+1' || (2000000000 + g)::text, '[]'
             FROM generate_series(1, %s) AS g
             """,
             [tenant.pk, tenant.default_from, now, now, now, PROVIDER, campaign.pk, n],

@@ -7,6 +7,7 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    celeryd_after_setup,
     celeryd_init,
     worker_process_init,
     worker_shutting_down,
@@ -44,7 +45,21 @@ def _check_role(options=None, conf=None, **_kwargs) -> None:
     # (smsgw.runtime.roles). SystemExit passes through Celery's signal dispatch, which catches only Exception.
     from smsgw.runtime import roles
 
-    roles.check_worker(roles.queues_of(options or {}, conf))
+    queues = roles.queues_of(options or {}, conf)
+    roles.check_worker(queues)
+    global _send_concurrency_line
+    _send_concurrency_line = roles.send_concurrency_at_start(queues, options or {})
+
+
+_send_concurrency_line: str | None = None
+
+
+@celeryd_after_setup.connect
+def _log_send_concurrency(**_kwargs) -> None:
+    """Once per send worker, with logging set up and before its pool forks: its requests in flight per
+    process and where the number came from."""
+    if _send_concurrency_line:
+        logging.getLogger("smsgw.runtime.roles").info("%s", _send_concurrency_line)
 
 
 @worker_process_init.connect

@@ -11,9 +11,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from delivery.providers import DEFAULT_PROVIDER, declare_all
+from smsgw.config import concurrency, security
 from smsgw.config import providers as provider_declarations
 from smsgw.config import routes as route_config
-from smsgw.config import security
 from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -343,7 +343,7 @@ CELERY_TIMEZONE = "UTC"
 SWEEP_INTERVAL_SECONDS = env_int("SMSGW_SWEEP_INTERVAL", 1, minimum=1)
 SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
 SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
-SEND_CONCURRENCY = env_int("SMSGW_SEND_CONCURRENCY", 250, minimum=1)
+# SEND_CONCURRENCY (provider requests in flight per send process) is set with the provider settings below.
 QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
 # A stale `queued` row whose send queue still has a backlog is not re-published (its task is most likely
 # still waiting) until it has waited this long; one in an empty queue is re-published after
@@ -406,6 +406,12 @@ for _provider_settings in provider_declarations.settings_in_use(
 # Routing rules edited in the admin are read once per this many seconds per process (every message born
 # asks for its tenant's), and at once after this process saved one (delivery.routing.rules).
 ROUTES_CACHE_SECONDS = env_float("SMSGW_ROUTES_CACHE_SECONDS", 5.0, minimum=0.0)
+# Provider requests in flight per send process (smsgw.config.concurrency): SMSGW_SEND_CONCURRENCY when set,
+# else an equal share of the provider account's concurrent-request limit over every send process using it.
+SEND_CONCURRENCY_PLAN = concurrency.from_env(
+    provider_declarations.concurrent_requests({SMSGW_PROVIDER} | route_config.providers_named(SMSGW_ROUTES))
+)
+SEND_CONCURRENCY = SEND_CONCURRENCY_PLAN.per_process
 # The longest request timeout of any provider (a worker's drain, the longest uncertain wait).
 PROVIDER_REQUEST_TIMEOUT_SECONDS = provider_declarations.longest_request_timeout()
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).

@@ -81,6 +81,10 @@ class ProviderSettings:
     request_timeout_setting: str = ""  # the setting that sets it (named in errors)
     secret_settings: tuple[str, ...] = ()  # settings whose values never appear in a log line
     redact_patterns: tuple[tuple[str, str], ...] = field(default=())  # (regex, replacement) for log lines
+    # Requests one provider account may have in progress at once, over all its clients (every process on
+    # every host); past it the provider refuses requests. None: the provider states no such limit. The
+    # default of SMSGW_ACCOUNT_CONCURRENT_REQUESTS (smsgw.config.concurrency).
+    concurrent_requests: int | None = None
 
 
 _capabilities: dict[str, Capabilities] = {}
@@ -149,6 +153,17 @@ def redact_patterns() -> tuple[tuple[re.Pattern, str], ...]:
 
 def longest_request_timeout(default: float = 10.0) -> float:
     return max((s.request_timeout for s in _settings.values()), default=default)
+
+
+def concurrent_requests(names: set[str]) -> tuple[int, str] | None:
+    """The lowest concurrent-request limit the providers ``names`` declare, and the provider declaring
+    it; None when none of them declares one."""
+    limits = [
+        (s.concurrent_requests, name)
+        for name in sorted(names)
+        if (s := provider_settings(name)) is not None and s.concurrent_requests is not None
+    ]
+    return min(limits) if limits else None
 
 
 def provider_settings(name: str) -> ProviderSettings | None:

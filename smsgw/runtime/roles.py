@@ -66,6 +66,22 @@ def web_problems() -> list[str]:
     return [problem] if problem else []
 
 
+def send_concurrency_at_start(queues: Iterable[str], options: dict) -> str | None:
+    """A send worker's requests in flight per process (smsgw.config.concurrency), settled before its pool
+    forks (``celeryd_init``): when no setting says how many send processes share the account, a prefork
+    worker counts its own (``--concurrency``), and its children inherit the result. Returns the line to
+    log once logging is set up (``celeryd_after_setup``); None for a worker that does not send."""
+    if not any(q.startswith(SEND_PREFIX) for q in queues):
+        return None
+    plan = settings.SEND_CONCURRENCY_PLAN
+    pool = options.get("pool_cls") or "prefork"
+    processes = options.get("concurrency")
+    if plan.processes_assumed and pool == "prefork" and isinstance(processes, int) and processes > 0:
+        plan = settings.SEND_CONCURRENCY_PLAN = plan.with_processes(processes, "this worker's --concurrency")
+        settings.SEND_CONCURRENCY = plan.per_process
+    return f"send concurrency: {plan.describe()}"
+
+
 def check_web() -> None:
     """Refuse to start a production web process that could not verify a provider's callbacks; warn
     elsewhere. An exception rather than SystemExit: gunicorn halts when a worker fails to boot with one

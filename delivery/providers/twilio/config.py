@@ -17,6 +17,12 @@ MESSAGING_SERVICE_SID = r"MG[0-9a-fA-F]{32}"
 # An Account SID is "AC" and 32 hex digits: twilio-oai, twilio_api_v2010.yaml, components
 # api.v2010.account.message `account_sid`: pattern ^AC[0-9a-fA-F]{32}$.
 ACCOUNT_SID_RE = re.compile(r"^AC[0-9a-fA-F]{32}$")
+# Concurrent REST API requests of one account. Past Twilio's limit a request is refused with 429/20429
+# ("your account exceeds allowed concurrency to Twilio's REST API ... Requests that receive 429 responses
+# aren't processed", twilio.com/docs/api/errors/20429), and each response carries a
+# Twilio-Concurrent-Requests header. Twilio publishes no number: 100 per account is the commonly cited
+# default, not a documented one; an account with another limit sets SMSGW_ACCOUNT_CONCURRENT_REQUESTS.
+CONCURRENT_REQUESTS = 100
 
 CAPABILITIES = Capabilities(
     lookup_by_recipient=True,  # GET /Messages?To=&From=&DateSent>=
@@ -81,4 +87,5 @@ def load_settings(production: bool) -> ProviderSettings:
         request_timeout=timeout,
         request_timeout_setting="TWILIO_TIMEOUT_SECONDS",
         secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET"),
+        concurrent_requests=CONCURRENT_REQUESTS,
     )

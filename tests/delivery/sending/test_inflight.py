@@ -88,3 +88,27 @@ def test_the_gil_switches_often_only_while_paced_submissions_wait(settings):
         sys.setswitchinterval(default)
         inflight.switch_interval_default(default)
         inflight._switch_default.clear()
+
+
+def test_the_bound_is_the_share_of_the_account_a_send_worker_derives_at_start(settings):
+    """Unset, SMSGW_SEND_CONCURRENCY is this process's share of the account's concurrent-request limit
+    (smsgw.config.concurrency): 8 over a send worker of 2 processes puts at most 4 on the wire here."""
+    from smsgw.config import concurrency
+    from smsgw.runtime import roles
+
+    settings.SEND_CONCURRENCY_PLAN = concurrency.SendConcurrency(None, 8, "the account", 4, "assumed")
+    roles.send_concurrency_at_start(["send.bulk"], {"concurrency": 2, "pool_cls": "prefork"})
+    flight = inflight.Flight(lambda group: None)
+    provider = HeldProvider()
+    task = threading.Thread(target=flight.submit, args=(provider, [pending(i) for i in range(9)]))
+    task.start()
+    until(lambda: provider.started == 4)
+    assert len(provider.open) == 4, "the account's share, not more"
+    provider.answer(4)
+    until(lambda: provider.started == 8)
+    assert len(provider.open) == 4
+    provider.answer(4)
+    until(lambda: provider.started == 9)
+    task.join(10)
+    provider.answer(1)
+    assert flight.drain(10)

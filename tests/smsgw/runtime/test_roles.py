@@ -90,6 +90,12 @@ def test_a_production_send_worker_with_its_settings_starts():
     env = _env(SMSGW_PUBLIC_BASE_URL="https://sms.example.com", CELERY_BROKER_URL=settings.CELERY_BROKER_URL)
     text = _starts(env, "send.transactional", "ready.")
     assert "worker configuration" not in text
+    # Once at start, its requests in flight per process and where the number came from: nothing says how
+    # many send processes share the account, so this worker counts its own (-c 1).
+    assert (
+        "send concurrency: 100 requests in flight per send process: 100 concurrent requests per provider "
+        "account (the twilio provider's default) shared by 1 send process (this worker's --concurrency)"
+    ) in text
 
 
 @pytest.mark.integration
