@@ -72,14 +72,14 @@ def messages_load(
                 body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
                 dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,
-                request_fingerprint)
+                request_fingerprint, route_plan)
             SELECT 'msg_' || substr(md5(random()::text || g::text), 1, 24), %s,
                    '+1415' || lpad((2000000 + g)::text, 7, '0'),
                    CASE WHEN %s > 0 THEN '+1415556' || lpad((g %% GREATEST(%s, 1))::text, 4, '0')
                         ELSE %s END, '',
                    'Benchmark message ' || g, 'GSM-7', 1, %s, '{}', '', '', 'earlier', 'none',
                    %s + make_interval(secs => (g - %s) * %s), %s + interval '2 days', 'scheduled', '', 1,
-                   %s + make_interval(secs => (g - %s) * %s), 0, %s, '', '', now(), now(), ''
+                   %s + make_interval(secs => (g - %s) * %s), 0, %s, '', '', now(), now(), '', '[]'
             FROM generate_series(%s, %s) AS g
             """,
             [
