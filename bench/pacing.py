@@ -18,6 +18,7 @@ from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, Sender
 from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.messages import service as services
 from scheduling.models import Message
+from smsgw.domain_errors import ConflictError
 from smsgw.models import Tenant
 
 PROVIDER = "twilio"
@@ -115,7 +116,10 @@ def paced(
                     .first()
                 )
                 if victim is not None:
-                    services.message_cancel(tenant=tenant, public_id=victim.public_id, actor="bench")
+                    try:
+                        services.message_cancel(tenant=tenant, public_id=victim.public_id, actor="bench")
+                    except ConflictError:  # released between the read and the cancel: pick another
+                        continue
                     cancelled = (victim.to, victim.run_after)
             done = Message.objects.filter(tenant=tenant, status__in=["sent", "cancelled"]).count()
             if done >= n:

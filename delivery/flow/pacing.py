@@ -29,6 +29,11 @@ pushes another tenant's messages back). The projection is a promise of order, no
 time comes the message competes again, and if it slips it is parked at the front of the line, with no new
 timeline entry.
 
+Late batches (``late_reslot``): a send worker that has a released batch after some of its slots passed
+(the broker or a busy process held it) does not send those messages together with the sender's next
+ones, which other workers have on time: it takes new slots for them at the end of each sender's line in
+the same bucket rows, which move past them. The missed slots are lost capacity, not a burst.
+
 Backpressure (``throttle_signal``): a 429 or a full provider queue lowers the rate of the scope the
 error names (sender or account) by SMSGW_AIMD_DECREASE, at most once per cooldown, and honours
 Retry-After; the rate climbs back by SMSGW_AIMD_INCREASE_PER_SECOND of the configured rate per second,
@@ -467,6 +472,47 @@ def _rows_save(rows: list[RateBucket]) -> None:
                 [r.updated_at for r in rows],
             ],
         )
+
+
+def late_reslot(
+    provider: str, account: str, late: list[tuple[int, str, int]], *, horizon: float
+) -> dict[int, float]:
+    """New slots for released messages whose slots passed before a send worker had them (``late``: id,
+    sender, segments, in slot order). Each goes after everything already released for its sender, spaced
+    by the sender's interval, and the sender's shared ``tat`` moves past them in the same transaction: the
+    sender's later batches, released to other workers on time, are then not sent together with these
+    (shifted only in the worker, they were: the bucket did not know). The slots they missed are lost
+    capacity; never exceeding the limit matters more. Only the sender limits (strict) move: the account's
+    and a tenant's budgets already counted these messages. A sender fast enough to need no spacing, or
+    without a bucket row, is left out of the answer (the caller sends those as they are). ``horizon``:
+    no new slot starts later than that many seconds from now (a wrong tat never parks a worker).
+
+    Rows locked in key order, as the release gate locks them (``_rows``), so a gate pass and any number
+    of late batches take disjoint slots."""
+    by_sender: dict[str, list[tuple[int, int]]] = {}
+    for mid, sender, cost in late:
+        by_sender.setdefault(sender, []).append((mid, max(1, int(cost or 1))))
+    keys = {bucket_key(provider, account, "sender", s): s for s in by_sender}
+    out: dict[int, float] = {}
+    with transaction.atomic():
+        rows = list(RateBucket.objects.select_for_update().filter(key__in=sorted(keys)).order_by("key"))
+        now = timezone.now()  # after the lock: another late batch or a gate pass may have held it
+        now_s = now.timestamp()
+        saved: list[RateBucket] = []
+        for row in rows:
+            limit = _Limit(row, row.rate_configured, now_s, "sender", strict=True)
+            if limit.interval < MIN_SPACING_SECONDS:
+                continue
+            start = min(max(limit.free_from, now_s), now_s + horizon)
+            for mid, cost in by_sender[keys[row.key]]:
+                out[mid] = start
+                start += cost * limit.interval
+            limit.tat = max(limit.tat, start)
+            limit.save(now)
+            saved.append(row)
+        if saved:
+            _rows_save(saved)
+    return out
 
 
 def throttle_signal(

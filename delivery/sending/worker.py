@@ -57,7 +57,9 @@ from smsgw.observability import events
 log = logging.getLogger(__name__)
 
 TENANT_TABLE = Tenant._meta.db_table
-LATE_LOG_SECONDS = 0.05  # a paced batch this late at the worker is logged (the spacing is kept, shifted)
+# A paced message whose slot passed more than this before the worker had it takes a new slot from its
+# sender's bucket (delivery.flow.pacing.late_reslot); one less late goes as it is.
+LATE_SECONDS = 0.05
 
 CLAIM_RETURNING = (
     "id",
@@ -78,6 +80,7 @@ CLAIM_RETURNING = (
     "route",  # the route and its legs: a failover moves the message on (delivery.routing.failover)
     "route_plan",
     "route_leg",
+    "segments",  # a late paced message takes its segments' worth of its sender's slots again
 )
 
 
@@ -117,6 +120,10 @@ def send_batch(
     report = BatchReport()
     adapter = get_adapter(provider)
     now = timezone.now()
+    # Each message's slot by id, whatever the filters below leave of the batch.
+    slot_of: dict[int, float] = {}
+    if not_before and len(not_before) == len(message_ids):
+        slot_of = dict(zip(message_ids, not_before, strict=True))
     open_holds = holds_service.holds_open(adapter.name, adapter.account)
     if open_holds:
         # The per-process cache may be a second old, and another process may just have cleared the hold
@@ -150,10 +157,6 @@ def send_batch(
         if stopped:
             report.opted_out = len(screened.opted_out)
             report.refused = len(screened.refused)
-            if not_before is not None and len(not_before) == len(message_ids):
-                not_before = [
-                    nb for mid, nb in zip(message_ids, not_before, strict=True) if mid not in stopped
-                ]
             message_ids = [mid for mid in message_ids if mid not in stopped]
         if open_holds or circuit_open or host_open:
             message_ids, parks, probes, moves = _admission_filter(
@@ -199,7 +202,7 @@ def send_batch(
         return report
 
     base = settings.SMSGW_PUBLIC_BASE_URL
-    slots = _slots(message_ids, not_before, time.time())  # measured now: the claim took its time too
+    slots = _slots(rows, slot_of, time.time(), adapter)  # measured now: the claim took its time too
     # A circuit probe always goes; anything else stays unsent if this process has meanwhile seen the
     # account's circuit open (it then waits for the provider like everything else, uncharged).
     probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
@@ -269,22 +272,41 @@ def outcomes_apply(done: list[inflight.Done]) -> None:
                 holds_service.hold_backoff(hold.id, detail=f"probe message refused: {res.error_code}")
 
 
-def _slots(ids: list[int], not_before: list[float] | None, now: float) -> dict[int, float]:
-    """Each paced message's submission instant. A batch that reaches the worker late keeps its spacing
-    (shifted by the delay) rather than going out at once; and no wait is longer than a release can be
-    ahead of its slot (a wrong clock never parks a worker)."""
-    if not not_before or len(not_before) != len(ids):
-        return {}
-    paced = [slot for slot in not_before if slot > 0]  # 0: no slot, it goes at once
+def _slots(
+    rows: list[dict], slot_of: Mapping[int, float], now: float, adapter: ProviderAdapter
+) -> dict[int, float]:
+    """Each claimed paced message's submission instant: its slot, or, when the slot passed before the
+    worker had it (``LATE_SECONDS``), a new one at the end of its sender's line in the shared bucket
+    (delivery.flow.pacing.late_reslot), so it does not go out together with that sender's next messages.
+    A message its sender's bucket does not space keeps its spacing, shifted by the batch's delay. No wait
+    is longer than a release can be ahead of its slot, plus the new slots' own span (a wrong clock never
+    parks a worker)."""
+    paced = {r["id"]: slot_of[r["id"]] for r in rows if slot_of.get(r["id"], 0.0) > 0}  # 0: goes at once
     if not paced:
         return {}
-    late = max(0.0, now - min(paced))
-    if late > LATE_LOG_SECONDS:
-        log.info("paced batch reached the worker %.3f s after its first slot: shifted", late)
     longest = 2 * settings.PACING_RELEASE_AHEAD_SECONDS
-    return {
-        mid: min(slot + late, now + longest) for mid, slot in zip(ids, not_before, strict=True) if slot > 0
-    }
+    late = [r for r in rows if r["id"] in paced and paced[r["id"]] < now - LATE_SECONDS]
+    if not late:
+        return {mid: min(slot, now + longest) for mid, slot in paced.items()}
+    late.sort(key=lambda r: paced[r["id"]])
+    delay = now - paced[late[0]["id"]]
+    moved = pacing.late_reslot(
+        adapter.name,
+        adapter.account,
+        [(r["id"], r["from_number"] or r["messaging_service_sid"], r["segments"]) for r in late],
+        horizon=longest,
+    )
+    log.info(
+        "paced batch reached the worker %.3f s after its first slot: %d of %d messages take new slots",
+        delay,
+        len(moved),
+        len(paced),
+    )
+    out = {mid: min(slot, now + longest) for mid, slot in paced.items()}
+    for r in late:
+        mid = r["id"]
+        out[mid] = moved[mid] if mid in moved else min(paced[mid] + delay, now + longest)
+    return out
 
 
 def _halted_skipped(ids: set[int], now: datetime) -> None:

@@ -6,9 +6,12 @@ throttling and recover, and wait out an open circuit without being charged."""
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery.flow import circuit, pacing
@@ -374,3 +377,103 @@ def test_transactional_is_not_queued_behind_bulk_already_released_on_the_account
     tx = due_before(message(api.tenant), t0)  # transactional, due now
     release.due_release(now=t0 + timedelta(seconds=0.1))
     assert slots[tx.pk] <= t0.timestamp() + 0.1 + DISPATCH + 0.01, "not behind the released bulk"
+
+
+def sender_bucket(adapter, sender: str, per_second: float, tat) -> RateBucket:
+    """A sender's bucket as the release gate leaves it: slots released up to ``tat``."""
+    return RateBucket.objects.create(
+        key=pacing.bucket_key(adapter.name, adapter.account, "sender", sender),
+        kind="sender",
+        rate_configured=per_second,
+        rate_effective=per_second,
+        tat=tat,
+        projected_until=tat,
+        updated_at=timezone.now(),
+    )
+
+
+def test_late_messages_take_new_slots_after_everything_released_for_their_sender(adapter):
+    """A batch that reached its worker after its slots: its messages go after the sender's slots already
+    released to other workers, at the sender's spacing, and the shared tat moves past them (the sender's
+    next releases come after them instead of going out with them)."""
+    released_until = timezone.now() + timedelta(seconds=0.5)
+    bucket = sender_bucket(adapter, SENDER, 10.0, released_until)
+    other = sender_bucket(adapter, "+14155550199", 10.0, released_until)
+    late = [(1, SENDER, 1), (2, SENDER, 2), (3, SENDER, 1)]  # (id, sender, segments), in slot order
+    slots = pacing.late_reslot(adapter.name, adapter.account, late, horizon=2.0)
+    assert slots[1] >= released_until.timestamp() - 1e-6, "after what was already released"
+    assert slots[2] - slots[1] == pytest.approx(0.1), "the sender's interval (10/s)"
+    assert slots[3] - slots[2] == pytest.approx(0.2), "a 2-segment message takes two intervals"
+    bucket.refresh_from_db()
+    assert bucket.tat.timestamp() == pytest.approx(slots[3] + 0.1, abs=1e-5), "the next slot is after them"
+    other.refresh_from_db()
+    assert other.tat == released_until, "another sender's bucket is untouched"
+
+
+def test_a_late_message_of_a_sender_whose_bucket_is_idle_starts_now(adapter):
+    sender_bucket(adapter, SENDER, 10.0, timezone.now() - timedelta(seconds=30))
+    before = timezone.now().timestamp()
+    slots = pacing.late_reslot(adapter.name, adapter.account, [(1, SENDER, 1), (2, SENDER, 1)], horizon=2.0)
+    assert before - 1e-6 <= slots[1] <= timezone.now().timestamp()
+    assert slots[2] - slots[1] == pytest.approx(0.1)
+
+
+def test_a_sender_without_a_bucket_is_left_to_the_caller(adapter):
+    assert pacing.late_reslot(adapter.name, adapter.account, [(1, SENDER, 1)], horizon=2.0) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_late_batches_of_one_sender_at_once_get_disjoint_slots(adapter):
+    """Two workers with late batches of the same sender: the second waits for the first's row lock and
+    takes its slots after the first's, never the same ones."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    released_until = timezone.now() + timedelta(seconds=0.3)
+    bucket = sender_bucket(adapter, SENDER, 20.0, released_until)
+    holding, commit = threading.Event(), threading.Event()
+    got: dict[str, dict[int, float]] = {}
+
+    def first():
+        with transaction.atomic():  # the row stays locked until this commits
+            got["first"] = pacing.late_reslot(
+                adapter.name, adapter.account, [(i, SENDER, 1) for i in range(1, 6)], horizon=2.0
+            )
+            holding.set()
+            commit.wait(10)
+        connection.close()
+
+    def second():
+        holding.wait(10)
+        got["second"] = pacing.late_reslot(
+            adapter.name, adapter.account, [(i, SENDER, 1) for i in range(6, 11)], horizon=2.0
+        )
+        connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    try:
+        assert holding.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _waiting_on_a_lock():
+            time.sleep(0.01)
+        assert _waiting_on_a_lock(), "the second batch waits for the first's lock"
+    finally:
+        commit.set()
+        for t in threads:
+            t.join(10)
+    slots = sorted([*got["first"].values(), *got["second"].values()])
+    assert len(slots) == 10
+    assert min(got["second"].values()) >= max(got["first"].values()) + 0.05 - 1e-6
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
+    assert min(gaps) == pytest.approx(0.05), "disjoint, at the sender's spacing"
+    bucket.refresh_from_db()
+    assert bucket.tat.timestamp() == pytest.approx(slots[-1] + 0.05, abs=1e-5)
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return cur.fetchone()[0] > 0

@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 
-from delivery.models import Attempt, AttemptOutcome
+from delivery.flow import pacing
+from delivery.models import Attempt, AttemptOutcome, RateBucket
 from delivery.sending import reconcile
 from delivery.sending import worker as sending
 from scheduling.dispatch import release
@@ -75,6 +76,35 @@ def test_a_paced_batch_that_reaches_the_worker_late_keeps_its_spacing(adapter, s
     created = {row[3]: row[0] for row in sandbox.submissions(0)}
     arrivals = [created[m.to] for m in msgs]
     assert min(b - a for a, b in itertools.pairwise(arrivals)) > 0.1, "shifted, not sent in one burst"
+
+
+def test_a_late_paced_batch_goes_after_its_senders_released_slots_and_pushes_them_back(
+    adapter, sandbox, tenant, settings
+):
+    """The sender's bucket says slots up to ``released_until`` are already out with other workers: the
+    late batch's messages take new slots after them, at the sender's spacing, and the bucket moves past
+    them so the sender's next releases do not go out together with them."""
+    settings.PACING_HEADROOM = 1.0
+    msgs = [queued(tenant, recipient(i)) for i in range(4)]
+    released_until = time.time() + 0.3
+    bucket = RateBucket.objects.create(
+        key=pacing.bucket_key(adapter.name, adapter.account, "sender", msgs[0].from_number),
+        kind="sender",
+        rate_configured=5.0,
+        rate_effective=5.0,
+        tat=datetime.fromtimestamp(released_until, tz=UTC),
+        projected_until=datetime.fromtimestamp(released_until, tz=UTC),
+        updated_at=timezone.now(),
+    )
+    past = time.time() - 5  # the batch waited in the broker far beyond its slots
+    report = sending.send_batch([m.pk for m in msgs], not_before=[past + 0.2 * i for i in range(4)])
+    assert report.outcomes == {"accepted": 4}
+    created = {row[3]: row[0] for row in sandbox.submissions(0)}
+    arrivals = [created[m.to] for m in msgs]
+    for i, arrived in enumerate(arrivals):  # never before its new slot (late ones are not asserted)
+        assert arrived >= released_until + 0.2 * i - 0.005, f"message {i}: {arrived - released_until:+.3f} s"
+    bucket.refresh_from_db()
+    assert bucket.tat.timestamp() >= released_until + 0.8 - 1e-5, "the sender's next slot is after them"
 
 
 def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
