@@ -234,6 +234,12 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--no-healthz", dest="healthz", action="store_false", help="skip the GET /healthz run")
+        p.add_argument(
+            "--batch",
+            type=int,
+            default=100,
+            help="messages per POST /v1/messages/batch in the batch run (0: no batch run)",
+        )
         p = sub.add_parser(
             "facade", help="POST .../Messages.json (Twilio's form, Basic) beside POST /v1/messages, same run"
         )
@@ -499,5 +505,6 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 threads=opts["threads"],
                 healthz=opts["healthz"],
+                batch=opts["batch"],
             )
         self.stdout.write(json.dumps(result, indent=2, default=str))

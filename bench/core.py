@@ -434,11 +434,13 @@ def pending(*, n: int, repeats: int, idle_seconds: int) -> dict:
 # form body as Twilio's SDKs send it (``To``, ``From``, ``Body``) with HTTP Basic credentials (the first
 # argument, already base64) and the From number (the third). Each wrk thread numbers its requests from
 # its own offset so bodies never repeat. In "get" mode it sends plain GETs of the URL (``/healthz``, the
-# web stack's own ceiling). The status codes seen are counted per thread and collected in done().
+# web stack's own ceiling). In "batch" mode every request is a POST /v1/messages/batch of the fourth
+# argument's count of distinct messages. The status codes seen are counted per thread and collected in done().
 _WRK_SCRIPT = r"""
 local key = nil
 local mode = "post"
 local sender = ""
+local items = 1
 local counter = 0
 local threads = {}
 offset = 0 -- a global: setup() sets it per thread
@@ -453,8 +455,9 @@ function init(args)
   key = args[1]
   mode = args[2] or "post"
   sender = string.gsub(args[3] or "", "%+", "%%2B")
+  items = tonumber(args[4]) or 1
   offset = tonumber(offset) or 0
-  if mode == "post" then
+  if mode == "post" or mode == "batch" then
     wrk.method = "POST"
     wrk.headers["Content-Type"] = "application/json"
     wrk.headers["Authorization"] = "Bearer " .. key
@@ -472,7 +475,14 @@ function request()
   counter = counter + 1
   local n = offset + counter
   local body
-  if mode == "form" then
+  if mode == "batch" then
+    local parts = {}
+    for i = 1, items do
+      local m = n * items + i
+      parts[i] = string.format('{"to": "+1415%07d", "body": "batch %d"}', 2000000 + m % 1000000, m)
+    end
+    body = '{"messages": [' .. table.concat(parts, ", ") .. ']}'
+  elseif mode == "form" then
     body = string.format("To=%%2B1415%07d&From=%s&Body=facade+%d", 5000000 + n % 1000000, sender, n)
   else
     body = string.format('{"to": "+1415%07d", "body": "ingest %d"}', 2000000 + n % 1000000, n)
@@ -503,11 +513,19 @@ end
 
 
 def _ingest_wrk(
-    wrk: str, url: str, key: str, *, seconds: int, concurrency: int, method: str = "POST", sender: str = ""
+    wrk: str,
+    url: str,
+    key: str,
+    *,
+    seconds: int,
+    concurrency: int,
+    method: str = "POST",
+    sender: str = "",
+    items: int = 1,
 ) -> dict:
-    """One bounded wrk run against ``url`` (loopback): distinct JSON bodies (POST), distinct form bodies
-    (FORM: ``key`` is the base64 Basic credential, ``sender`` the From number) or plain GETs, latency
-    from wrk's histogram."""
+    """One bounded wrk run against ``url`` (loopback): distinct JSON bodies (POST), batches of ``items``
+    distinct messages (BATCH), distinct form bodies (FORM: ``key`` is the base64 Basic credential,
+    ``sender`` the From number) or plain GETs, latency from wrk's histogram."""
     import subprocess
     import tempfile
 
@@ -517,7 +535,7 @@ def _ingest_wrk(
         # One wrk thread: it needs a fraction of a core, and every other cycle goes to the server.
         argv = [wrk, "-t1", f"-c{concurrency}", f"-d{seconds}s", "--timeout", "10s", "-s", script.name]
         out = subprocess.run(
-            [*argv, url, "--", key, method.lower(), sender],
+            [*argv, url, "--", key, method.lower(), sender, str(items)],
             capture_output=True,
             text=True,
             timeout=seconds + 60,
@@ -539,11 +557,19 @@ def _ingest_wrk(
 
 
 def _ingest_python(
-    url: str, key: str, *, seconds: float, concurrency: int, method: str = "POST", sender: str = ""
+    url: str,
+    key: str,
+    *,
+    seconds: float,
+    concurrency: int,
+    method: str = "POST",
+    sender: str = "",
+    items: int = 1,
 ) -> dict:
     """The fallback load generator (aiohttp, in this process): it shares the cores with the server, so
     it understates what the server sustains. ``method`` GET sends plain GETs of ``url``; FORM sends
-    Twilio's form bodies with ``key`` as the base64 Basic credential and ``sender`` as From."""
+    Twilio's form bodies with ``key`` as the base64 Basic credential and ``sender`` as From; BATCH sends
+    batches of ``items`` messages."""
     import aiohttp
 
     latencies: list[float] = []
@@ -556,6 +582,15 @@ def _ingest_python(
             )
         if method == "POST":
             return json.dumps({"to": f"+1415{2000000 + i % 1000000:07d}", "body": f"ingest {i}"})
+        if method == "BATCH":
+            numbers = range(i * items + 1, (i + 1) * items + 1)
+            return json.dumps(
+                {
+                    "messages": [
+                        {"to": f"+1415{2000000 + m % 1000000:07d}", "body": f"batch {m}"} for m in numbers
+                    ]
+                }
+            )
         return None
 
     async def run():
@@ -614,12 +649,15 @@ def _ingest_warmup(port: int, key: str, workers: int, threads: int) -> int:
     return n
 
 
-def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int, healthz: bool = True) -> dict:
-    """POST /v1/messages through gunicorn, then (unless ``healthz`` is off) GET /healthz against the same
-    gunicorn process with the same client and settings: the ratio says how much of the web stack's
-    ceiling the API's own work leaves. The load comes from ``wrk`` when it is on PATH (a C client that
-    leaves the cores to the server), else from the Python client; SMSGW_BENCH_CLIENT=python forces the
-    latter. The result names the client used."""
+def ingest(
+    *, seconds: int, concurrency: int, web_workers: int, threads: int, healthz: bool = True, batch: int = 0
+) -> dict:
+    """POST /v1/messages through gunicorn, then (``batch`` > 0) POST /v1/messages/batch of ``batch``
+    messages a request, then (unless ``healthz`` is off) GET /healthz against the same gunicorn process
+    with the same client and settings: the ratios say how much of the web stack's ceiling the API's own
+    work leaves, and how many more messages a second a batch takes in. The load comes from ``wrk`` when
+    it is on PATH (a C client that leaves the cores to the server), else from the Python client;
+    SMSGW_BENCH_CLIENT=python forces the latter. The result names the client used."""
     import shutil
 
     tenant = bench_reset()
@@ -638,10 +676,12 @@ def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int, he
             else partial(_ingest_python, seconds=seconds, concurrency=concurrency)
         )
         run = client(url, key)
+        stored = Message.objects.filter(tenant=tenant).count() - warmup
+        batched = client(f"{url}/batch", key, method="BATCH", items=batch) if batch else None
         health = client(f"http://127.0.0.1:{port}/healthz", key, method="GET") if healthz else None
     finally:
         web.stop()
-    stored = Message.objects.filter(tenant=tenant).count() - warmup
+    stored_batch = Message.objects.filter(tenant=tenant).count() - warmup - stored
     return {
         "scenario": "ingest",
         "client": "wrk" if wrk else "python-aiohttp",
@@ -658,7 +698,42 @@ def ingest(*, seconds: int, concurrency: int, web_workers: int, threads: int, he
         "worker_class": worker_class,
         "client_concurrency": concurrency,
         "warmup_requests": warmup,
+        **(_batch_summary(run, batched, batch, stored_batch, health) if batched else {}),
         **(_healthz_summary(run, health) if health else {}),
+    }
+
+
+def _batch_summary(post: dict, batched: dict, items: int, stored: int, health: dict | None) -> dict:
+    post_rate = post["requests"] / post["elapsed"]
+    requests_rate = batched["requests"] / batched["elapsed"]
+    answered = batched["codes"].get(200, 0)
+    return {
+        "batch": {
+            "messages_per_request": items,
+            "seconds": round(batched["elapsed"], 2),
+            "requests": batched["requests"],
+            "requests_per_s": requests_rate,
+            "messages_per_s": requests_rate * items,
+            "status_codes": batched["codes"],
+            **({"socket_errors": batched["socket_errors"]} if "socket_errors" in batched else {}),
+            # wrk stops with up to one request per connection in flight, which may still be stored: up
+            # to concurrency x items beyond the answered ones.
+            "stored": stored,
+            "stored_beyond_answered": stored - answered * items,
+            "latency_ms_p50": batched["p50_ms"],
+            "latency_ms_p99": batched["p99_ms"],
+        },
+        # Messages a second taken in by batches over those taken in one request each, same run.
+        "ratio_batch_messages_to_post": round(requests_rate * items / post_rate, 2) if post_rate else None,
+        **(
+            {
+                "ratio_batch_messages_to_healthz": round(
+                    requests_rate * items * health["elapsed"] / health["requests"], 2
+                )
+            }
+            if health and health["requests"]
+            else {}
+        ),
     }
 
 

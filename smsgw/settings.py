@@ -366,6 +366,8 @@ MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=
 FACADE_STRICT_MIN_LEAD_SECONDS = env_int("SMSGW_FACADE_STRICT_MIN_LEAD_SECONDS", 900, minimum=0)
 DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
 MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
+# POST /v1/messages/batch: the most messages one request may carry (the body cap still applies).
+BATCH_MAX_MESSAGES = env_int("SMSGW_BATCH_MAX_MESSAGES", 1000, minimum=1)
 # Recurring schedules (scheduling.schedules.materialize): occurrences are made as messages this far ahead.
 SCHEDULE_HORIZON_SECONDS = env_int("SMSGW_SCHEDULE_HORIZON_SECONDS", 24 * 3600, minimum=60)
 # Whole seconds: django-celery-beat stores an interval as an integer, and 0 would fire continuously.

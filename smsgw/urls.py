@@ -16,6 +16,7 @@ from smsgw.observability import views as observability
 
 urlpatterns = [
     path("v1/messages", api.MessagesApi.as_view(), name="messages"),
+    path("v1/messages/batch", api.MessagesBatchApi.as_view(), name="messages-batch"),
     path("v1/messages/<str:public_id>", api.MessageDetailApi.as_view(), name="message-detail"),
     path("v1/messages/<str:public_id>/cancel", api.MessageCancelApi.as_view(), name="message-cancel"),
     path("v1/messages/<str:public_id>/events", api.MessageEventsApi.as_view(), name="message-events"),

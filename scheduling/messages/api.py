@@ -19,13 +19,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduling.lifecycle.reasons import ReasonCode
-from scheduling.messages import examples, selectors
+from scheduling.messages import batch, examples, selectors
 from scheduling.messages import service as services
 from scheduling.models import Message, Priority, Status
 from smsgw.config.providers import body_max_length
 from smsgw.config.routes import leg_public
 from smsgw.http import schema, strict_input
-from smsgw.http.errors import field_error
+from smsgw.http.errors import error_answer, field_error
 from smsgw.http.pagination import StrictCursorPagination
 
 MAX_METADATA_BYTES = 4096
@@ -126,7 +126,13 @@ MessageUpdateInput = cast(
 _FAST_INPUT = (
     all(
         type(f)
-        in (serializers.CharField, serializers.ChoiceField, serializers.IntegerField, serializers.DictField)
+        in (
+            serializers.CharField,
+            serializers.ChoiceField,
+            serializers.IntegerField,
+            serializers.DictField,
+            serializers.JSONField,
+        )
         for f in _message_fields.values()
     )
     and MessageCreateInput.validate is serializers.Serializer.validate
@@ -511,6 +517,114 @@ class MessagesApi(APIView):
         return paginator.get_paginated_response([message_data(m) for m in page])
 
 
+def _fresh(f: serializers.Field, **changes) -> serializers.Field:
+    return type(f)(**{**f._kwargs, **changes})  # type: ignore[attr-defined]
+
+
+MessageBatchItemInput = cast(
+    "type[StrictSerializer]",
+    type(
+        "MessageBatchItemInput",
+        (StrictSerializer,),
+        {
+            **{k: _fresh(f) for k, f in _message_fields.items()},
+            "idempotency_key": serializers.CharField(
+                max_length=255,
+                required=False,
+                help_text="1-255 characters: this item's `Idempotency-Key`. A repeat (in a later batch, in "
+                "this one, or as the header of a single `POST /v1/messages`) with the same fields is the "
+                "same message (status 200); with other fields, 422.",
+            ),
+        },
+    ),
+)
+
+
+class MessageBatchInput(StrictSerializer):
+    messages = serializers.ListField(
+        child=MessageBatchItemInput(),
+        min_length=1,
+        max_length=settings.BATCH_MAX_MESSAGES,
+        help_text=f"1 to {settings.BATCH_MAX_MESSAGES} messages (SMSGW_BATCH_MAX_MESSAGES), each what "
+        "`POST /v1/messages` takes, plus its own optional `idempotency_key`.",
+    )
+
+
+class MessageBatchResult(serializers.Serializer):
+    index = serializers.IntegerField(help_text="The item's position in `messages`, from 0.")
+    status = serializers.IntegerField(
+        help_text="What a single `POST /v1/messages` would have answered: 201 created, 200 a replay of its "
+        "`idempotency_key`, 400 invalid (the fields named relative to the item), 422 a key reused with "
+        "other fields, 429 over a quota."
+    )
+    message = MessageOutput(required=False, help_text="The message (201 and 200).")
+    error = schema.ErrorDetail(required=False, help_text="Why the item was refused (4xx); nothing stored.")
+
+
+class MessageBatchOutput(serializers.Serializer):
+    created = serializers.IntegerField()
+    replayed = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    results = MessageBatchResult(many=True)
+
+
+BATCH_KEYS = frozenset({"messages"})
+
+
+def _batch_items(data) -> list[batch.Item]:
+    """The request's items, each validated as ``POST /v1/messages`` validates a body. What makes the
+    whole request unusable (not an object, no list, too many items) is a 400 for the request."""
+    if not isinstance(data, dict):
+        raise field_error("body", "must be a JSON object")
+    unknown = sorted(set(data) - BATCH_KEYS)
+    if unknown:
+        raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+    raw = data.get("messages")
+    limit = settings.BATCH_MAX_MESSAGES
+    if not isinstance(raw, list) or not 1 <= len(raw) <= limit:
+        raise field_error("messages", f"must be a list of 1 to {limit} message objects")
+    items = []
+    for value in raw:
+        if not isinstance(value, dict):
+            items.append(batch.Item(None, error=field_error("item", "must be a JSON object")))
+            continue
+        fields = dict(value)
+        key = fields.pop("idempotency_key", None)
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 255):
+            items.append(batch.Item(None, error=field_error("idempotency_key", "must be 1-255 characters")))
+            continue
+        try:
+            items.append(batch.Item(message_create_input(fields), key.strip() if key else None))
+        except serializers.ValidationError as exc:
+            items.append(batch.Item(None, error=exc))
+    return items
+
+
+class MessagesBatchApi(APIView):
+    @extend_schema(
+        request=MessageBatchInput,
+        responses={200: MessageBatchOutput},
+        examples=[examples.BATCH],
+        summary="Send many messages in one request, each with its own answer",
+    )
+    def post(self, request):
+        items = _batch_items(request.data)
+        outcomes = batch.messages_create_batch(tenant=request.user.tenant, actor=_actor(request), items=items)
+        results: list[dict] = []
+        counts = {"created": 0, "replayed": 0, "refused": 0}
+        for index, outcome in enumerate(outcomes):
+            if outcome.message is not None:
+                code = 201 if outcome.created else 200
+                counts["created" if outcome.created else "replayed"] += 1
+                results.append({"index": index, "status": code, "message": message_data(outcome.message)})
+            else:
+                assert outcome.error is not None
+                code, body = error_answer(outcome.error)
+                counts["refused"] += 1
+                results.append({"index": index, "status": code, "error": body["error"]})
+        return Response({**counts, "results": results})
+
+
 class MessageDetailApi(APIView):
     @extend_schema(responses=MessageOutput, summary="Get one message")
     def get(self, request, public_id: str):
@@ -558,4 +672,11 @@ class MessageEventsApi(APIView):
         )
 
 
-__all__ = ["MessageCancelApi", "MessageDetailApi", "MessageEventsApi", "MessagesApi", "Status"]
+__all__ = [
+    "MessageCancelApi",
+    "MessageDetailApi",
+    "MessageEventsApi",
+    "MessagesApi",
+    "MessagesBatchApi",
+    "Status",
+]

@@ -41,6 +41,7 @@ class Births:
     ids: list[int] = field(default_factory=list)  # the messages this call inserted
     existing: int = 0  # rows whose key was already there: nothing inserted for them
     inserted_public_ids: set[str] = field(default_factory=set, repr=False)
+    id_of: dict[str, int] = field(default_factory=dict, repr=False)  # public id -> id, of those inserted
 
 
 Row = tuple[dict | Message, dict | str]
@@ -87,6 +88,7 @@ def messages_birth(
                 made = _insert_orm(dict_rows, actor, now)
         result.ids += [mid for mid, _ in made]
         result.inserted_public_ids.update(pid for _, pid in made)
+        result.id_of.update((pid, mid) for mid, pid in made)
     result.existing = len(rows) - len(result.ids)
     inserted = (
         [f for f in facts if f["public_id"] in result.inserted_public_ids] if result.existing else facts
@@ -187,7 +189,7 @@ def _insert_one_pg(message: Message, event: MessageEvent) -> list[tuple[int, str
     return [(message.pk, message.public_id)]
 
 
-def _insert_fields(model) -> list:
+def insert_fields(model) -> list:
     """The columns save() inserts (the primary key is generated and read back)."""
     meta = model._meta
     return [f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field]
@@ -201,11 +203,11 @@ def _one_row_sql(alias: str, names: tuple[str, ...] | None = None) -> tuple[str,
     than that, most of them NULL at creation (measured: the parsing was a tenth of a request). Built once
     per set of columns: (sql, message fields, event fields)."""
     qn = connections[alias].ops.quote_name
-    message_fields = _insert_fields(Message)
+    message_fields = insert_fields(Message)
     if names is not None:
         message_fields = [f for f in message_fields if f.attname in names]
     message_fk = MessageEvent._meta.get_field("message")
-    event_fields = [f for f in _insert_fields(MessageEvent) if f is not message_fk]
+    event_fields = [f for f in insert_fields(MessageEvent) if f is not message_fk]
     pk_column = Message._meta.pk.column
     assert pk_column is not None  # a concrete field always has a column (Field.get_attname_column)
     pk = qn(pk_column)

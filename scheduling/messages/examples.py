@@ -51,3 +51,21 @@ QUIET_HOURS = OpenApiExample(
     value={"start": "21:00", "end": "08:00", "exempt_transactional": True},
     request_only=True,
 )
+BATCH = OpenApiExample(
+    "Many messages in one request",
+    description="Each item is what `POST /v1/messages` takes, with its own optional `idempotency_key`; "
+    "each gets its own `status` in `results`, in order.",
+    value={
+        "messages": [
+            {"to": "+14155550123", "body": "Your code is 123456", "idempotency_key": "otp-8842"},
+            {
+                "to": "+447700900123",
+                "body": "Your parcel arrives tomorrow.",
+                "send_at": "2026-12-24T09:00:00",
+                "timezone": "Europe/London",
+                "idempotency_key": "parcel-17",
+            },
+        ]
+    },
+    request_only=True,
+)

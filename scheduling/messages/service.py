@@ -142,7 +142,7 @@ def _iana_or_none(name: str) -> str | None:
     return name
 
 
-def _fingerprint(data: dict) -> str:
+def fingerprint_of(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -210,18 +210,52 @@ def message_create(
 ) -> tuple[Message, bool]:
     """Validate and store a message. Returns (message, created); created is False for an idempotent
     repeat. Raises InvalidInput naming the field, or IdempotencyMismatch (smsgw.domain_errors)."""
-    fingerprint = _fingerprint(data)
+    fingerprint = fingerprint_of(data)
     if idempotency_key:
         existing = Message.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
         if existing is not None:
-            return _idempotent_replay(existing, fingerprint), False
+            return idempotent_replay(existing, fingerprint), False
 
-    now = timezone.now()
+    message, resolved = message_build(
+        tenant=tenant, data=data, idempotency_key=idempotency_key, fingerprint=fingerprint, now=timezone.now()
+    )
+    # The booking commits or rolls back with the row: a refused or failed insert books nothing.
+    with transaction.atomic() if quotas.has_quota(tenant) else nullcontext():
+        births = birth.messages_birth(
+            [(message, intent_details(message, resolved))],
+            actor=actor,
+            now=timezone.now(),
+            tenants={tenant.pk: tenant},
+            refuse_over_quota=True,
+        )
+    if births.existing:
+        if not idempotency_key:
+            raise IntegrityError("a new message collided with an existing one")
+        # Two requests with the same key raced; the other one committed first.
+        existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
+        return idempotent_replay(existing, fingerprint), False
+    return message, True
+
+
+def message_build(
+    *,
+    tenant: Tenant,
+    data: dict[str, Any],
+    idempotency_key: str | None,
+    fingerprint: str,
+    now: datetime,
+    checks: bool = True,
+) -> tuple[Message, ResolvedTime | None]:
+    """The unsaved message a validated request makes (``data``: the create serializer's validated data),
+    or InvalidInput naming the field. ``checks``: the acceptance checks that read the database (the
+    destination guards and the suppression list); a batch (scheduling.messages.batch) asks them once
+    for all its items instead."""
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
     from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
-    destination_allowed(tenant, to)
-    _not_suppressed(tenant, to, from_number, service_sid)
+    if checks:
+        destination_allowed(tenant, to)
+        _not_suppressed(tenant, to, from_number, service_sid)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
     priority = data.get("priority") or Priority.TRANSACTIONAL
@@ -246,25 +280,10 @@ def message_create(
         request_fingerprint=fingerprint,
         **time_fields,
     )
-    # The booking commits or rolls back with the row: a refused or failed insert books nothing.
-    with transaction.atomic() if quotas.has_quota(tenant) else nullcontext():
-        births = birth.messages_birth(
-            [(message, _intent_details(message, resolved))],
-            actor=actor,
-            now=timezone.now(),
-            tenants={tenant.pk: tenant},
-            refuse_over_quota=True,
-        )
-    if births.existing:
-        if not idempotency_key:
-            raise IntegrityError("a new message collided with an existing one")
-        # Two requests with the same key raced; the other one committed first.
-        existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
-        return _idempotent_replay(existing, fingerprint), False
-    return message, True
+    return message, resolved
 
 
-def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
+def idempotent_replay(existing: Message, fingerprint: str) -> Message:
     if existing.request_fingerprint != fingerprint:
         raise IdempotencyMismatch(
             "This Idempotency-Key was already used with a different request body; "
@@ -273,7 +292,7 @@ def _idempotent_replay(existing: Message, fingerprint: str) -> Message:
     return existing
 
 
-def _intent_details(message: Message, resolved: ResolvedTime | None) -> dict[str, Any]:
+def intent_details(message: Message, resolved: ResolvedTime | None) -> dict[str, Any]:
     details = {
         "requested_send_at": message.requested_send_at or "now",
         "timezone": message.requested_timezone,

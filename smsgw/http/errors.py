@@ -77,6 +77,21 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     response = exception_handler(exc, context)
     if response is None:
         return None
+    answer = Response({"error": _envelope(exc)}, status=response.status_code, headers=_headers(response))
+    if database_error is not None:
+        unavailable.unavailable_noted(context["request"], database_error, answer)
+    return answer
+
+
+def error_answer(exc: Exception) -> tuple[int, dict[str, Any]]:
+    """The status and body the API answers a domain error or a DRF exception with, for an answer that
+    carries several (each item of ``POST /v1/messages/batch``)."""
+    exc = as_drf(exc)
+    assert isinstance(exc, exceptions.APIException), exc  # domain errors and DRF's own
+    return exc.status_code, {"error": _envelope(exc)}
+
+
+def _envelope(exc: Exception) -> dict[str, Any]:
     code = getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ParseError):
         body: dict[str, Any] = {
@@ -99,10 +114,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             if isinstance(exc.error, domain_errors.ConflictError):
                 body["status"] = exc.error.current_status
             body.update(exc.error.extra)  # e.g. quota_exceeded: quota, limit, used, resets_at
-    answer = Response({"error": body}, status=response.status_code, headers=_headers(response))
-    if database_error is not None:
-        unavailable.unavailable_noted(context["request"], database_error, answer)
-    return answer
+    return body
 
 
 # Headers an error response keeps from DRF's own (RateLimit-*: limits.ratelimit, also set by its middleware).

@@ -127,6 +127,21 @@ def messages_walk(c: Contract) -> None:
     c.call("post", "/v1/messages", 401, auth=None, data={"to": RECIPIENT, "body": "x"})
     c.call("post", "/v1/messages", 401, auth="sk_nope_nope", data={"to": RECIPIENT, "body": "x"})
 
+    answer = c.call(
+        "post",
+        "/v1/messages/batch",
+        200,
+        data={
+            "messages": [
+                {"to": RECIPIENT, "body": "batch", "idempotency_key": "b-1"},
+                {"to": "+1555", "body": "bad"},
+                {"to": RECIPIENT, "body": "batch", "send_at": soon(), "timezone": "Europe/London"},
+            ]
+        },
+    )
+    assert [r["status"] for r in answer["results"]] == [201, 400, 201]
+    c.call("post", "/v1/messages/batch", 400, data={"messages": []})
+
     page = c.call("get", "/v1/messages", 200, data={"page_size": 1})
     assert len(page["results"]) == 1 and page["next"]
     c.call("get", page["next"], 200)
