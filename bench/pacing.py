@@ -156,6 +156,7 @@ def paced(
             for sender, at in cur.fetchall():
                 sent_by_sender[sender].append(at)
         worst_sent = max((_sliding_max(sorted(v)) for v in sent_by_sender.values()), default=0)
+        slotting = _slotting(due.timestamp(), rate)
         drain = times[-1] - due.timestamp() if times else float("nan")
         cancelled_submitted = sum(1 for r in rows if cancelled and r[3] == cancelled[0])
         return {
@@ -172,6 +173,7 @@ def paced(
             "max_over_limit": round(worst / rate - 1, 3),
             "senders_over_5pct": len(over),
             "max_per_sender_in_any_1s_as_sent": worst_sent,
+            **slotting,
             "worst_windows_s_after_due": over[:5],
             "submitted_per_second_first_5_and_last_3": [per_second[i] for i in range(5)]
             + [per_second[i] for i in sorted(per_second)[-3:]],
@@ -189,6 +191,40 @@ def paced(
         }
     finally:
         topo.stop()
+
+
+def _slotting(due: float, rate: float) -> dict:
+    """Where a sender's burst comes from: the slots the gateway gave (the attempt's ``slot``, Twilio
+    adapter) or the request leaving after its slot (``requested_at`` - ``slot``). The worst 1-s window of
+    one sender counted by slot, where it is, and the lateness of the requests."""
+    by_sender: dict[str, list[float]] = defaultdict(list)
+    late: list[float] = []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT m.from_number, (a.response->>'slot')::float8, (a.response->>'requested_at')::float8 "
+            "FROM delivery_attempt a JOIN scheduling_message m ON m.id = a.message_id "
+            "WHERE a.outcome = 'accepted' AND a.response ? 'slot'"
+        )
+        for sender, slot, requested in cur.fetchall():
+            by_sender[sender].append(slot)
+            late.append(requested - slot)
+    if not late:
+        return {}
+    worst = {k: _sliding_max_at(sorted(v)) for k, v in by_sender.items()}
+    top = sorted(((w, round(at - due, 2), k) for k, (w, at) in worst.items()), reverse=True)
+    late.sort()
+
+    def pct(p: float) -> float:
+        return round(1000 * late[min(len(late) - 1, int(p * len(late)))], 1)
+
+    return {
+        "slotted_messages": len(late),
+        "max_per_sender_in_any_1s_by_slot": top[0][0],
+        "senders_over_5pct_by_slot": sum(1 for w, _, _ in top if w > rate * 1.05),
+        "worst_slot_windows_s_after_due": top[:5],
+        "request_after_slot_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": pct(1.0)},
+        "requests_over_100ms_after_slot": sum(1 for x in late if x > 0.1),
+    }
 
 
 def _count_events(kind: str) -> int:

@@ -391,6 +391,8 @@ class TwilioAdapter(ProviderAdapter):
                     "status": status,
                     "num_segments": message.num_segments,
                     "requested_at": round(requested_at, 4),
+                    # A paced message's slot (delivery.flow.pacing): how late the request left for it.
+                    **({"slot": round(submission.not_before, 4)} if submission.not_before else {}),
                 },
             )
 

@@ -67,6 +67,10 @@ def test_paced_messages_are_submitted_at_their_slots_not_at_once(adapter, sandbo
     # asserted: on a loaded machine one request can be late and the next on time.
     for arrived, slot in zip(arrivals, slots, strict=True):
         assert arrived >= slot - 0.005, f"never before its slot: {arrived - slot:+.3f} s"
+    # The attempt keeps the slot beside when the request left (bench paced reads both: how late it went).
+    for m, slot in zip(msgs, slots, strict=True):
+        response = m.attempts.get().response
+        assert response["slot"] == round(slot, 4) and response["requested_at"] >= response["slot"] - 0.005
 
 
 def test_a_paced_batch_that_reaches_the_worker_late_keeps_its_spacing(adapter, sandbox, tenant):
