@@ -316,7 +316,7 @@ class CampaignsApi(APIView):
     def post(self, request):
         # Uploaded files go to a temporary file as they arrive, never into memory whatever their size.
         request._request.upload_handlers = [TemporaryFileUploadHandler(request._request)]
-        key = _idempotency_key(request)
+        key = _idempotency_key(request.headers.get("Idempotency-Key"))
         if request.content_type.startswith("multipart/form-data"):
             data, upload = _form_data(request)
             serializer = CampaignUploadInput(data={**data, "recipients": upload})

@@ -190,7 +190,7 @@ def _commit(maker: RowBuilder, batch: BuiltBatch, size: int, tenants: dict, repo
         births = messages_birth(batch.rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
         if births.existing:  # keys already there: an earlier batch (or a re-run) made them
             for (row, _), line in zip(batch.rows, batch.lines, strict=True):
-                if row["public_id"] not in births.inserted_public_ids:
+                if row["public_id"] not in births.id_of:
                     batch.errors.append(
                         error_row(
                             campaign_id,

@@ -110,12 +110,19 @@ _message_fields: dict[str, serializers.Field] = {
 MessageCreateInput = cast(
     "type[StrictSerializer]", type("MessageCreateInput", (StrictSerializer,), dict(_message_fields))
 )
+
+
+def _fresh(f: serializers.Field, **changes) -> serializers.Field:
+    """A new field made as ``f`` was, with ``changes``: a declared field belongs to one serializer."""
+    return type(f)(**{**f._kwargs, **changes})  # type: ignore[attr-defined]
+
+
 MessageUpdateInput = cast(
     "type[StrictSerializer]",
     type(
         "MessageUpdateInput",
         (StrictSerializer,),
-        {k: type(f)(**{**f._kwargs, "required": False}) for k, f in _message_fields.items()},  # type: ignore[attr-defined]
+        {k: _fresh(f, required=False) for k, f in _message_fields.items()},
     ),
 )
 
@@ -408,12 +415,12 @@ def _actor(request) -> str:
     return str(request.user)
 
 
-def _idempotency_key(request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
+def _idempotency_key(key, field: str = "Idempotency-Key") -> str | None:
+    """An idempotency key as given (the header, or a batch item's ``idempotency_key``), stripped."""
     if key is None:
         return None
-    if not key.strip() or len(key) > 255:
-        raise field_error("Idempotency-Key", "must be 1-255 characters")
+    if not isinstance(key, str) or not key.strip() or len(key) > 255:
+        raise field_error(field, "must be 1-255 characters")
     return key.strip()
 
 
@@ -461,7 +468,7 @@ class MessagesApi(APIView):
         summary="Send a message now or at a time",
     )
     def post(self, request):
-        key = _idempotency_key(request)
+        key = _idempotency_key(request.headers.get("Idempotency-Key"))
         data = message_create_input(request.data)
         message, created = services.message_create(
             tenant=request.user.tenant, actor=_actor(request), data=data, idempotency_key=key
@@ -515,10 +522,6 @@ class MessagesApi(APIView):
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # None only without a page size; StrictCursorPagination always has one
         return paginator.get_paginated_response([message_data(m) for m in page])
-
-
-def _fresh(f: serializers.Field, **changes) -> serializers.Field:
-    return type(f)(**{**f._kwargs, **changes})  # type: ignore[attr-defined]
 
 
 MessageBatchItemInput = cast(
@@ -589,12 +592,9 @@ def _batch_items(data) -> list[batch.Item]:
             items.append(batch.Item(None, error=field_error("item", "must be a JSON object")))
             continue
         fields = dict(value)
-        key = fields.pop("idempotency_key", None)
-        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 255):
-            items.append(batch.Item(None, error=field_error("idempotency_key", "must be 1-255 characters")))
-            continue
         try:
-            items.append(batch.Item(message_create_input(fields), key.strip() if key else None))
+            key = _idempotency_key(fields.pop("idempotency_key", None), "idempotency_key")
+            items.append(batch.Item(message_create_input(fields), key))
         except serializers.ValidationError as exc:
             items.append(batch.Item(None, error=exc))
     return items

@@ -18,22 +18,21 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from scheduling.messages import acceptance, birth
 from scheduling.messages import service as services
 from scheduling.models import Message
-from smsgw.domain_errors import DomainError, InvalidInput, QuotaExceeded
+from smsgw.domain_errors import DomainError, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
-from smsgw.observability import events
 from smsgw.values.timeutil import ResolvedTime
 
 
 @dataclass
 class Item:
-    """One item of a batch: its validated data and key, or the error its validation gave."""
+    """One item of a batch: its validated data and key, or (``data`` None) the error its validation gave."""
 
     data: dict[str, Any] | None
     idempotency_key: str | None = None
@@ -55,9 +54,7 @@ def messages_create_batch(*, tenant: Tenant, actor: str, items: list[Item]) -> l
     one message: the first is stored, the second is its replay (or a 422 if its body differs)."""
     out = [Outcome(error=item.error) for item in items]
     fingerprints = {
-        i: services.fingerprint_of(item.data)
-        for i, item in enumerate(items)
-        if item.error is None and item.data is not None
+        i: services.fingerprint_of(item.data) for i, item in enumerate(items) if item.data is not None
     }
     todo, repeats = _first_of_each_key(items, fingerprints)
 
@@ -126,9 +123,9 @@ def _replay(existing: Message, fingerprint: str) -> Outcome:
 
 
 def _acceptance_refusals(tenant: Tenant, messages: dict[int, Message]) -> dict[int, InvalidInput]:
-    """The destination guards and the suppression list, asked once per batch (once per sender for the
-    suppression list): the refusals a single request gets from ``service.destination_allowed`` and
-    ``service._not_suppressed``, with the same messages."""
+    """The destination guards and the suppression list, asked once per batch (the suppression list once
+    per sender): the refusals a single request gets (``service.destination_error``,
+    ``service.suppression_error``)."""
     refused: dict[int, InvalidInput] = {}
     if not messages:
         return refused
@@ -137,7 +134,7 @@ def _acceptance_refusals(tenant: Tenant, messages: dict[int, Message]) -> dict[i
     for i, m in messages.items():
         refusal = destinations.get(m.to)
         if refusal is not None:
-            refused[i] = InvalidInput("to", f"{refusal.message} ({refusal.code})", reason="destination")
+            refused[i] = services.destination_error(refusal)
         else:
             by_sender[(m.from_number, m.messaging_service_sid)].append(i)
     for (from_number, service_sid), indexes in sorted(by_sender.items()):
@@ -147,39 +144,25 @@ def _acceptance_refusals(tenant: Tenant, messages: dict[int, Message]) -> dict[i
             from_number=from_number,
             messaging_service_sid=service_sid,
         )
-        for i in indexes:
-            if messages[i].to in suppressed:
-                events.opted_out_stopped("acceptance")
-                refused[i] = InvalidInput(
-                    "to",
-                    "the recipient opted out of messages from this sender (suppression list)",
-                    reason="suppressed",
-                )
+        refused.update((i, services.suppression_error()) for i in indexes if messages[i].to in suppressed)
     return refused
 
 
 def _born_one_by_one(
     tenant: Tenant, actor: str, built: dict[int, tuple[Message, ResolvedTime | None]], out: list[Outcome]
 ) -> None:
-    """A tenant with quotas: each item books its own quota in its own transaction (a savepoint inside
-    the request's), so an item over the quota is refused and rolled back alone."""
+    """A tenant with quotas: each item is stored as a single request stores it (``service.message_born``),
+    in its own savepoint inside the request's transaction, so an item over the quota is refused and
+    rolled back alone."""
     for i, (message, resolved) in built.items():
         try:
-            with transaction.atomic():
-                births = birth.messages_birth(
-                    [(message, services.intent_details(message, resolved))],
-                    actor=actor,
-                    now=timezone.now(),
-                    tenants={tenant.pk: tenant},
-                    refuse_over_quota=True,
-                )
-        except QuotaExceeded as exc:
-            out[i].error = exc
-            continue
-        if births.existing:
-            out[i] = _raced(tenant, message)
+            stored, created = services.message_born(
+                tenant=tenant, actor=actor, message=message, resolved=resolved
+            )
+        except DomainError as exc:  # QuotaExceeded; IdempotencyMismatch for a raced key
+            out[i] = Outcome(error=exc)
         else:
-            out[i] = Outcome(message=message, created=True)
+            out[i] = Outcome(message=stored, created=created)
 
 
 def _born_together(
@@ -201,16 +184,10 @@ def _born_together(
         if message.public_id in births.id_of:
             out[i] = Outcome(message=stored[births.id_of[message.public_id]], created=True)
         else:
-            out[i] = _raced(tenant, message)
-
-
-def _raced(tenant: Tenant, message: Message) -> Outcome:
-    """An item whose insert found its key already there: another request with the same key committed
-    first (its replay, as for a single request)."""
-    if not message.idempotency_key:
-        raise IntegrityError("a new message collided with an existing one")
-    existing = Message.objects.get(tenant=tenant, idempotency_key=message.idempotency_key)
-    return _replay(existing, message.request_fingerprint)
+            try:
+                out[i] = Outcome(message=services.raced_replay(tenant, message))
+            except DomainError as exc:
+                out[i] = Outcome(error=exc)
 
 
 def _row(message: Message) -> dict[str, Any]:

@@ -40,7 +40,6 @@ INSERT_BATCH = 2000
 class Births:
     ids: list[int] = field(default_factory=list)  # the messages this call inserted
     existing: int = 0  # rows whose key was already there: nothing inserted for them
-    inserted_public_ids: set[str] = field(default_factory=set, repr=False)
     id_of: dict[str, int] = field(default_factory=dict, repr=False)  # public id -> id, of those inserted
 
 
@@ -87,12 +86,9 @@ def messages_birth(
             else:
                 made = _insert_orm(dict_rows, actor, now)
         result.ids += [mid for mid, _ in made]
-        result.inserted_public_ids.update(pid for _, pid in made)
         result.id_of.update((pid, mid) for mid, pid in made)
     result.existing = len(rows) - len(result.ids)
-    inserted = (
-        [f for f in facts if f["public_id"] in result.inserted_public_ids] if result.existing else facts
-    )
+    inserted = [f for f in facts if f["public_id"] in result.id_of] if result.existing else facts
     _quota_book(inserted, tenants, now, refuse_over_quota)
     _progress_add(inserted)
     return result

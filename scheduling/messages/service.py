@@ -183,26 +183,33 @@ def _quiet(
     return quiet.quiet_fields(window, due_at)
 
 
+def suppression_error() -> InvalidInput:
+    """Acceptance: a recipient on the tenant's suppression list for this sender is a 400 naming `to`
+    (counted as stopped at acceptance)."""
+    events.opted_out_stopped("acceptance")
+    return InvalidInput(
+        "to", "the recipient opted out of messages from this sender (suppression list)", reason="suppressed"
+    )
+
+
+def destination_error(refusal: acceptance.Refusal) -> InvalidInput:
+    """Acceptance: a destination the tenant may not send to (delivery.guards.destinations: its allowed
+    countries, the deny list of premium-rate and high-risk ranges) is a 400 naming `to`."""
+    return InvalidInput("to", f"{refusal.message} ({refusal.code})", reason="destination")
+
+
 def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str) -> None:
-    """Acceptance: a recipient on the tenant's suppression list for this sender is a 400 naming `to`."""
     if acceptance.is_suppressed(
         tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
     ):
-        events.opted_out_stopped("acceptance")
-        raise InvalidInput(
-            "to",
-            "the recipient opted out of messages from this sender (suppression list)",
-            reason="suppressed",
-        )
+        raise suppression_error()
 
 
 def destination_allowed(tenant: Tenant, to: str) -> None:
-    """Acceptance: a destination the tenant may not send to (delivery.guards.destinations: its allowed
-    countries, the
-    deny list of premium-rate and high-risk ranges) is a 400 naming `to`; nothing is stored."""
+    """Acceptance: a destination the tenant may not send to is refused; nothing is stored."""
     refusal = acceptance.destination_refusal(tenant, to)
     if refusal is not None:
-        raise InvalidInput("to", f"{refusal.message} ({refusal.code})", reason="destination")
+        raise destination_error(refusal)
 
 
 def message_create(
@@ -219,6 +226,15 @@ def message_create(
     message, resolved = message_build(
         tenant=tenant, data=data, idempotency_key=idempotency_key, fingerprint=fingerprint, now=timezone.now()
     )
+    return message_born(tenant=tenant, actor=actor, message=message, resolved=resolved)
+
+
+def message_born(
+    *, tenant: Tenant, actor: str, message: Message, resolved: ResolvedTime | None
+) -> tuple[Message, bool]:
+    """Store one built message (``message_build``) with its quota booking: (message, True), or the
+    replay of the message another request stored first with the same key, (that message, False).
+    Raises QuotaExceeded, or IdempotencyMismatch for a raced key with another body."""
     # The booking commits or rolls back with the row: a refused or failed insert books nothing.
     with transaction.atomic() if quotas.has_quota(tenant) else nullcontext():
         births = birth.messages_birth(
@@ -229,12 +245,17 @@ def message_create(
             refuse_over_quota=True,
         )
     if births.existing:
-        if not idempotency_key:
-            raise IntegrityError("a new message collided with an existing one")
-        # Two requests with the same key raced; the other one committed first.
-        existing = Message.objects.get(tenant=tenant, idempotency_key=idempotency_key)
-        return idempotent_replay(existing, fingerprint), False
+        return raced_replay(tenant, message), False
     return message, True
+
+
+def raced_replay(tenant: Tenant, message: Message) -> Message:
+    """A built message whose insert found its key already there: two requests with the same key raced
+    and the other one committed first. Its replay (IdempotencyMismatch if the bodies differ)."""
+    if not message.idempotency_key:
+        raise IntegrityError("a new message collided with an existing one")
+    existing = Message.objects.get(tenant=tenant, idempotency_key=message.idempotency_key)
+    return idempotent_replay(existing, message.request_fingerprint)
 
 
 def message_build(

@@ -13,6 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from delivery.guards import suppression
+from scheduling.messages import service as services
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import RECIPIENT, SENDER, recipient, tenant_with_key
 
@@ -148,7 +149,10 @@ def test_a_quota_refuses_the_items_past_it_and_keeps_the_rest(db):
     results = resp.json()["results"]
     assert [r["status"] for r in results] == [201, 201, 201, 429, 429]
     assert results[3]["error"]["code"] == "quota_exceeded" and results[3]["error"]["limit"] == 3
-    assert Message.objects.filter(tenant=tenant).count() == 3
+    stored = Message.objects.filter(tenant=tenant)
+    assert sorted(stored.values_list("to", flat=True)) == [recipient(0), recipient(1), recipient(2)]
+    assert set(stored.values_list("status", flat=True)) == {Status.SCHEDULED}
+    assert MessageEvent.objects.filter(message__tenant=tenant).count() == 3
 
 
 def test_another_tenants_key_is_never_replayed(api):
@@ -181,3 +185,46 @@ def test_without_a_key_the_batch_needs_a_tenant(db):
     )
     assert resp.status_code == 401
     assert Message.objects.count() == 0
+
+
+@pytest.mark.parametrize("quota", [0, 100], ids=["together", "one-by-one"])
+@pytest.mark.parametrize("same_body", [True, False], ids=["same-body", "other-body"])
+def test_a_key_another_request_stores_first_is_its_replay(quota, same_body, monkeypatch):
+    """Another request commits the same key after the batch looked its keys up and before it inserts
+    (the insert then finds the key there): the item is that message's replay, or a 422 if its body
+    differs; the batch's other items are stored, and the key is one message."""
+    tenant, key = tenant_with_key("race", daily_message_quota=quota)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    build = services.message_build
+    other: list[Message] = []
+    started = []
+
+    def the_other_request_first(**kwargs):
+        if not started:  # once: the other request's own build comes through here too
+            started.append(True)
+            data = {"to": recipient(1), "body": "a" if same_body else "other"}
+            other.append(
+                services.message_create(tenant=tenant, actor="other", data=data, idempotency_key="k")[0]
+            )
+        return build(**kwargs)
+
+    monkeypatch.setattr(services, "message_build", the_other_request_first)
+    resp = batch(
+        api, [{"to": recipient(1), "body": "a", "idempotency_key": "k"}, {"to": recipient(2), "body": "b"}]
+    )
+
+    results = resp.json()["results"]
+    assert [r["status"] for r in results] == [200 if same_body else 422, 201]
+    if same_body:
+        assert results[0]["message"]["id"] == other[0].public_id
+    else:
+        assert results[0]["error"]["code"] == "idempotency_key_reused"
+    assert Message.objects.filter(tenant=tenant, idempotency_key="k").get().body == (
+        "a" if same_body else "other"
+    )
+    assert sorted(Message.objects.filter(tenant=tenant).values_list("to", flat=True)) == [
+        recipient(1),
+        recipient(2),
+    ]
+    assert MessageEvent.objects.filter(message__tenant=tenant).count() == 2
