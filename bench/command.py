@@ -177,6 +177,12 @@ class Command(BaseCommand):
         p.add_argument("--rate", type=float, default=20.0, help="segments/s per sender (both sides)")
         p.add_argument("--queue-seconds", type=float, default=2.0, help="the sandbox's queue per sender")
         p.add_argument("--timeout", type=float, default=300.0)
+        p.add_argument(
+            "--sandbox-realtime",
+            action="store_true",
+            help="run the sandbox in the real-time FIFO class (root), not at nice -10: the provider's own "
+            "scheduling delays out of its arrival times",
+        )
         p = sub.add_parser(
             "guards", help="the paced burst without, then with a 1M suppression list and the guards on"
         )
@@ -374,6 +380,7 @@ class Command(BaseCommand):
                     rate=opts["rate"],
                     queue_seconds=opts["queue_seconds"],
                     timeout=opts["timeout"],
+                    sandbox_realtime=opts["sandbox_realtime"],
                 )
             elif scenario == "adaptive":
                 result = bench_pacing.adaptive(

@@ -64,6 +64,7 @@ def paced(
     timeout: float,
     env: dict[str, str] | None = None,
     setup: Callable[[Tenant], None] | None = None,
+    sandbox_realtime: bool = False,
 ) -> dict:
     """n messages due at one moment from ``senders`` From numbers; the sandbox sends ``rate`` segments/s
     per sender and refuses (21611) what overflows a queue of ``queue_seconds``. The gateway is told the
@@ -90,6 +91,7 @@ def paced(
         latency_ms=0,
         send_concurrency=3,
         env=env,
+        sandbox_realtime=sandbox_realtime,
         sandbox_args=[
             "--sender-rate",
             str(rate),
@@ -187,6 +189,7 @@ def paced(
             "cpu_ms_per_message": {k: round(1000 * v / n, 3) for k, v in cpu_seconds.items()},
             "paced_events": _count_events("paced"),
             "late_batches": sum(p.log().count("paced batch reached the worker") for p in topo.senders),
+            "late_wakeups": sum(p.log().count("paced requests woke up") for p in topo.senders),
             "sweep": core._sweep_summary(topo.sweep_passes()),
         }
     finally:
@@ -201,13 +204,16 @@ def _slotting(due: float, rate: float) -> dict:
     late: list[float] = []
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT m.from_number, (a.response->>'slot')::float8, (a.response->>'requested_at')::float8 "
+            "SELECT m.from_number, (a.response->>'slot')::float8, (a.response->>'requested_at')::float8, "
+            "coalesce((a.response->>'reslots')::int, 0) "
             "FROM delivery_attempt a JOIN scheduling_message m ON m.id = a.message_id "
             "WHERE a.outcome = 'accepted' AND a.response ? 'slot'"
         )
-        for sender, slot, requested in cur.fetchall():
+        moved: Counter[int] = Counter()
+        for sender, slot, requested, reslots in cur.fetchall():
             by_sender[sender].append(slot)
             late.append(requested - slot)
+            moved[reslots] += 1
     if not late:
         return {}
     worst = {k: _sliding_max_at(sorted(v)) for k, v in by_sender.items()}
@@ -224,6 +230,9 @@ def _slotting(due: float, rate: float) -> dict:
         "worst_slot_windows_s_after_due": top[:5],
         "request_after_slot_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": pct(1.0)},
         "requests_over_100ms_after_slot": sum(1 for x in late if x > 0.1),
+        # Requests whose process woke up too late for their slot and took a new one (delivery.sending.late).
+        "requests_reslotted_at_send": sum(n for k, n in moved.items() if k),
+        "reslots_per_request": dict(sorted(moved.items())),
     }
 
 

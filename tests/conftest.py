@@ -62,6 +62,16 @@ def _empty_broker():
 
 
 @pytest.fixture(autouse=True)
+def _reslot_thread_closed():
+    """The reslot thread (delivery.sending.late) has its own database connection: closed after each test,
+    before the test database is flushed or dropped."""
+    yield
+    from delivery.sending import late
+
+    late.reslotter().stop()
+
+
+@pytest.fixture(autouse=True)
 def _routes_cache_clear():
     """The routing rules are cached per process for a few seconds (delivery.routing.rules); a rolled-back
     test's rules must not route the next test's messages."""

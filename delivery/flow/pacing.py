@@ -167,10 +167,13 @@ class _Limit:
         """The same for a message that waits: behind the ones projected before it in this pass."""
         return max(now, self.tat, self.vtat, self.blocked)
 
-    def take(self, cost: int, start: float, now: float, origin: float) -> None:
+    def take(self, cost: int, start: float, now: float, origin: float, *, leaves_at: float = 0.0) -> None:
+        """``leaves_at`` (strict): when the message is expected to leave, if later than ``start`` (one
+        that goes at once leaves when a worker has it): the limit is taken up to its end."""
         if self.strict:
-            self._occupy(start, start + cost * self.interval)
-            self.tat = max(self.tat, start + cost * self.interval)
+            end = max(start, leaves_at) + cost * self.interval
+            self._occupy(start, end)
+            self.tat = max(self.tat, end)
         else:
             # A budget counts from its own tat, not from a start another limit pushed further out. When
             # it is itself what makes messages wait, it follows their start up to the dispatch origin,
@@ -401,15 +404,20 @@ def _account_gate(  # noqa: C901, PLR0915
             # Released with its slot: submitted at that instant (the worker's event loop waits for it),
             # so the provider sees the spacing, whatever the sweep's own cadence. One that can go at once
             # has no slot.
+            at_once = start <= now_s + AT_ONCE_SECONDS
             for limit in limits:
-                limit.take(cost, start, now_s, origin)
+                # A message that goes at once leaves when a worker has it, about ``origin``, not now: its
+                # sender's next slot is counted from there, or in a burst the first message of each
+                # sender would reach the provider together with the next ones (one over the rate).
+                leaves = origin if at_once and limit is sender else start
+                limit.take(cost, start, now_s, origin, leaves_at=leaves)
             if c.priority == TRANSACTIONAL:
                 account_tx.take(cost, start, now_s, origin)
             if first:
                 for line in lines:
                     line.follow(cost, start, now_s)
             decision.release.append(c)
-            if start > now_s + AT_ONCE_SECONDS:
+            if not at_once:
                 decision.not_before[c.id] = start
             continue
         # It waits, in our store: its expected slot is behind this pass's earlier projections, and it
@@ -475,7 +483,7 @@ def _rows_save(rows: list[RateBucket]) -> None:
 
 
 def late_reslot(
-    provider: str, account: str, late: list[tuple[int, str, int]], *, horizon: float
+    provider: str, account: str, late: list[tuple[int, str, int]], *, horizon: float, lead: float = 0.0
 ) -> dict[int, float]:
     """New slots for released messages whose slots passed before a send worker had them (``late``: id,
     sender, segments, in slot order). Each goes after everything already released for its sender, spaced
@@ -485,7 +493,10 @@ def late_reslot(
     capacity; never exceeding the limit matters more. Only the sender limits (strict) move: the account's
     and a tenant's budgets already counted these messages. A sender fast enough to need no spacing, or
     without a bucket row, is left out of the answer (the caller sends those as they are). ``horizon``:
-    no new slot starts later than that many seconds from now (a wrong tat never parks a worker).
+    a sender whose line would start more than that many seconds from now is left out too (a wrong tat
+    never parks a worker); its line is never cut short, which would hand out slots already released.
+    ``lead``: no new slot sooner than that many seconds from now (the time for the answer to reach
+    whoever waits for it: a slot already past on arrival would be missed again).
 
     Rows locked in key order, as the release gate locks them (``_rows``), so a gate pass and any number
     of late batches take disjoint slots."""
@@ -503,7 +514,9 @@ def late_reslot(
             limit = _Limit(row, row.rate_configured, now_s, "sender", strict=True)
             if limit.interval < MIN_SPACING_SECONDS:
                 continue
-            start = min(max(limit.free_from, now_s), now_s + horizon)
+            start = max(limit.free_from, now_s + lead)
+            if start > now_s + horizon:
+                continue
             for mid, cost in by_sender[keys[row.key]]:
                 out[mid] = start
                 start += cost * limit.interval

@@ -11,14 +11,17 @@ provider's codes or HTTP statuses.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import enum
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -85,6 +88,10 @@ class Submission:
     # Asked just before the request goes (after any wait): False leaves it unsent, reported as a
     # transient outcome with sent=False (the caller knows why, e.g. the provider's circuit opened).
     still_wanted: Callable[[], bool] | None = None
+    # A paced message whose process woke up too late for its slot (``LATE_SEND_SECONDS``) asks this for
+    # a new one (given the missed slot) instead of going out together with its sender's next messages:
+    # the answer is the new slot, or 0 to go as it is (delivery.sending.late: the sender's shared bucket).
+    reslot: Callable[[float], Future[float]] | None = None
 
     def validity_at(self, now: datetime) -> int:
         """``ceil(expires_at - now)`` seconds (unbounded: the adapter applies its provider's range), else
@@ -92,6 +99,79 @@ class Submission:
         if self.expires_at is None:
             return self.validity_period
         return math.ceil((self.expires_at - now).total_seconds())
+
+
+# A paced request about to leave more than this after its slot takes a new one (``Submission.reslot``):
+# at a sender's 20/s (50 ms apart) a request up to this late still keeps any 1-s window within one
+# message of the rate. Later, it would go out together with the sender's next slots.
+LATE_SEND_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class SlotTaken:
+    """The slot a paced request went at (0: not paced) and how many times it was moved (``reslot``)."""
+
+    slot: float = 0.0
+    moved: int = 0
+
+    def response(self) -> dict:
+        """What the attempt keeps of it (bench paced reads how late each request left its slot)."""
+        if not self.slot:
+            return {}
+        return {"slot": round(self.slot, 4), **({"reslots": self.moved} if self.moved else {})}
+
+
+def _missed(submission: Submission, slot: float, moved: int) -> bool:
+    return (
+        slot > 0
+        and submission.reslot is not None
+        and moved < MAX_RESLOTS
+        and time.time() - slot > LATE_SEND_SECONDS
+    )
+
+
+# A request moved this many times goes at its last slot, late or not: the claim's lease must not run out
+# while it waits (the lease bounds the new slots too: delivery.sending.late).
+MAX_RESLOTS = 20
+# A new slot not given within this (the database slow or locked) is not waited for: the request goes.
+RESLOT_WAIT_SECONDS = 5.0
+
+
+async def slot_wait(submission: Submission) -> SlotTaken:
+    """Wait for the submission's slot in an event loop; a wake-up too late for it takes a new one."""
+    slot, moved = submission.not_before, 0
+    while True:
+        while (wait := slot - time.time()) > 0:
+            await asyncio.sleep(wait)
+        if not _missed(submission, slot, moved):
+            return SlotTaken(slot, moved)
+        try:
+            new = await asyncio.wait_for(
+                asyncio.wrap_future(submission.reslot(slot)),  # type: ignore[misc]
+                RESLOT_WAIT_SECONDS,
+            )
+        except TimeoutError:
+            new = 0.0
+        if not new:
+            return SlotTaken(slot, moved)
+        slot, moved = new, moved + 1
+
+
+def slot_wait_blocking(submission: Submission) -> SlotTaken:
+    """``slot_wait`` for an adapter that sends from threads."""
+    slot, moved = submission.not_before, 0
+    while True:
+        while (wait := slot - time.time()) > 0:
+            time.sleep(wait)
+        if not _missed(submission, slot, moved):
+            return SlotTaken(slot, moved)
+        try:
+            new = submission.reslot(slot).result(RESLOT_WAIT_SECONDS)  # type: ignore[misc]
+        except TimeoutError:
+            new = 0.0
+        if not new:
+            return SlotTaken(slot, moved)
+        slot, moved = new, moved + 1
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,19 @@ from delivery.flow import provider_holds as holds_service
 from delivery.guards import screening, suppression
 from delivery.models import Attempt, OptOutSignal
 from delivery.providers import get_adapter
-from delivery.providers.base import ErrorClass, ErrorInfo, Outcome, ProviderAdapter, Submission, SubmitResult
+from delivery.providers.base import (
+    LATE_SEND_SECONDS,
+    ErrorClass,
+    ErrorInfo,
+    Outcome,
+    ProviderAdapter,
+    Submission,
+    SubmitResult,
+)
 from delivery.routing import failover
 from delivery.sending import campaign_watch, delays, inflight, outcomes
 from delivery.sending.attempts import attempts_finish, attempts_start
+from delivery.sending.late import reslotter
 from delivery.sending.outcomes import Delay, provider_failure, unanswered
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.dispatch import release
@@ -58,8 +67,9 @@ log = logging.getLogger(__name__)
 
 TENANT_TABLE = Tenant._meta.db_table
 # A paced message whose slot passed more than this before the worker had it takes a new slot from its
-# sender's bucket (delivery.flow.pacing.late_reslot); one less late goes as it is.
-LATE_SECONDS = 0.05
+# sender's bucket (delivery.flow.pacing.late_reslot); one less late goes as it is. The same bound as for a
+# process that wakes up late for a slot (delivery.sending.late).
+LATE_SECONDS = LATE_SEND_SECONDS
 
 CLAIM_RETURNING = (
     "id",
@@ -203,6 +213,10 @@ def send_batch(
 
     base = settings.SMSGW_PUBLIC_BASE_URL
     slots = _slots(rows, slot_of, time.time(), adapter)  # measured now: the claim took its time too
+    # A paced message that the process then wakes up too late for takes a new slot (delivery.sending.late),
+    # at the latest a quarter of the lease after the claim.
+    reslot_by = now.timestamp() + settings.SENDING_LEASE_SECONDS / 4
+    late_hooks = reslotter()
     # A circuit probe always goes; anything else stays unsent if this process has meanwhile seen the
     # account's circuit open (it then waits for the provider like everything else, uncharged).
     probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
@@ -229,6 +243,16 @@ def send_batch(
             validity_period=validity[r["id"]],
             expires_at=r["expires_at"],  # the period sent is taken again as the request is written
             not_before=slots.get(r["id"], 0.0),
+            reslot=late_hooks.ask(
+                provider=adapter.name,
+                account=adapter.account,
+                message_id=r["id"],
+                sender=r["from_number"] or r["messaging_service_sid"],
+                segments=r["segments"],
+                deadline=reslot_by,
+            )
+            if r["id"] in slots
+            else None,
             still_wanted=None
             if r["id"] in probing
             else (partial(campaign_wanted, r["campaign_id"]) if r["campaign_id"] else wanted),
@@ -278,9 +302,10 @@ def _slots(
     """Each claimed paced message's submission instant: its slot, or, when the slot passed before the
     worker had it (``LATE_SECONDS``), a new one at the end of its sender's line in the shared bucket
     (delivery.flow.pacing.late_reslot), so it does not go out together with that sender's next messages.
-    A message its sender's bucket does not space keeps its spacing, shifted by the batch's delay. No wait
-    is longer than a release can be ahead of its slot, plus the new slots' own span (a wrong clock never
-    parks a worker)."""
+    A message its sender's bucket does not space keeps its spacing, shifted by the batch's delay. An
+    on-time slot is never more than twice the release-ahead time away (a wrong clock never parks a
+    worker); a new one, never more than a quarter of the lease (a sender whose line is longer than that
+    keeps the shifted spacing)."""
     paced = {r["id"]: slot_of[r["id"]] for r in rows if slot_of.get(r["id"], 0.0) > 0}  # 0: goes at once
     if not paced:
         return {}
@@ -294,7 +319,7 @@ def _slots(
         adapter.name,
         adapter.account,
         [(r["id"], r["from_number"] or r["messaging_service_sid"], r["segments"]) for r in late],
-        horizon=longest,
+        horizon=settings.SENDING_LEASE_SECONDS / 4,
     )
     log.info(
         "paced batch reached the worker %.3f s after its first slot: %d of %d messages take new slots",

@@ -60,6 +60,7 @@ from delivery.providers.base import (
     ResultCallback,
     Submission,
     SubmitResult,
+    slot_wait,
 )
 from delivery.providers.twilio import callbacks as twilio_callbacks
 from delivery.providers.twilio import errors as twilio_errors
@@ -338,9 +339,9 @@ class TwilioAdapter(ProviderAdapter):
         self, runtime: _AsyncRuntime, submission: Submission, written: dict[str, Any]
     ) -> SubmitResult:
         """``written``: what the request carried that its caller records (its validity period)."""
-        # A paced message goes at its slot (what the provider counts is each sender's spacing).
-        while (wait := submission.not_before - time.time()) > 0:
-            await asyncio.sleep(wait)
+        # A paced message goes at its slot (what the provider counts is each sender's spacing), or at a
+        # new one when this process woke up too late for it.
+        taken = await slot_wait(submission)
         if submission.still_wanted is not None and not submission.still_wanted():
             return NOT_SENT
         async with runtime.semaphore:
@@ -392,7 +393,7 @@ class TwilioAdapter(ProviderAdapter):
                     "num_segments": message.num_segments,
                     "requested_at": round(requested_at, 4),
                     # A paced message's slot (delivery.flow.pacing): how late the request left for it.
-                    **({"slot": round(submission.not_before, 4)} if submission.not_before else {}),
+                    **taken.response(),
                 },
             )
 

@@ -63,6 +63,7 @@ from delivery.providers.base import (
     ProviderMessage,
     Submission,
     SubmitResult,
+    slot_wait_blocking,
 )
 from delivery.providers.vonage import callbacks as vonage_callbacks
 from delivery.providers.vonage import errors as vonage_errors
@@ -272,15 +273,14 @@ class VonageAdapter(ProviderAdapter):
         return params
 
     def _submit_one(self, conf: _Conf, submission: Submission) -> SubmitResult:
-        while (wait := submission.not_before - time.time()) > 0:
-            time.sleep(wait)
+        taken = slot_wait_blocking(submission)  # a paced message's slot, or a new one if this one passed
         if submission.still_wanted is not None and not submission.still_wanted():
             return NOT_SENT
         client = self._thread_client(conf)
         written: dict[str, Any] = {}
         params = self._params(submission, written)
         auth_type = "signature" if conf.signs_requests else "basic"
-        extra = {"client_ref": params.get("client-ref", ""), **written}
+        extra = {"client_ref": params.get("client-ref", ""), **written, **taken.response()}
         started = time.perf_counter()
         requested_at = time.time()
         try:

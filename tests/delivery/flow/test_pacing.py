@@ -110,15 +110,16 @@ def test_a_sender_releases_at_its_rate_and_the_rest_wait_paced_with_an_expected_
     t0 = timezone.now()
     pks = messages_bulk(tenant, 50, due_at=t0 - timedelta(seconds=1))
     first = release.due_release(now=t0)
-    # The first goes at once (the sender was idle); the others of the next second get slots 0.1 s apart,
-    # none sooner than a released batch can reach a worker; the rest wait in our store.
-    assert sum(first.queued.values()) == 8 and first.paced == 42
-    expected_slots = [0.0] + [DISPATCH + i / 10 for i in range(7)]
+    # The first goes at once (the sender was idle), so it leaves when a worker has it, about DISPATCH
+    # from now; the others of the next second get slots 0.1 s apart after that; the rest wait in our
+    # store.
+    assert sum(first.queued.values()) == 7 and first.paced == 43
+    expected_slots = [0.0] + [DISPATCH + (i + 1) / 10 for i in range(6)]
     assert sorted(t - t0.timestamp() for t in slots.values()) == pytest.approx(expected_slots, abs=1e-3)
     waiting = list(Message.objects.filter(pk__in=pks, status=Status.SCHEDULED).order_by("run_after"))
     assert all(m.reason_code == "paced" for m in waiting)
     expected = [m.run_after.timestamp() - t0.timestamp() for m in waiting]
-    assert expected == pytest.approx([1.05 + i / 10 for i in range(42)], abs=1e-3), (
+    assert expected == pytest.approx([1.05 + i / 10 for i in range(43)], abs=1e-3), (
         "each its own slot, in order"
     )
     event = MessageEvent.objects.get(message=waiting[10], kind="paced")
@@ -133,10 +134,10 @@ def test_a_sender_releases_at_its_rate_and_the_rest_wait_paced_with_an_expected_
     # each at its expected time; waiting longer writes no new entry.
     promised = {m.pk: m.run_after.timestamp() for m in waiting}
     queued = run(5.0, t0 + timedelta(seconds=0.05))
-    assert queued == 42
+    assert queued == 43
     assert all(slots[pk] == pytest.approx(at, abs=1e-3) for pk, at in promised.items()), "promises kept"
     assert max_in_any_window(list(slots.values())) == 10
-    assert MessageEvent.objects.filter(message_id__in=pks, kind="paced").count() == 42
+    assert MessageEvent.objects.filter(message_id__in=pks, kind="paced").count() == 43
 
 
 def test_a_paced_message_can_be_cancelled_and_is_never_released(adapter, api, slots):
@@ -173,7 +174,10 @@ def test_multi_segment_messages_cost_their_segments(adapter, api, slots):
     Message.objects.filter(pk__in=pks).update(segments=3)
     run(3.0, t0)
     times = sorted(slots.values())
-    assert len([t for t in times if t < t0.timestamp() + 3]) == 10  # 30 segments in 3 s: ten 3-segment SMS
+    # The first goes at once and leaves when a worker has it (about DISPATCH): 30 segments in the 3 s
+    # from then, ten 3-segment SMS, each 0.3 s after the one before.
+    times[0] += DISPATCH
+    assert len([t for t in times if t < times[0] + 3]) == 10
     assert min(b - a for a, b in itertools.pairwise(times)) == pytest.approx(0.3, abs=1e-3)
 
 
@@ -418,8 +422,32 @@ def test_a_late_message_of_a_sender_whose_bucket_is_idle_starts_now(adapter):
     assert slots[2] - slots[1] == pytest.approx(0.1)
 
 
+def test_a_late_message_asked_for_from_a_busy_loop_gets_a_slot_it_can_still_reach(adapter):
+    """``lead``: the answer has to reach an event loop that is running late, so the new slot is not
+    "now" (already past on arrival), but that far ahead."""
+    sender_bucket(adapter, SENDER, 10.0, timezone.now() - timedelta(seconds=30))
+    before = timezone.now().timestamp()
+    slots = pacing.late_reslot(adapter.name, adapter.account, [(1, SENDER, 1)], horizon=2.0, lead=0.2)
+    assert before + 0.2 - 1e-6 <= slots[1] <= timezone.now().timestamp() + 0.2
+
+
 def test_a_sender_without_a_bucket_is_left_to_the_caller(adapter):
     assert pacing.late_reslot(adapter.name, adapter.account, [(1, SENDER, 1)], horizon=2.0) == {}
+
+
+def test_a_sender_whose_line_ends_beyond_the_horizon_is_left_out_not_given_released_slots(adapter):
+    """Slots are released up to 5 s ahead for this sender: with a 2-s horizon the late messages are left
+    to the caller. Cut to the horizon, they would take slots 2 s ahead that other workers already hold."""
+    released_until = timezone.now() + timedelta(seconds=5)
+    bucket = sender_bucket(adapter, SENDER, 10.0, released_until)
+    other = sender_bucket(adapter, "+14155550199", 10.0, timezone.now())
+    late = [(1, SENDER, 1), (2, "+14155550199", 1)]
+    slots = pacing.late_reslot(adapter.name, adapter.account, late, horizon=2.0)
+    assert 1 not in slots and 2 in slots
+    bucket.refresh_from_db()
+    assert bucket.tat == released_until, "the long line is untouched"
+    other.refresh_from_db()
+    assert other.tat.timestamp() == pytest.approx(slots[2] + 0.1, abs=1e-5)
 
 
 @pytest.mark.django_db(transaction=True)

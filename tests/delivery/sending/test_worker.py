@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from delivery.flow import pacing
@@ -109,6 +110,72 @@ def test_a_late_paced_batch_goes_after_its_senders_released_slots_and_pushes_the
         assert arrived >= released_until + 0.2 * i - 0.005, f"message {i}: {arrived - released_until:+.3f} s"
     bucket.refresh_from_db()
     assert bucket.tat.timestamp() >= released_until + 0.8 - 1e-5, "the sender's next slot is after them"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slots_a_process_wakes_up_too_late_for_take_new_ones_instead_of_going_together(
+    adapter, sandbox, tenant, settings
+):
+    """The send process's event loop is held for 1 s just before a paced batch's slots: on waking, the
+    five missed slots would go out in the same instant. Each instead takes a new slot at the end of its
+    sender's line in the shared bucket (delivery.sending.late, answered from this process's reslot
+    thread), goes at it, and the bucket's next slot moves past them."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the reslot thread's own connection must see the committed bucket: PostgreSQL")
+    settings.PACING_HEADROOM = 1.0
+    msgs = [queued(tenant, recipient(i)) for i in range(5)]
+    key = pacing.bucket_key(adapter.name, adapter.account, "sender", msgs[0].from_number)
+    now = time.time()
+    RateBucket.objects.create(
+        key=key,
+        kind="sender",
+        rate_configured=5.0,
+        rate_effective=5.0,
+        tat=datetime.fromtimestamp(now + 1.0, tz=UTC),  # released up to here (these five among them)
+        projected_until=datetime.fromtimestamp(now + 1.0, tz=UTC),
+        updated_at=timezone.now(),
+    )
+    slots = [now + 0.2 + 0.2 * i for i in range(5)]  # 0.2 .. 1.0 s from now, 5/s
+    adapter.warm()
+    loop = adapter._loop
+    held_until: list[float] = []
+
+    def hold_the_loop() -> None:  # a busy machine: the loop runs nothing else for 1.5 s
+        time.sleep(1.5)
+        held_until.append(time.time())
+
+    loop.call_soon_threadsafe(loop.call_later, 0.1, hold_the_loop)
+    report = sending.send_batch([m.pk for m in msgs], not_before=slots)
+    assert report.outcomes == {"accepted": 5}
+    assert held_until, "the loop was held"
+    created = {row[3]: row[0] for row in sandbox.submissions(0)}
+    moved = []
+    for m, old in zip(msgs, slots, strict=True):
+        response = m.attempts.get().response
+        assert response.get("reslots", 0) >= 1, f"missed slot {old - now:.2f} s kept: {response}"
+        assert response["slot"] >= held_until[0] - 0.01, "the new slot is after the wake-up"
+        assert created[m.to] >= response["slot"] - 0.005, "never before its new slot"
+        moved.append(response["slot"])
+    moved.sort()
+    gaps = [b - a for a, b in itertools.pairwise(moved)]
+    assert min(gaps) >= 0.2 - 1e-3, f"the sender's spacing (5/s), not one instant: {gaps}"
+    bucket = RateBucket.objects.get(key=key)
+    assert bucket.tat.timestamp() >= moved[-1] + 0.2 - 1e-3, "the sender's next slot is after them"
+
+
+def test_a_paced_message_of_a_sender_without_a_bucket_goes_when_its_process_wakes_up(
+    adapter, sandbox, tenant
+):
+    """Nothing to reslot against (no bucket row for the sender): the late request goes as it is."""
+    msg = queued(tenant, recipient(0))
+    adapter.warm()
+    loop = adapter._loop
+    loop.call_soon_threadsafe(loop.call_later, 0.05, time.sleep, 0.6)
+    slot = time.time() + 0.2
+    assert sending.send_batch([msg.pk], not_before=[slot]).outcomes == {"accepted": 1}
+    response = msg.attempts.get().response
+    assert response["slot"] == round(slot, 4) and "reslots" not in response
+    assert response["requested_at"] >= slot + 0.3, "it went late, at once, when the loop woke up"
 
 
 def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
