@@ -142,7 +142,9 @@ class Reslotter:
                     log.error("late paced requests could not take new slots (%s)", type(exc).__name__)
                     connection.close()
             for a in asks:
-                a.answer.set_result(slots.get(a.message_id, 0.0))
+                # An ask whose submission stopped waiting (RESLOT_WAIT_SECONDS) was cancelled: it went.
+                if a.answer.set_running_or_notify_cancel():
+                    a.answer.set_result(slots.get(a.message_id, 0.0))
             log.info(
                 "%d paced requests woke up %.3f s after their first slot: %d take new slots",
                 len(asks),

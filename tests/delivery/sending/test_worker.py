@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from delivery.flow import pacing
 from delivery.models import Attempt, AttemptOutcome, RateBucket
-from delivery.sending import reconcile
+from delivery.sending import late, reconcile
 from delivery.sending import worker as sending
 from scheduling.dispatch import release
 from scheduling.lifecycle import transitions
@@ -176,6 +177,21 @@ def test_a_paced_message_of_a_sender_without_a_bucket_goes_when_its_process_wake
     response = msg.attempts.get().response
     assert response["slot"] == round(slot, 4) and "reslots" not in response
     assert response["requested_at"] >= slot + 0.3, "it went late, at once, when the loop woke up"
+
+
+def test_an_ask_its_submission_stopped_waiting_for_is_skipped_and_the_others_answered(adapter):
+    """A submission that waited RESLOT_WAIT_SECONDS for a new slot went as it was and cancelled its ask:
+    answering a batch with it skips it (the thread would otherwise die on it) and answers the others."""
+    asks = [
+        late._Ask(
+            adapter.name, adapter.account, mid, "+14155550100", 1, time.time() - 1, time.time() + 30, Future()
+        )
+        for mid in (1, 2)
+    ]
+    assert asks[0].answer.cancel()
+    late.reslotter().answer(asks)
+    assert asks[0].answer.cancelled()
+    assert asks[1].answer.result(timeout=0) == 0.0, "no bucket for this sender: it goes as it is"
 
 
 def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
