@@ -226,6 +226,7 @@ def soak(
     receipts: bool,
     web_workers: int,
     timeout: float,
+    receipt_processes: int = 1,
 ) -> dict:
     from bench.receipts import _lag as receipt_lag
 
@@ -255,8 +256,9 @@ def soak(
             # The receipt endpoint checks the sandbox's signatures with the auth token topo.env carries.
             web_env = {k: v for k, v in topo.env.items() if not k.startswith(("SMSGW_BENCH", "PYTHONPATH"))}
             extra["web"] = devprocs.gunicorn(web_env, port=port, workers=web_workers)
+            # More than one process claims receipts safely (SKIP LOCKED: receipts.processor).
             extra["receipts"] = devprocs.celery_worker(
-                "receipts", topo.env, queues="receipts,webhooks", concurrency=1
+                "receipts", topo.env, queues="receipts,webhooks", concurrency=receipt_processes
             )
         per_minute = rate * 60
         first_due = timezone.now() + timedelta(seconds=LEAD_SECONDS)
