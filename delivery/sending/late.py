@@ -11,9 +11,10 @@ other process's message of that sender is sent in the same instant.
 
 The adapter asks from its event loop or its sending thread (``Submission.reslot``); this process's
 reslot thread answers the asks in batches, one transaction for everything that woke up late together.
-A request never waits past its claim's ``deadline`` for a new slot (then it goes as it is: the lease,
-SMSGW_SENDING_LEASE_SECONDS, must not run out while the message waits), nor when the database cannot
-answer (it goes late rather than not at all).
+A request asks for new slots only until its claim's ``deadline`` (a quarter of the lease,
+SMSGW_SENDING_LEASE_SECONDS, after the claim), and no new slot is further ahead than that again: it goes
+within half the lease, which must not run out while the message waits. After the deadline, or when the
+database cannot answer, it goes as it is (late rather than not at all).
 """
 
 from __future__ import annotations
@@ -127,15 +128,18 @@ class Reslotter:
         for (provider, account), asks in groups.items():
             now = time.time()
             asks.sort(key=lambda a: a.missed)
-            horizon = min(a.deadline for a in asks) - now
+            # Past its deadline, an ask goes as it is. The others get slots no further ahead than the
+            # latest deadline among them (one ask near its own deadline must not leave the rest of its
+            # sender's asks without slots: they would all go at once).
+            moving = [a for a in asks if a.deadline > now]
             slots: dict[int, float] = {}
-            if horizon > 0:
+            if moving:
                 try:
                     slots = pacing.late_reslot(
                         provider,
                         account,
-                        [(a.message_id, a.sender, a.segments) for a in asks],
-                        horizon=horizon,
+                        [(a.message_id, a.sender, a.segments) for a in moving],
+                        horizon=max(a.deadline for a in moving) - now,
                         lead=LEAD_SECONDS,
                     )
                 except Exception as exc:  # the database: these go as they are, late rather than never

@@ -214,7 +214,7 @@ def send_batch(
     base = settings.SMSGW_PUBLIC_BASE_URL
     slots = _slots(rows, slot_of, time.time(), adapter)  # measured now: the claim took its time too
     # A paced message that the process then wakes up too late for takes a new slot (delivery.sending.late),
-    # at the latest a quarter of the lease after the claim.
+    # asking for one until a quarter of the lease after the claim.
     reslot_by = now.timestamp() + settings.SENDING_LEASE_SECONDS / 4
     late_hooks = reslotter()
     # A circuit probe always goes; anything else stays unsent if this process has meanwhile seen the

@@ -194,6 +194,35 @@ def test_an_ask_its_submission_stopped_waiting_for_is_skipped_and_the_others_ans
     assert asks[1].answer.result(timeout=0) == 0.0, "no bucket for this sender: it goes as it is"
 
 
+def test_an_ask_near_its_deadline_does_not_leave_the_others_of_its_sender_without_slots(adapter, settings):
+    """Asks answered together: one may ask for new slots only for another 0.1 s (its claim is old), the
+    other for 30 s. The sender's line starts 0.2 s ahead. Both get slots after it: a horizon cut to the
+    nearest deadline would have left the whole sender out, and both would have gone at once."""
+    settings.PACING_HEADROOM = 1.0
+    sender = "+14155550100"
+    now = time.time()
+    RateBucket.objects.create(
+        key=pacing.bucket_key(adapter.name, adapter.account, "sender", sender),
+        kind="sender",
+        rate_configured=10.0,
+        rate_effective=10.0,
+        tat=datetime.fromtimestamp(now + 0.2, tz=UTC),
+        projected_until=datetime.fromtimestamp(now + 0.2, tz=UTC),
+        updated_at=timezone.now(),
+    )
+    asks = [
+        late._Ask(adapter.name, adapter.account, mid, sender, 1, now - 1, now + ahead, Future())
+        for mid, ahead in ((1, 0.1), (2, 30.0))
+    ]
+    late.reslotter().answer(asks)
+    slots = [a.answer.result(timeout=0) for a in asks]
+    assert all(slot >= now + 0.2 - 1e-6 for slot in slots), slots
+    assert abs(slots[1] - slots[0]) == pytest.approx(0.1, abs=1e-4), "the sender's spacing"
+    gone = late._Ask(adapter.name, adapter.account, 3, sender, 1, now - 1, time.time() - 0.01, Future())
+    late.reslotter().answer([gone])
+    assert gone.answer.result(timeout=0) == 0.0, "past its deadline it goes as it is"
+
+
 def test_duplicate_task_for_the_same_batch_submits_nothing_more(adapter, sandbox, tenant):
     msgs = [queued(tenant, recipient(i)) for i in range(3)]
     sending.send_batch([m.pk for m in msgs])
