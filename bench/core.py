@@ -152,7 +152,10 @@ def _cpu_by_kind(worker_pids: list[int]) -> dict[str, float]:
         try:
             root = psutil.Process(pid)
             name = next((a.split("@")[0] for a in root.cmdline() if "@" in a), str(pid))
-            total = 0.0
+            # What the root's children that already ended used (a pool child replaced after its memory
+            # limit or task count takes its CPU time with it otherwise).
+            ended = root.cpu_times()
+            total = ended.children_user + ended.children_system
             for proc in [root, *root.children(recursive=True)]:
                 t = proc.cpu_times()
                 total += t.user + t.system
