@@ -18,7 +18,6 @@ and connection), still one small group at a time as they arrive.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import sys
 import threading
@@ -31,6 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from delivery.providers.base import ProviderAdapter, Submission, SubmitResult
+from delivery.sending.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,6 @@ class Flight:
 
     def __init__(self, record: Recorder) -> None:
         self.record = record
-        self.pid = os.getpid()
         self.cond = threading.Condition()
         self.unpaced = 0
         self.paced = 0
@@ -216,24 +215,14 @@ class Flight:
         return True
 
 
-_flight: Flight | None = None
-_lock = threading.Lock()
+_flights: PerProcess[Flight] = PerProcess()
 
 
 def flight(record: Recorder) -> Flight:
     """This process's Flight (a forked child gets its own: threads do not survive a fork)."""
-    global _flight
-    current = _flight
-    if current is None or current.pid != os.getpid():
-        with _lock:
-            current = _flight
-            if current is None or current.pid != os.getpid():
-                current = _flight = Flight(record)
-    return current
+    return _flights.get(lambda: Flight(record))
 
 
 def drain(timeout: float) -> bool:
-    current = _flight
-    if current is None or current.pid != os.getpid():
-        return True
-    return current.drain(timeout)
+    current = _flights.current()
+    return True if current is None else current.drain(timeout)

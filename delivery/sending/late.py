@@ -20,7 +20,6 @@ database cannot answer, it goes as it is (late rather than not at all).
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from delivery.flow import pacing
+from delivery.sending.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,6 @@ class Reslotter:
     """This process's late paced submissions (one per process; a forked child makes its own)."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.asks: queue.Queue[_Ask | None] = queue.Queue()  # None: stop
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
@@ -157,17 +156,9 @@ class Reslotter:
             )
 
 
-_reslotter: Reslotter | None = None
-_lock = threading.Lock()
+_reslotters: PerProcess[Reslotter] = PerProcess()
 
 
 def reslotter() -> Reslotter:
     """This process's Reslotter (a forked child gets its own: threads do not survive a fork)."""
-    global _reslotter
-    current = _reslotter
-    if current is None or current.pid != os.getpid():
-        with _lock:
-            current = _reslotter
-            if current is None or current.pid != os.getpid():
-                current = _reslotter = Reslotter()
-    return current
+    return _reslotters.get(Reslotter)
