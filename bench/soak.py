@@ -327,7 +327,7 @@ def soak(
             "minutes": minutes,
             "concurrency": concurrency,
             "broker": core._broker(),
-            "max_memory_per_child_kb": env.get("SMSGW_WORKER_MAX_MEMORY_KB", "settings default (140000)"),
+            "max_memory_per_child_kb": env.get("SMSGW_WORKER_MAX_MEMORY_KB", "settings default (200000)"),
             "tracemalloc": bool(trace_dir),
             "messages": n,
             "sent": sent,

@@ -321,8 +321,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # redelivery (if any) finds nothing left to do. Cancelling it would kill submissions on the wire.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Bound each pool child's memory: past this resident size (KiB) a child is replaced after its current
-# task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours.
-CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 140_000, minimum=10_000)
+# task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours. Set
+# above what a warm send child holds with a full batch in flight (about 150 MB at 250 submissions in
+# flight, 105-111 MB at 200/s): at 140,000 KB every send child crossed it during each task of a burst and
+# was replaced after it, which cost a quarter of the send workers' CPU (docs/benchmarks.md, 2026-12-03).
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 200_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A warm shutdown (SIGTERM) still waiting for running tasks after this long becomes a cold one
 # (smsgw.celery): every process stops within 30 s of SIGTERM, whatever its tasks wait on.
@@ -541,6 +544,13 @@ CAMPAIGN_MAX_UPLOAD_BYTES = env_int("SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES", 256 * 102
 # per-commit costs vanish against the rows, small enough that a killed worker redoes well under a second of
 # work and a cancel waits at most that long for the batch in flight.
 CAMPAIGN_BATCH_SIZE = env_int("SMSGW_CAMPAIGN_BATCH_SIZE", 5000, minimum=1)
+# A recipient list is made in at most this many line ranges, each a job of its own on the `campaigns` queue,
+# so a large list is made by that many worker processes at once (one process is one core: its build
+# thread and its inserts share one GIL). Set it to the campaigns workers' total concurrency, or above: a
+# range waits in the queue for a free process. A range holds at least CAMPAIGN_RANGE_MIN_ROWS records,
+# so a small list stays one job.
+CAMPAIGN_MAKE_RANGES = env_int("SMSGW_CAMPAIGN_MAKE_RANGES", 4, minimum=1)
+CAMPAIGN_RANGE_MIN_ROWS = env_int("SMSGW_CAMPAIGN_RANGE_MIN_ROWS", 50_000, minimum=1)
 
 # --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
 # Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by
