@@ -20,7 +20,7 @@ from django.db import connection
 
 from bench import devprocs
 from bench.core import MemorySampler, bench_reset
-from scheduling.models import Campaign, Message
+from scheduling.models import Campaign, CampaignRange, Message
 from smsgw.models import api_key_create
 
 BOUNDARY = "smsgw-bench-" + secrets.token_hex(8)
@@ -84,16 +84,56 @@ def _reset():
     return tenant
 
 
-def campaign(*, recipients: int, web_workers: int, timeout: float, keep_file: bool = False) -> dict:
-    tenant = _reset()
-    _, key = api_key_create(tenant=tenant, name="bench")
+def campaign(
+    *,
+    recipients: int,
+    web_workers: int,
+    timeout: float,
+    keep_file: bool = False,
+    processes: int = 2,
+    ranges: int | None = None,
+    single_first: bool = False,
+) -> dict:
+    """The list made by a worker with ``processes`` pool processes, in ``ranges`` line ranges (default: the
+    setting). ``single_first``: the same list first made by one process in one range (the creation job
+    before ranges), in the same run, and the ratio printed."""
     path = Path(tempfile.mkdtemp(prefix="smsgw-bench-campaign-")) / "recipients.csv"
     size = csv_write(path, recipients)
     _say(f"campaign: {recipients} rows, {size / 2**20:.1f} MiB at {path}")
+    try:
+        single = None
+        if single_first:
+            single = _campaign_once(path, size, recipients, web_workers, timeout, processes=1, ranges=1)
+        result = _campaign_once(
+            path, size, recipients, web_workers, timeout, processes=processes, ranges=ranges
+        )
+    finally:
+        if not keep_file:
+            path.unlink(missing_ok=True)
+    if single is not None:
+        result["single_process_one_range"] = single
+        result["ratio_to_single"] = round(result["recipients_per_s"] / single["recipients_per_s"], 3)
+    return result
+
+
+def _campaign_once(
+    path: Path,
+    size: int,
+    recipients: int,
+    web_workers: int,
+    timeout: float,
+    *,
+    processes: int,
+    ranges: int | None,
+) -> dict:
+    tenant = _reset()
+    _, key = api_key_create(tenant=tenant, name="bench")
     env = dict(os.environ, PYTHONUNBUFFERED="1", SMSGW_LOG_LEVEL="INFO")
+    if ranges is not None:
+        env["SMSGW_CAMPAIGN_MAKE_RANGES"] = str(ranges)
     port = devprocs.free_port()
     web = devprocs.gunicorn(env, port=port, workers=web_workers)
-    worker = devprocs.celery_worker("campaigns", env, queues="campaigns", concurrency=1)
+    worker = devprocs.celery_worker("campaigns", env, queues="campaigns", concurrency=processes)
     tomorrow = time.strftime("%Y-%m-%dT09:00:00Z", time.gmtime(time.time() + 86400))
     fields = {"name": "bench", "template": "Hello {first_name}, your code is {code}", "send_at": tomorrow}
     try:
@@ -103,7 +143,10 @@ def campaign(*, recipients: int, web_workers: int, timeout: float, keep_file: bo
             accepted = time.perf_counter() - started
             if status != 202:
                 raise RuntimeError(f"POST /v1/campaigns answered {status}: {body}")
-            _say(f"campaign: accepted in {accepted:.2f} s ({body['id']}); making messages")
+            _say(
+                f"campaign: accepted in {accepted:.2f} s ({body['id']}); "
+                f"making messages ({processes} processes)"
+            )
             deadline = time.monotonic() + timeout
             row = None
             while time.monotonic() < deadline:
@@ -116,8 +159,6 @@ def campaign(*, recipients: int, web_workers: int, timeout: float, keep_file: bo
     finally:
         worker.stop()
         web.stop()
-        if not keep_file:
-            path.unlink(missing_ok=True)
     made = Message.objects.filter(campaign_id=row["id"]).count()
     with connection.cursor() as cur:
         cur.execute(
@@ -126,10 +167,16 @@ def campaign(*, recipients: int, web_workers: int, timeout: float, keep_file: bo
             [row["id"]],
         )
         duplicates = cur.fetchone()[0]
+    made_ranges = list(
+        CampaignRange.objects.filter(campaign_id=row["id"]).order_by("index").values_list("first", "done")
+    )
     return {
         "scenario": "campaign",
         "recipients": recipients,
         "csv_mib": round(size / 2**20, 1),
+        "processes": processes,
+        "ranges": len(made_ranges),
+        "ranges_done": sum(1 for _, done in made_ranges if done),
         "status": row["status"],
         "messages_made": made,
         "rows_rejected": row["rows_rejected"],

@@ -261,6 +261,15 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--timeout", type=float, default=900.0)
         p.add_argument("--keep-file", action="store_true", help="leave the generated CSV on disk")
+        p.add_argument("--processes", type=int, default=2, help="the campaigns worker's pool processes")
+        p.add_argument(
+            "--ranges", type=int, default=None, help="line ranges (default: SMSGW_CAMPAIGN_MAKE_RANGES)"
+        )
+        p.add_argument(
+            "--single-first",
+            action="store_true",
+            help="first the same list made by one process in one range, same run; prints the ratio",
+        )
         p = sub.add_parser("campaign_pause", help="pause a 1M-message campaign mid-send; progress read cost")
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--rate", type=float, default=200.0, help="segments/s of the campaign's sender")
@@ -481,6 +490,9 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
                 keep_file=opts["keep_file"],
+                processes=opts["processes"],
+                ranges=opts["ranges"],
+                single_first=opts["single_first"],
             )
         elif scenario == "campaign_pause":
             from bench.campaign_pause import campaign_pause

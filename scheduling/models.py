@@ -436,6 +436,27 @@ class CampaignUpload(models.Model):
         return f"{self.campaign_id}#{self.seq}"
 
 
+class CampaignRange(models.Model):
+    """One line range of a campaign's recipient list, made by its own creation job (one Celery task, so
+    ranges run in as many worker processes as the ``campaigns`` queue has). ``first``/``end`` and
+    ``position`` count data records (the header excluded) from the start of the list; ``position`` is the
+    range's checkpoint, moved in the same transaction as each batch it made, so a job killed mid-range
+    resumes exactly where its last batch committed. ``end`` null: to the end of the list."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="ranges", db_index=False)
+    index = models.PositiveSmallIntegerField()
+    first = models.PositiveIntegerField()
+    end = models.PositiveIntegerField(null=True, blank=True)
+    position = models.PositiveIntegerField()
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "index"], name="cmprange_index_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id}[{self.index}] {self.first}-{self.end or ''} at {self.position}"
+
+
 class CampaignError(models.Model):
     """A recipient row that was not made into a message: its line, the raw value and why."""
 

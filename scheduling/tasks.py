@@ -26,9 +26,9 @@ def materialize() -> None:
 
 
 @shared_task(name="scheduling.campaign_make", ignore_result=True)
-def campaign_make(campaign_id: int) -> None:
+def campaign_make(campaign_id: int, range_index: int | None = None) -> None:
     try:
-        campaign_make_run(campaign_id)
+        campaign_make_run(campaign_id, range_index)
     except (OperationalError, InterfaceError):
         # The database went away: the batch in flight rolled back and the checkpoint stands. The job is
         # published again by campaigns_stale_republish (no countdown retry: quorum queues take no ETAs).

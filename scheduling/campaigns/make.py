@@ -2,14 +2,20 @@
 row into a message row (``scheduling.campaigns.build``) and hands them, a bounded batch at a time, to the
 one birth path (``scheduling.messages.birth.messages_birth``).
 
-Each batch is one transaction that also records its invalid rows (CampaignError) and moves the
-checkpoint (``recipients_total``, the number of data rows consumed) and the counts: a worker killed
-mid-batch loses the whole batch and the job, delivered again (acks_late), skips exactly the rows
-already committed. A recipient key already there (the number, or "line:<n>" with allow_duplicates) is
-left alone by INSERT ... ON CONFLICT DO NOTHING, so no recipient ever gets a second message.
+The list is split into line ranges (CampaignRange), each made by its own job, so a large list is made by
+as many worker processes as the ``campaigns`` queue has: one process is one core (the build thread and
+the insert share its GIL). Each range has its own checkpoint (``position``, the data rows it consumed).
 
-The campaign row is locked at the start of each batch: a cancel or pause (which update that row)
-waits for the batch in flight and the next batch sees it, so nothing is made after a cancel commits.
+Each batch is one transaction that also records its invalid rows (CampaignError) and moves its range's
+checkpoint and the campaign's counts: a worker killed mid-batch loses the whole batch and the job,
+delivered again (acks_late), skips exactly the rows already committed. A recipient key already there
+(the number, or "line:<n>" with allow_duplicates) is left alone by INSERT ... ON CONFLICT DO NOTHING, so
+no recipient ever gets a second message, whichever range reaches it first. Within a range the first
+line of a number wins; across ranges, the range that commits it first (the counts are the same either
+way).
+
+A cancel or pause (which update the campaign's row) waits for the batches in flight, and a batch whose
+campaign left ``creating`` before its end rolls back, so nothing is made after a cancel commits.
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import islice
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import OperationalError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from scheduling.campaigns.build import DUPLICATE_MESSAGE, BuiltBatch, RowBuilder, error_row, rows_build
@@ -31,7 +38,7 @@ from scheduling.campaigns.rows import csv_records, decoded_lines
 from scheduling.lifecycle.campaigns import campaign_transition
 from scheduling.messages import acceptance
 from scheduling.messages.birth import messages_birth
-from scheduling.models import Campaign, CampaignError, CampaignStatus, CampaignUpload
+from scheduling.models import Campaign, CampaignError, CampaignRange, CampaignStatus, CampaignUpload
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -48,8 +55,11 @@ class MakeReport:
     duplicates: int = 0
     skipped: int = 0
     finished: bool = False
-    stopped: str = ""  # the campaign's status when the job stopped early (or "superseded")
+    stopped: str = ""  # the campaign's status when the job stopped early (or "superseded", "done")
     position: int = 0  # data rows consumed, as committed (the checkpoint this run expects)
+    range_index: int | None = None  # the range this run made
+    ranges: int = 0  # the campaign's ranges
+    range_done: bool = False  # this run read its range to the end
 
 
 def destination_refusals(tenant: Tenant, numbers: list[str]) -> dict[str, tuple[str, str]]:
@@ -122,23 +132,104 @@ def _records(campaign: Campaign) -> Iterator[tuple[int, list[str] | None]]:
         yield from records
 
 
-def campaign_make(campaign_id: int) -> MakeReport:
-    """Make the messages of a ``creating`` campaign from its checkpoint on, then mark it ``active``.
-    Stops early (leaving the checkpoint) when the campaign is no longer ``creating``."""
-    report = MakeReport()
+def campaign_make(campaign_id: int, range_index: int | None = None) -> MakeReport:
+    """Make the messages of a ``creating`` campaign, then mark it ``active``.
+
+    ``range_index`` None is the campaign's job: the first time it splits the list into line ranges
+    (``campaign_ranges``); every time it publishes a job for each unfinished range but one and makes that
+    one here. An index is one range's job: from that range's checkpoint to its end. The campaign becomes
+    ``active`` when its last range is done. Stops early (leaving the checkpoints) when the campaign is no
+    longer ``creating``."""
+    report = MakeReport(range_index=range_index)
     campaign = Campaign.objects.select_related("tenant").filter(pk=campaign_id).first()
     if campaign is None or campaign.status != CampaignStatus.CREATING:
         report.stopped = campaign.status if campaign else "missing"
         return report
+    ranges = campaign_ranges(campaign)
+    report.ranges = len(ranges)
+    open_ranges = [r for r in ranges if not r.done]
+    if range_index is not None:
+        own = next((r for r in open_ranges if r.index == range_index), None)
+        if own is None:  # a redelivered task of a range already done
+            report.stopped = "done"
+            return report
+    elif not open_ranges:  # every range done, the campaign not yet marked (nothing normally leaves this)
+        with transaction.atomic():
+            _finish(campaign_id, report)
+        return report
+    else:
+        from scheduling.campaigns.service import campaign_range_enqueue
+
+        own = open_ranges[0]
+        for other in open_ranges[1:]:
+            campaign_range_enqueue(campaign_id, other.index)
+        report.range_index = own.index
+    _make_range(campaign, own, report)
+    log.info(
+        "campaign %s range %d/%d made=%d rejected=%d duplicates=%d skipped=%d%s",
+        campaign.public_id,
+        own.index + 1,
+        len(ranges),
+        report.made,
+        report.rejected,
+        report.duplicates,
+        report.skipped,
+        f" stopped={report.stopped}" if report.stopped else "",
+    )
+    return report
+
+
+def campaign_ranges(campaign: Campaign) -> list[CampaignRange]:
+    """The campaign's line ranges, planned on first use: the list is counted once (parsing is a small
+    part of making) and cut into at most ``CAMPAIGN_MAKE_RANGES`` ranges of at least
+    ``CAMPAIGN_RANGE_MIN_ROWS`` records each. A campaign whose job had already made rows before ranges
+    existed keeps one range from its old checkpoint (``recipients_total``)."""
+    ranges = list(CampaignRange.objects.filter(campaign_id=campaign.pk).order_by("index"))
+    if ranges:
+        return ranges
+    bounds = _plan(campaign)
+    with transaction.atomic():
+        _lock(campaign.pk)  # two jobs planning at once: the second finds the first's plan
+        ranges = list(CampaignRange.objects.filter(campaign_id=campaign.pk).order_by("index"))
+        if ranges:
+            return ranges
+        position = campaign.recipients_total  # 0 unless made by a job from before ranges
+        return CampaignRange.objects.bulk_create(
+            [
+                CampaignRange(
+                    campaign_id=campaign.pk, index=i, first=first, end=end, position=first if i else position
+                )
+                for i, (first, end) in enumerate(bounds)
+            ]
+        )
+
+
+def _plan(campaign: Campaign) -> list[tuple[int, int | None]]:
+    """(first record, end) of each range; the last one's end is None (to the end of the list)."""
+    most = settings.CAMPAIGN_MAKE_RANGES
+    if most <= 1 or campaign.recipients_total:
+        return [(0, None)]
+    records = _records(campaign)
+    next(records, None)  # the header
+    total = sum(1 for _ in records)
+    count = max(1, min(most, total // settings.CAMPAIGN_RANGE_MIN_ROWS))
+    cuts = [total * i // count for i in range(count)]
+    return [(cut, cuts[i + 1] if i + 1 < count else None) for i, cut in enumerate(cuts)]
+
+
+def _make_range(campaign: Campaign, own: CampaignRange, report: MakeReport) -> None:
     maker = RowBuilder(campaign)
     records = _records(campaign)
     header = next(records, (1, None))[1] or []
     names = [h.strip() for h in header]
-    # Skip what committed batches already consumed (a resumed job): parsing is cheap, making is not.
-    report.position = campaign.recipients_total
+    # Skip what committed batches already consumed (a resumed job, or a range after the first): parsing
+    # is cheap, making is not.
+    report.position = own.position
     skipped_records = 0
     while skipped_records < report.position and next(records, None) is not None:
         skipped_records += 1
+    if own.end is not None:
+        records = islice(records, max(0, own.end - own.position))
     tenants = {campaign.tenant_id: campaign.tenant}
     size_limit = settings.CAMPAIGN_BATCH_SIZE  # rows per transaction (why: the setting's comment)
     # Two stages overlap: a thread builds batch N+1 (pure Python, no database) while this thread waits
@@ -153,66 +244,112 @@ def campaign_make(campaign_id: int) -> MakeReport:
             batch, size = pending.result(), len(chunk)
             chunk = list(islice(records, size_limit))
             pending = pool.submit(rows_build, maker, chunk, names, timezone.now()) if chunk else None
-            if not _commit(maker, batch, size, tenants, report):
+            if not _commit(maker, own, batch, size, tenants, report):
                 if pending is not None:
                     pending.cancel()
-                return report
-    _finish(campaign_id, report)
-    log.info(
-        "campaign %s made=%d rejected=%d duplicates=%d skipped=%d",
-        campaign.public_id,
-        report.made,
-        report.rejected,
-        report.duplicates,
-        report.skipped,
-    )
-    return report
+                return
+    _range_done(campaign.pk, own, report)
 
 
-def _commit(maker: RowBuilder, batch: BuiltBatch, size: int, tenants: dict, report: MakeReport) -> bool:
-    """One batch in one transaction: its messages, its errors and the checkpoint. False (nothing
-    written) when the campaign is no longer ``creating``."""
+class _Halted(Exception):
+    """The campaign left ``creating`` while a batch was being made: the batch rolls back."""
+
+
+# Two ranges that hold the same numbers in opposite orders can each wait for the other's uncommitted
+# insert (the unique recipient key): PostgreSQL ends the cycle by failing one transaction, which is
+# then simply made again (it wrote nothing).
+DEADLOCK_RETRIES = 5
+
+
+def _commit(
+    maker: RowBuilder, own: CampaignRange, batch: BuiltBatch, size: int, tenants: dict, report: MakeReport
+) -> bool:
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            return _commit_once(
+                maker,
+                own,
+                replace(batch, rows=list(batch.rows), errors=list(batch.errors), lines=list(batch.lines)),
+                size,
+                tenants,
+                report,
+            )
+        except OperationalError as exc:
+            if attempt + 1 == DEADLOCK_RETRIES or not _deadlock(exc):
+                raise
+            log.info("campaign %s range %d: batch made again after a deadlock", maker.c.public_id, own.index)
+    raise AssertionError("unreachable")
+
+
+def _deadlock(exc: BaseException) -> bool:
+    from psycopg import errors
+
+    return isinstance(exc.__cause__, errors.DeadlockDetected)
+
+
+def _commit_once(
+    maker: RowBuilder, own: CampaignRange, batch: BuiltBatch, size: int, tenants: dict, report: MakeReport
+) -> bool:
+    """One batch in one transaction: its messages, its errors, the counts and the range's checkpoint.
+    False (nothing written) when the campaign is no longer ``creating`` or another run of the same range
+    is ahead.
+
+    Locks: the range's row first (only another run of the same range waits on it), the campaign's row
+    last, by the UPDATE of its counts, which is also the authoritative status check: a pause or cancel
+    that committed meanwhile leaves it nothing to update, and the batch rolls back; one that comes later
+    waits for this commit. So nothing is made after a cancel commits, and ranges running side by side hold
+    the campaign's row only from their last statement to their commit."""
     campaign_id = maker.c.pk
-    with transaction.atomic():
-        status, position = _lock_position(campaign_id)
-        if status == CampaignStatus.CREATING and position != report.position:
-            # Another run of this job (a re-published task) committed past where this one stands: it
-            # owns the rest; going on would count its rows a second time.
-            report.stopped = "superseded"
-            return False
-        if status != CampaignStatus.CREATING:
-            report.stopped = status or "missing"
-            if status != CampaignStatus.PAUSED:  # a paused campaign's job continues on resume
-                CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
-            return False
-        now = timezone.now()
-        _drop_refused(maker, batch)
-        births = messages_birth(batch.rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
-        if births.existing:  # keys already there: an earlier batch (or a re-run) made them
-            for (row, _), line in zip(batch.rows, batch.lines, strict=True):
-                if row["public_id"] not in births.id_of:
-                    batch.errors.append(
-                        error_row(
-                            campaign_id,
-                            line,
-                            row["to"],
-                            batch.recipient_field,
-                            "duplicate",
-                            DUPLICATE_MESSAGE,
+    try:
+        with transaction.atomic():
+            position = (
+                CampaignRange.objects.select_for_update()
+                .filter(pk=own.pk)
+                .values_list("position", flat=True)
+                .first()
+            )
+            if position != report.position:
+                # Another run of this range (a re-published task) committed past where this one stands: it
+                # owns the rest; going on would count its rows a second time.
+                report.stopped = "superseded"
+                return False
+            status = Campaign.objects.filter(pk=campaign_id).values_list("status", flat=True).first()
+            if status != CampaignStatus.CREATING:
+                return _stop(campaign_id, status, report)
+            now = timezone.now()
+            _drop_refused(maker, batch)
+            births = messages_birth(batch.rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
+            if births.existing:  # keys already there: an earlier batch, another range, or a re-run made them
+                for (row, _), line in zip(batch.rows, batch.lines, strict=True):
+                    if row["public_id"] not in births.id_of:
+                        batch.errors.append(
+                            error_row(
+                                campaign_id,
+                                line,
+                                row["to"],
+                                batch.recipient_field,
+                                "duplicate",
+                                DUPLICATE_MESSAGE,
+                            )
                         )
-                    )
-        CampaignError.objects.bulk_create(batch.errors, ignore_conflicts=True)
-        duplicates = sum(1 for e in batch.errors if e.code == "duplicate")
-        rejected = len(batch.errors) - duplicates - batch.skipped
-        Campaign.objects.filter(pk=campaign_id).update(
-            recipients_total=F("recipients_total") + size,
-            lines_read=batch.last_line,
-            messages_made=F("messages_made") + len(births.ids),
-            rows_rejected=F("rows_rejected") + rejected,
-            duplicates_skipped=F("duplicates_skipped") + duplicates,
-            recipients_skipped=F("recipients_skipped") + batch.skipped,
-            updated_at=now,
-        )
+            CampaignError.objects.bulk_create(batch.errors, ignore_conflicts=True)
+            duplicates = sum(1 for e in batch.errors if e.code == "duplicate")
+            rejected = len(batch.errors) - duplicates - batch.skipped
+            moved = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.CREATING).update(
+                recipients_total=F("recipients_total") + size,
+                lines_read=Greatest(F("lines_read"), Value(batch.last_line)),
+                messages_made=F("messages_made") + len(births.ids),
+                rows_rejected=F("rows_rejected") + rejected,
+                duplicates_skipped=F("duplicates_skipped") + duplicates,
+                recipients_skipped=F("recipients_skipped") + batch.skipped,
+                updated_at=now,
+            )
+            if not moved:
+                raise _Halted
+            CampaignRange.objects.filter(pk=own.pk).update(position=F("position") + size)
+    except _Halted:
+        status = Campaign.objects.filter(pk=campaign_id).values_list("status", flat=True).first()
+        return _stop(campaign_id, status, report)
     report.batches += 1
     report.position += size
     report.made += len(births.ids)
@@ -222,29 +359,56 @@ def _commit(maker: RowBuilder, batch: BuiltBatch, size: int, tenants: dict, repo
     return True
 
 
+def _stop(campaign_id: int, status: str | None, report: MakeReport) -> bool:
+    report.stopped = status or "missing"
+    if status != CampaignStatus.PAUSED:  # a paused campaign's job continues on resume
+        CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
+    return False
+
+
+def _range_done(campaign_id: int, own: CampaignRange, report: MakeReport) -> None:
+    """The range is read to its end: marked done, and when it is the last one, the campaign is made."""
+    with transaction.atomic():
+        position = (
+            CampaignRange.objects.select_for_update()
+            .filter(pk=own.pk)
+            .values_list("position", flat=True)
+            .first()
+        )
+        if position != report.position:
+            report.stopped = "superseded"
+            return
+        status = _lock(campaign_id)  # ranges finishing together: the last one to get here sees it
+        if status not in (CampaignStatus.CREATING, CampaignStatus.PAUSED):
+            _stop(campaign_id, status, report)
+            return
+        CampaignRange.objects.filter(pk=own.pk).update(done=True)
+        report.range_done = True
+        if CampaignRange.objects.filter(campaign_id=campaign_id, done=False).exists():
+            if status == CampaignStatus.PAUSED:
+                report.stopped = status
+            return
+        _finish(campaign_id, report)
+
+
 def _lock(campaign_id: int) -> str | None:
-    return _lock_position(campaign_id)[0]
-
-
-def _lock_position(campaign_id: int) -> tuple[str | None, int]:
-    """The campaign's status and checkpoint, its row locked until the transaction ends."""
-    row = (
-        Campaign.objects.select_for_update().filter(pk=campaign_id).values_list("status", "recipients_total")
+    """The campaign's status, its row locked until the transaction ends."""
+    return (
+        Campaign.objects.select_for_update().filter(pk=campaign_id).values_list("status", flat=True).first()
     )
-    return row.first() or (None, 0)
 
 
 def _finish(campaign_id: int, report: MakeReport) -> None:
+    """Every range is read to its end (inside the caller's transaction, the campaign's row locked)."""
     now = timezone.now()
-    with transaction.atomic():
-        won = campaign_transition(
-            campaign_id, from_status=CampaignStatus.CREATING, to_status=CampaignStatus.ACTIVE, now=now
-        )
-        if not won:
-            report.stopped = _lock(campaign_id) or "missing"
-            Campaign.objects.filter(pk=campaign_id, made_at__isnull=True).update(made_at=now)
-        # The list was read to its end: its copy is no longer needed (nor kept: it holds numbers).
-        CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
+    won = campaign_transition(
+        campaign_id, from_status=CampaignStatus.CREATING, to_status=CampaignStatus.ACTIVE, now=now
+    )
+    if not won:
+        report.stopped = _lock(campaign_id) or "missing"
+        Campaign.objects.filter(pk=campaign_id, made_at__isnull=True).update(made_at=now)
+    # The list was read to its end: its copy is no longer needed (nor kept: it holds numbers).
+    CampaignUpload.objects.filter(campaign_id=campaign_id).delete()
     report.finished = True
 
 
@@ -289,6 +453,7 @@ __all__ = [
     "MakeReport",
     "campaign_fail",
     "campaign_make",
+    "campaign_ranges",
     "campaigns_stale_republish",
     "destination_refusals",
 ]

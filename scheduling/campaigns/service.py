@@ -120,6 +120,13 @@ def campaign_make_enqueue(campaign_id: int) -> None:
     campaign_make.delay(campaign_id)
 
 
+def campaign_range_enqueue(campaign_id: int, range_index: int) -> None:
+    """Publish the job of one line range of the campaign (scheduling.campaigns.make)."""
+    from scheduling.tasks import campaign_make
+
+    campaign_make.delay(campaign_id, range_index)
+
+
 def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     body, is_template = data.get("body"), "template" in data
     if is_template == ("body" in data):

@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from scheduling.campaigns import control as campaign_control
 from scheduling.campaigns.progress import progress_read, progress_read_many
 from scheduling.console import bulk as admin_bulk
-from scheduling.models import Campaign, CampaignError, CampaignStatus
+from scheduling.models import Campaign, CampaignError, CampaignRange, CampaignStatus
 from smsgw.domain_errors import ConflictError
 
 # Shown in this order in the list (the rest after, alphabetically).
@@ -137,11 +137,15 @@ class CampaignAdmin(admin.ModelAdmin):
 
     @admin.display(description="recipient list")
     def creation(self, obj):
-        return (
+        text = (
             f"{obj.recipients_total:,} rows read, {obj.messages_made:,} messages made, "
             f"{obj.rows_rejected:,} rejected, {obj.duplicates_skipped:,} duplicates skipped, "
             f"{obj.recipients_skipped:,} recipients skipped"
         )
+        ranges = list(CampaignRange.objects.filter(campaign=obj).values_list("done", flat=True))
+        if len(ranges) > 1:
+            text += f"; made in {len(ranges)} line ranges, {sum(ranges)} done"
+        return text
 
     @admin.display(description=f"rejected rows (first {ERRORS_SHOWN})")
     def rejected_rows(self, obj):

@@ -1,6 +1,7 @@
 """Campaigns across real processes on PostgreSQL: POST /v1/campaigns (JSON, and a CSV upload through a
 real gunicorn) made into messages by a real celery worker on the ``campaigns`` queue, and a worker whose
-pool process is killed with SIGKILL in the middle of a job, redelivered and resumed from its checkpoint.
+pool process (of two, making a list in four line ranges) is killed with SIGKILL in the middle of a job,
+redelivered and resumed from its range's checkpoint.
 Each test checks that every recipient has exactly one message and its final state."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import requests
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduling.models import Campaign, CampaignError, Message, MessageEvent, Status
+from scheduling.models import Campaign, CampaignError, CampaignRange, Message, MessageEvent, Status
 from tests.factories import recipient, tenant_with_key
 from tests.integration.conftest import start_web
 from tests.waiting import wait_for
@@ -95,13 +96,19 @@ def test_csv_upload_through_gunicorn_is_made_by_a_real_worker(pipeline, tmp_path
 
 
 def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_and_makes_no_duplicates(pipeline):
+    """The list is made in four line ranges by a worker with two processes; one process is killed mid-range.
+    Its range's task is redelivered and goes on from that range's checkpoint; the others are not touched.
+    The last 1,000 rows repeat numbers of the first range, so ranges also meet each other's numbers."""
     _, key = tenant_with_key("acme")
     pipeline.env["SMSGW_CAMPAIGN_BATCH_SIZE"] = "500"
-    worker = pipeline.worker("campaigns", queues="campaigns", concurrency=1)
+    pipeline.env["SMSGW_CAMPAIGN_MAKE_RANGES"] = "4"
+    pipeline.env["SMSGW_CAMPAIGN_RANGE_MIN_ROWS"] = "2000"
+    worker = pipeline.worker("campaigns", queues="campaigns", concurrency=2)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    n = 20_000
-    people = [{"phone": recipient(i), "first_name": "A"} for i in range(n)]
+    distinct = [recipient(i) for i in range(19_000)]
+    numbers = distinct + distinct[:1000]
+    people = [{"phone": n, "first_name": "A"} for n in numbers]
     resp = api.post(
         "/v1/campaigns",
         {"template": "Hi {first_name}", "send_at": _send_at(), "recipients": people},
@@ -116,13 +123,22 @@ def test_a_worker_killed_mid_job_resumes_from_its_checkpoint_and_makes_no_duplic
         interval=0.01,
     )
     made_before = Campaign.objects.get(public_id=cid).messages_made
-    # The pool process dies mid-job (as under the OOM killer); the parent sees the loss and, with
+    # A pool process dies mid-job (as under the OOM killer); the parent sees the loss and, with
     # acks_late and reject_on_worker_lost, the task goes back to the queue for the next pool process.
     child = psutil.Process(worker.pid).children(recursive=True)[0]
     os.kill(child.pid, signal.SIGKILL)
-    assert wait_for(lambda: _made(cid), 120, "the resumed job to finish")["status"] == "active"
+    assert wait_for(lambda: _made(cid), 180, "the resumed job to finish")["status"] == "active"
     campaign = Campaign.objects.get(public_id=cid)
-    assert made_before < n, "the job finished before the kill; nothing was resumed"
-    _one_message_each(cid, [recipient(i) for i in range(n)])
-    assert (campaign.messages_made, campaign.duplicates_skipped, campaign.recipients_total) == (n, 0, n)
-    assert not CampaignError.objects.filter(campaign=campaign).exists()
+    assert made_before < len(distinct), "the job finished before the kill; nothing was resumed"
+    ranges = list(
+        CampaignRange.objects.filter(campaign=campaign).order_by("index").values_list("first", "done")
+    )
+    assert ranges == [(0, True), (5000, True), (10_000, True), (15_000, True)]
+    _one_message_each(cid, distinct)
+    assert (campaign.messages_made, campaign.duplicates_skipped, campaign.recipients_total) == (
+        19_000,
+        1000,
+        20_000,
+    )
+    errors = CampaignError.objects.filter(campaign=campaign)
+    assert errors.count() == 1000 and set(errors.values_list("code", flat=True)) == {"duplicate"}
