@@ -65,6 +65,7 @@ class Command(BaseCommand):
         p.add_argument("--no-receipts", dest="receipts", action="store_false", help="no status callbacks")
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--receipt-processes", type=int, default=1, help="the receipts worker's concurrency")
+        p.add_argument("--web-threads", type=int, default=1, help="gunicorn threads per worker (callbacks)")
         p.add_argument("--timeout", type=float, default=120.0, help="after the last minute, to drain")
         p = sub.add_parser(
             "broker-restart", help="a drain fault-free, then with its Redis killed and restarted empty"
@@ -339,6 +340,7 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
                 receipt_processes=opts["receipt_processes"],
+                web_threads=opts["web_threads"],
             )
         elif scenario == "broker-restart":
             from bench.broker_restart import broker_restart

@@ -215,6 +215,17 @@ def _trace_results(out_dir: Path) -> dict:
     }
 
 
+def _receipts_taken(sent: int) -> dict:
+    """What the endpoint took in against what the sandbox offered (two callbacks a message: sent, then
+    delivered), and what was left unprocessed at the end: tells a slow intake from a slow processor."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*), count(*) FILTER (WHERE processed_at IS NULL) FROM receipts_receiptevent"
+        )
+        received, unprocessed = cur.fetchone()
+    return {"callbacks_offered": 2 * sent, "callbacks_received": received, "unprocessed_at_end": unprocessed}
+
+
 def soak(
     *,
     rate: int,
@@ -227,6 +238,7 @@ def soak(
     web_workers: int,
     timeout: float,
     receipt_processes: int = 1,
+    web_threads: int = 1,
 ) -> dict:
     from bench.receipts import _lag as receipt_lag
 
@@ -255,7 +267,7 @@ def soak(
         if port:
             # The receipt endpoint checks the sandbox's signatures with the auth token topo.env carries.
             web_env = {k: v for k, v in topo.env.items() if not k.startswith(("SMSGW_BENCH", "PYTHONPATH"))}
-            extra["web"] = devprocs.gunicorn(web_env, port=port, workers=web_workers)
+            extra["web"] = devprocs.gunicorn(web_env, port=port, workers=web_workers, threads=web_threads)
             # More than one process claims receipts safely (SKIP LOCKED: receipts.processor).
             extra["receipts"] = devprocs.celery_worker(
                 "receipts", topo.env, queues="receipts,webhooks", concurrency=receipt_processes
@@ -333,11 +345,13 @@ def soak(
             "sent": sent,
             "statuses": statuses,
             "sandbox_submissions": topo.sandbox.stats()["submissions"],
+            # The sandbox's side of the callbacks: answered (sent), failed, dropped, still waiting (pending).
+            "sandbox_callbacks": topo.sandbox.stats().get("callbacks"),
             "child_replacements": replacements,
             "child_pids_seen": child_pids,
             "rss_summary_mb": _kind_summary(samples, minutes),
             f"lag_per_{window // 60}_min_window": _lag_windows(tenant.pk, first_due, window),
-            **({"receipts": receipt_lag()} if receipts else {}),
+            **({"receipts": {**receipt_lag(), **_receipts_taken(sent)}} if receipts else {}),
             "samples": [{k: v for k, v in s.items() if k != "pids"} for s in samples],
         }
     finally:
