@@ -333,6 +333,7 @@ def soak(
             )
             statuses = dict(cur.fetchall())
         window = 300 if minutes >= 10 else 60
+        sandbox_stats = topo.sandbox.stats()
         result = {
             "scenario": "soak",
             "rate_per_s": rate,
@@ -344,9 +345,9 @@ def soak(
             "messages": n,
             "sent": sent,
             "statuses": statuses,
-            "sandbox_submissions": topo.sandbox.stats()["submissions"],
+            "sandbox_submissions": sandbox_stats["submissions"],
             # The sandbox's side of the callbacks: answered (sent), failed, dropped, still waiting (pending).
-            "sandbox_callbacks": topo.sandbox.stats().get("callbacks"),
+            "sandbox_callbacks": sandbox_stats.get("callbacks"),
             "child_replacements": replacements,
             "child_pids_seen": child_pids,
             "rss_summary_mb": _kind_summary(samples, minutes),

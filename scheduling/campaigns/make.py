@@ -302,18 +302,9 @@ def _commit_once(
     campaign_id = maker.c.pk
     try:
         with transaction.atomic():
-            position = (
-                CampaignRange.objects.select_for_update()
-                .filter(pk=own.pk)
-                .values_list("position", flat=True)
-                .first()
-            )
-            if position != report.position:
-                # Another run of this range (a re-published task) committed past where this one stands: it
-                # owns the rest; going on would count its rows a second time.
-                report.stopped = "superseded"
+            if _superseded(own, report):
                 return False
-            status = Campaign.objects.filter(pk=campaign_id).values_list("status", flat=True).first()
+            status = _status(campaign_id)
             if status != CampaignStatus.CREATING:
                 return _stop(campaign_id, status, report)
             now = timezone.now()
@@ -348,8 +339,7 @@ def _commit_once(
                 raise _Halted
             CampaignRange.objects.filter(pk=own.pk).update(position=F("position") + size)
     except _Halted:
-        status = Campaign.objects.filter(pk=campaign_id).values_list("status", flat=True).first()
-        return _stop(campaign_id, status, report)
+        return _stop(campaign_id, _status(campaign_id), report)
     report.batches += 1
     report.position += size
     report.made += len(births.ids)
@@ -357,6 +347,23 @@ def _commit_once(
     report.duplicates += duplicates
     report.skipped += batch.skipped
     return True
+
+
+def _superseded(own: CampaignRange, report: MakeReport) -> bool:
+    """Lock the range's row (until the transaction ends) and tell whether another run of this range (a
+    re-published task) committed past where this one stands: it owns the rest, and going on would count
+    its rows a second time."""
+    position = (
+        CampaignRange.objects.select_for_update().filter(pk=own.pk).values_list("position", flat=True).first()
+    )
+    if position == report.position:
+        return False
+    report.stopped = "superseded"
+    return True
+
+
+def _status(campaign_id: int) -> str | None:
+    return Campaign.objects.filter(pk=campaign_id).values_list("status", flat=True).first()
 
 
 def _stop(campaign_id: int, status: str | None, report: MakeReport) -> bool:
@@ -369,14 +376,7 @@ def _stop(campaign_id: int, status: str | None, report: MakeReport) -> bool:
 def _range_done(campaign_id: int, own: CampaignRange, report: MakeReport) -> None:
     """The range is read to its end: marked done, and when it is the last one, the campaign is made."""
     with transaction.atomic():
-        position = (
-            CampaignRange.objects.select_for_update()
-            .filter(pk=own.pk)
-            .values_list("position", flat=True)
-            .first()
-        )
-        if position != report.position:
-            report.stopped = "superseded"
+        if _superseded(own, report):
             return
         status = _lock(campaign_id)  # ranges finishing together: the last one to get here sees it
         if status not in (CampaignStatus.CREATING, CampaignStatus.PAUSED):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -114,18 +115,19 @@ def test_a_late_paced_batch_goes_after_its_senders_released_slots_and_pushes_the
 
 
 def hold_until(instant: float) -> None:
-    """Run on the adapter's event loop: keep it from running anything else until ``instant`` (epoch
-    seconds), however late it started, so the slots before it are missed for sure."""
+    """Run on the adapter's event loop: keep it from running anything else until the wall clock reaches
+    ``instant`` (epoch seconds), however late the hold started, so every slot before it is missed."""
+    never_set = threading.Event()
     while (left := instant - time.time()) > 0:
-        time.sleep(min(left, 0.01))
+        never_set.wait(left)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_slots_a_process_wakes_up_too_late_for_take_new_ones_instead_of_going_together(
     adapter, sandbox, tenant, settings
 ):
-    """The send process's event loop is held for 1 s just before a paced batch's slots: on waking, the
-    five missed slots would go out in the same instant. Each instead takes a new slot at the end of its
+    """The send process's event loop is held from before a paced batch is handed to it until its five
+    slots have passed: on waking, the missed slots would go out in the same instant. Each instead takes a new slot at the end of its
     sender's line in the shared bucket (delivery.sending.late, answered from this process's reslot
     thread), goes at it, and the bucket's next slot moves past them."""
     if connection.vendor != "postgresql":
@@ -152,7 +154,9 @@ def test_slots_a_process_wakes_up_too_late_for_take_new_ones_instead_of_going_to
         hold_until(slots[-1] + 0.5)
         held_until.append(time.time())
 
-    loop.call_soon_threadsafe(loop.call_later, 0.1, hold_the_loop)
+    # Held from before the batch reaches the loop, so no submission can go at its slot however loaded the
+    # machine is.
+    loop.call_soon_threadsafe(hold_the_loop)
     report = sending.send_batch([m.pk for m in msgs], not_before=slots)
     assert report.outcomes == {"accepted": 5}
     assert held_until, "the loop was held"
@@ -179,7 +183,7 @@ def test_a_paced_message_of_a_sender_without_a_bucket_goes_when_its_process_wake
     adapter.warm()
     loop = adapter._loop
     slot = time.time() + 0.2
-    loop.call_soon_threadsafe(loop.call_later, 0.05, hold_until, slot + 0.4)
+    loop.call_soon_threadsafe(hold_until, slot + 0.4)  # from before the message reaches the loop
     assert sending.send_batch([msg.pk], not_before=[slot]).outcomes == {"accepted": 1}
     response = msg.attempts.get().response
     assert response["slot"] == round(slot, 4) and "reslots" not in response

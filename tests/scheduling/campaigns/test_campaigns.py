@@ -308,12 +308,9 @@ def test_idempotent_repeat_returns_the_campaign_and_a_different_body_is_422(api)
     assert Campaign.objects.count() == 1
 
 
-def test_a_resumed_job_makes_no_duplicates(api, monkeypatch, settings):
-    """The worker dies after the first batch committed: the job runs again from its checkpoint."""
-    settings.CAMPAIGN_BATCH_SIZE = 3
-    people = [{"phone": recipient(i), "first_name": "A", "code": str(i)} for i in range(10)]
-    resp = post(api, recipients=people)
-    campaign = Campaign.objects.get(public_id=resp.json()["id"])
+def worker_killed_on_the_second_batch(monkeypatch):
+    """The creation job's worker dies inside its second batch (before that batch commits). Returns the
+    real birth path, to put back for the job's next run."""
     real_birth = make_module.messages_birth
     calls = {"n": 0}
 
@@ -324,6 +321,16 @@ def test_a_resumed_job_makes_no_duplicates(api, monkeypatch, settings):
         return real_birth(rows, **kwargs)
 
     monkeypatch.setattr(make_module, "messages_birth", dies_on_the_second_batch)
+    return real_birth
+
+
+def test_a_resumed_job_makes_no_duplicates(api, monkeypatch, settings):
+    """The worker dies after the first batch committed: the job runs again from its checkpoint."""
+    settings.CAMPAIGN_BATCH_SIZE = 3
+    people = [{"phone": recipient(i), "first_name": "A", "code": str(i)} for i in range(10)]
+    resp = post(api, recipients=people)
+    campaign = Campaign.objects.get(public_id=resp.json()["id"])
+    real_birth = worker_killed_on_the_second_batch(monkeypatch)
     with pytest.raises(SystemExit):
         campaign_make(campaign.pk)
     campaign.refresh_from_db()

@@ -16,7 +16,7 @@ from scheduling.campaigns import make as make_module
 from scheduling.campaigns.make import campaign_make
 from scheduling.models import Campaign, CampaignError, CampaignRange, CampaignUpload, Message
 from tests.factories import recipient
-from tests.scheduling.campaigns.test_campaigns import post
+from tests.scheduling.campaigns.test_campaigns import post, worker_killed_on_the_second_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -112,16 +112,7 @@ def test_a_range_killed_mid_way_resumes_from_its_own_checkpoint(api, three_range
     campaign = accepted(api, numbers)
     campaign_make(campaign.pk)
     campaign_make(campaign.pk, 2)
-    real_birth = make_module.messages_birth
-    calls = {"n": 0}
-
-    def dies_on_the_second_batch(rows, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise SystemExit("worker killed")
-        return real_birth(rows, **kwargs)
-
-    monkeypatch.setattr(make_module, "messages_birth", dies_on_the_second_batch)
+    real_birth = worker_killed_on_the_second_batch(monkeypatch)
     with pytest.raises(SystemExit):
         campaign_make(campaign.pk, 1)
     # Range 1 committed its first batch (3 rows of 5); the other ranges are done.
