@@ -55,6 +55,10 @@ class Attempt(models.Model):
             models.Index(
                 fields=["outcome"], name="attempt_uncertain", condition=models.Q(outcome="uncertain")
             ),
+            # The attempts a provider's id names: a failed receipt marks its attempt refused
+            # (receipts.processor), the reconciler finds the other attempts of what it looked up.
+            # Without it each of those read every attempt ever made.
+            models.Index(fields=["provider", "provider_message_id"], name="attempt_provider_sid"),
         ]
 
     def __str__(self) -> str:

@@ -164,10 +164,13 @@ class Message(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="msg_idempotency_key_per_tenant",
             ),
+            # The provider's id first: receipts and look-ups name messages by it, and a batch of them is
+            # then one index probe per id whatever the planner's statistics say (with the provider first,
+            # statistics taken before the sends made PostgreSQL walk every row of the provider).
             models.UniqueConstraint(
-                fields=["provider", "provider_message_id"],
+                fields=["provider_message_id", "provider"],
                 condition=Q(provider_message_id__isnull=False),
-                name="msg_provider_message_id_unique",
+                name="msg_provider_sid_unique",
             ),
             models.UniqueConstraint(
                 fields=["schedule", "occurrence_key"],
@@ -190,6 +193,15 @@ class Message(models.Model):
             # Sweep: due scheduled work, per priority class, oldest first.
             models.Index(
                 fields=["priority", "run_after"], name="msg_scheduled_due", condition=Q(status="scheduled")
+            ),
+            # Expiry (scheduling.dispatch.sweep.due_expire), every sweep pass: only the rows whose validity
+            # has passed, however many wait. Without it the pass read every scheduled row (a sequential
+            # scan when the statistics were taken with the table all scheduled: 14.5 ms a pass with
+            # 19,000 waiting, about 0.27 of a core under `bench soak`).
+            models.Index(
+                fields=["status", "expires_at"],
+                name="msg_waiting_expiry",
+                condition=Q(status__in=["scheduled", "queued"]),
             ),
             # Recovery: queued rows whose broker message may be lost, sending rows whose lease expired.
             models.Index(fields=["run_after"], name="msg_queued_recovery", condition=Q(status="queued")),

@@ -9,6 +9,9 @@ from celery.signals import (
     after_setup_task_logger,
     celeryd_after_setup,
     celeryd_init,
+    task_postrun,
+    task_prerun,
+    worker_init,
     worker_process_init,
     worker_shutting_down,
 )
@@ -34,6 +37,13 @@ class App(Celery):
 
 app = App("smsgw")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# Database connections live across tasks, as CONN_MAX_AGE says (_task_connections below). Celery 5.7's
+# Django fixup closes every connection before and after every task whatever CONN_MAX_AGE says (it stopped
+# honouring it in celery/celery#9824), so each task opened a new PostgreSQL connection: under `bench
+# soak` some 30 new backends a second, about a third of the machine's CPU (their fork, authentication
+# and first statements). CELERY_DB_REUSE_MAX is the fixup's own knob: it closes only every that many
+# tasks, here never.
+app.conf.update(CELERY_DB_REUSE_MAX=2**62)
 app.autodiscover_tasks()
 # Every worker of this app records the queues it consumes (/readyz, /metrics: smsgw.observability.queues).
 app.steps["worker"].add(QueueConsumerHeartbeat)
@@ -60,6 +70,32 @@ def _log_send_concurrency(**_kwargs) -> None:
     process and where the number came from."""
     if _send_concurrency_line:
         logging.getLogger("smsgw.runtime.roles").info("%s", _send_concurrency_line)
+
+
+@worker_init.connect
+def _health_checked_connections(**_kwargs) -> None:
+    """In a worker (before its pool forks), a connection kept from an earlier task is checked once before
+    a task uses it (Django's CONN_HEALTH_CHECKS: one ``SELECT 1``), so one the database dropped while
+    the worker was idle (a restart, a failover) is replaced instead of failing the task. The web keeps
+    Django's default (a request that finds a dead connection fails and the next gets a new one): a
+    check per callback would be a second round trip on the lightest endpoint."""
+    from django.conf import settings
+
+    for alias in settings.DATABASES.values():
+        alias["CONN_HEALTH_CHECKS"] = True
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _task_connections(sender=None, **_kwargs) -> None:
+    """Around every task, what Django does around every request: close the connections that are
+    broken (an error left them unusable) or older than CONN_MAX_AGE, and keep the others. Not for an
+    eager task (tests): it runs inside its caller's transaction."""
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @worker_process_init.connect

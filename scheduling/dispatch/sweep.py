@@ -80,9 +80,9 @@ def due_expire(*, now: datetime | None = None, limit: int) -> int:
             from_status=status,
             to_status=Status.EXPIRED,
             kind="expired",
-            where_sql='"run_after" <= %s AND "expires_at" <= %s',
+            where_sql='"expires_at" <= %s AND "run_after" <= %s',
             where_params=[now, now],
-            order_by='"run_after"',
+            order_by='"expires_at"',  # through msg_waiting_expiry: only expired rows are read
             limit=limit,
             set_fields={
                 "run_after": None,
