@@ -66,6 +66,12 @@ class Command(BaseCommand):
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--receipt-processes", type=int, default=1, help="the receipts worker's concurrency")
         p.add_argument("--web-threads", type=int, default=1, help="gunicorn threads per worker (callbacks)")
+        p.add_argument(
+            "--vacuum-every",
+            type=float,
+            default=60.0,
+            help="autovacuum off on the server: VACUUM (ANALYZE) the written tables this often (0 = never)",
+        )
         p.add_argument("--timeout", type=float, default=120.0, help="after the last minute, to drain")
         p = sub.add_parser(
             "broker-restart", help="a drain fault-free, then with its Redis killed and restarted empty"
@@ -341,6 +347,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
                 receipt_processes=opts["receipt_processes"],
                 web_threads=opts["web_threads"],
+                vacuum_every=opts["vacuum_every"],
             )
         elif scenario == "broker-restart":
             from bench.broker_restart import broker_restart

@@ -226,6 +226,68 @@ def _receipts_taken(sent: int) -> dict:
     return {"callbacks_offered": 2 * sent, "callbacks_received": received, "unprocessed_at_end": unprocessed}
 
 
+class VacuumStandIn:
+    """What PostgreSQL's autovacuum would do during the run, when the server has it off (as this machine's
+    CI configuration does: /etc/postgresql/15/main/conf.d/90-ci.conf). A deployment runs autovacuum
+    (docs/deploy.md), and without it the run measures something none has: the tables' statistics stay
+    those of the start (before any send) and the dead rows of every processed receipt stay in the
+    indexes. Every ``every`` seconds (autovacuum's naptime is 60 s) the tables the run writes are
+    vacuumed and analysed; with autovacuum on, or ``every`` 0, it does nothing. The result names what
+    it did."""
+
+    TABLES = (
+        "scheduling_message",
+        "scheduling_messageevent",
+        "delivery_attempt",
+        "receipts_receiptevent",
+        "delivery_ratebucket",
+    )
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.runs = 0
+        self.seconds = 0.0
+        self.server_autovacuum = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> VacuumStandIn:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SHOW autovacuum")
+                self.server_autovacuum = cur.fetchone()[0]
+        if self.every > 0 and self.server_autovacuum == "off":
+            self._thread = threading.Thread(target=self._run, name="vacuum-stand-in", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(600)
+
+    def _run(self) -> None:
+        from django.db import connection as own  # this thread's own connection, in autocommit
+
+        try:
+            while not self._stop.wait(self.every):
+                started = time.monotonic()
+                with own.cursor() as cur:
+                    cur.execute(f"VACUUM (ANALYZE) {', '.join(self.TABLES)}")
+                self.seconds += time.monotonic() - started
+                self.runs += 1
+        finally:
+            own.close()
+
+    def report(self) -> dict:
+        return {
+            "server_autovacuum": self.server_autovacuum or "n/a",
+            "stand_in": f"VACUUM (ANALYZE) every {self.every:g} s" if self._thread is not None else "none",
+            "runs": self.runs,
+            "seconds": round(self.seconds, 1),
+        }
+
+
 def soak(
     *,
     rate: int,
@@ -239,6 +301,7 @@ def soak(
     timeout: float,
     receipt_processes: int = 1,
     web_threads: int = 1,
+    vacuum_every: float = 60.0,
 ) -> dict:
     from bench.receipts import _lag as receipt_lag
 
@@ -298,7 +361,7 @@ def soak(
         t0 = time.monotonic() + LEAD_SECONDS
         previous_sent = 0
         expected = dict.fromkeys(parents, concurrency)
-        with ChildWatch(parents) as watch:
+        with ChildWatch(parents) as watch, VacuumStandIn(vacuum_every) as vacuum:
             for minute in range(minutes + 1):
                 delay = t0 + minute * SAMPLE_SECONDS - time.monotonic()
                 if delay > 0:
@@ -350,6 +413,7 @@ def soak(
             "sandbox_callbacks": sandbox_stats.get("callbacks"),
             "child_replacements": replacements,
             "child_pids_seen": child_pids,
+            "vacuum": vacuum.report(),
             "rss_summary_mb": _kind_summary(samples, minutes),
             f"lag_per_{window // 60}_min_window": _lag_windows(tenant.pk, first_due, window),
             **({"receipts": {**receipt_lag(), **_receipts_taken(sent)}} if receipts else {}),
