@@ -249,6 +249,7 @@ class VacuumStandIn:
         self.seconds = 0.0
         self.server_autovacuum = ""
         self._stop = threading.Event()
+        self._ran = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> VacuumStandIn:
@@ -274,10 +275,17 @@ class VacuumStandIn:
                 started = time.monotonic()
                 with own.cursor() as cur:
                     cur.execute(f"VACUUM (ANALYZE) {', '.join(self.TABLES)}")
-                self.seconds += time.monotonic() - started
-                self.runs += 1
+                with self._ran:
+                    self.seconds += time.monotonic() - started
+                    self.runs += 1
+                    self._ran.notify_all()
         finally:
             own.close()
+
+    def wait_for_runs(self, n: int, timeout: float) -> bool:
+        """Wait until ``n`` passes have run (False after ``timeout`` seconds)."""
+        with self._ran:
+            return self._ran.wait_for(lambda: self.runs >= n, timeout)
 
     def report(self) -> dict:
         return {

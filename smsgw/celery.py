@@ -81,8 +81,8 @@ def _health_checked_connections(**_kwargs) -> None:
     check per callback would be a second round trip on the lightest endpoint."""
     from django.conf import settings
 
-    for alias in settings.DATABASES.values():
-        alias["CONN_HEALTH_CHECKS"] = True
+    for database in settings.DATABASES.values():
+        database["CONN_HEALTH_CHECKS"] = True
 
 
 @task_prerun.connect

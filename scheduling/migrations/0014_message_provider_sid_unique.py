@@ -14,8 +14,6 @@ NEW = models.UniqueConstraint(
     condition=models.Q(provider_message_id__isnull=False),
     name="msg_provider_sid_unique",
 )
-TABLE = "scheduling_message"
-
 
 def _swap(apps, schema_editor, add, remove):
     model = apps.get_model("scheduling", "Message")
@@ -23,10 +21,11 @@ def _swap(apps, schema_editor, add, remove):
         schema_editor.add_constraint(model, add)
         schema_editor.remove_constraint(model, remove)
         return
+    table = model._meta.db_table
     columns = ", ".join(f'"{model._meta.get_field(name).column}"' for name in add.fields)
     # A partial unique index is how Django makes a conditional UniqueConstraint on PostgreSQL.
     schema_editor.execute(
-        f'CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS "{add.name}" ON "{TABLE}" ({columns}) '
+        f'CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS "{add.name}" ON "{table}" ({columns}) '
         f'WHERE "provider_message_id" IS NOT NULL'
     )
     schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{remove.name}"')

@@ -52,7 +52,9 @@ def test_a_connection_the_database_dropped_is_replaced_at_the_next_task(worker_t
     other = connections.create_connection("default")  # an operator's session, or a failover
     try:
         with other.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(%s)", [first])
+            # with a timeout, it returns once the backend is gone (not merely signalled)
+            cur.execute("SELECT pg_terminate_backend(%s, 10000)", [first])
+            assert cur.fetchone()[0]
     finally:
         other.close()
     with pytest.raises((OperationalError, InterfaceError)):
