@@ -319,6 +319,7 @@ def _sweep_summary(passes: list[tuple[int, float]]) -> dict:
     return {
         "passes_with_work": len(busy),
         "claimed_per_pass_max": max(n for n, _ in busy),
+        "claimed_per_pass_mean": round(sum(n for n, _ in busy) / len(busy), 1),
         "pass_ms_p50": statistics.median(ms for _, ms in busy),
         "pass_ms_max": max(ms for _, ms in busy),
         "ms_per_1000_claimed": 1000 * sum(ms for _, ms in busy) / max(1, sum(n for n, _ in busy)),

@@ -118,6 +118,73 @@ def _sample(topo: core.Topology, extra: dict[str, devprocs.Proc]) -> tuple[dict,
     return dict(rss), dict(pids)
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds a process tree has used: each live process's own time plus that of the children it has
+    reaped (the kernel adds a child's time to its parent's when the parent waits for it). A process that
+    ended inside the window is counted once, in its parent's; a pool child replaced, a PostgreSQL backend
+    that closed, keep their time in the total, where a sum over the live processes alone would drop it."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _root_pids(name: str) -> list[int]:
+    """The processes called ``name`` whose parent is not: the PostgreSQL postmaster, the Redis server."""
+    roots = []
+    for proc in psutil.process_iter(["name", "ppid"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["name"] == name and psutil.Process(proc.info["ppid"]).name() != name:
+                roots.append(proc.pid)
+    return roots
+
+
+def _machine_busy() -> float:
+    """Seconds of CPU busy, summed over cores, since boot (/proc/stat: all but idle and iowait)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+class CpuByRole:
+    """Cores each role used over a window: the send workers, the sweeper, beat, the web and receipt
+    processes, the sandbox, PostgreSQL and Redis (each a process tree), this driver, and the machine's
+    own count beside them. Two snapshots, no polling: whatever ended between them is still counted."""
+
+    def __init__(self, roles: dict[str, list[int]]) -> None:
+        self.roles = {**roles, "postgresql": _root_pids("postgres"), "redis": _root_pids("redis-server")}
+        self.roles["bench_driver"] = [os.getpid()]
+        self._start: tuple[float, float, dict[str, float]] | None = None
+        self.result: dict = {}
+
+    def _snapshot(self) -> tuple[float, float, dict[str, float]]:
+        used = {role: sum(_tree_cpu_seconds(pid) for pid in pids) for role, pids in self.roles.items()}
+        return time.monotonic(), _machine_busy(), used
+
+    def start(self) -> None:
+        self._start = self._snapshot()
+
+    def stop(self) -> dict:
+        assert self._start is not None, "start() first"
+        (t0, busy0, used0), (t1, busy1, used1) = self._start, self._snapshot()
+        seconds = t1 - t0
+        by_role = {role: round((used1[role] - used0[role]) / seconds, 3) for role in self.roles}
+        self.result = {
+            "seconds": round(seconds, 1),
+            "cores_by_role": dict(sorted(by_role.items(), key=lambda kv: -kv[1])),
+            "cores_counted": round(sum(by_role.values()), 3),
+            "cores_busy_machine": round((busy1 - busy0) / seconds, 3),
+            "cores": psutil.cpu_count(),
+        }
+        return self.result
+
+
 def _sent(tenant_id: int) -> int:
     with connection.cursor() as cur:
         cur.execute(
@@ -365,6 +432,15 @@ def soak(
             f"receipts {'on' if receipts else 'off'}, tracemalloc {'on' if trace_dir else 'off'}"
         )
         parents = {p.name: p.pid for p in topo.senders}
+        cpu = CpuByRole(
+            {
+                "send": [p.pid for p in topo.senders],
+                "sweeper": [topo.sweeper.pid],
+                "beat": [topo.beat.pid],
+                **{name: [proc.pid] for name, proc in extra.items()},
+                "sandbox": [topo.sandbox.process.pid] if topo.sandbox.process is not None else [],
+            }
+        )
         samples: list[dict] = []
         t0 = time.monotonic() + LEAD_SECONDS
         previous_sent = 0
@@ -374,6 +450,10 @@ def soak(
                 delay = t0 + minute * SAMPLE_SECONDS - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+                if minute == 0:
+                    cpu.start()  # the load's own window: from the first due moment to the last minute's end
+                elif minute == minutes:
+                    cpu.stop()
                 if minute + 2 < minutes:
                     load(minute + 2)
                 rss, pids = _sample(topo, extra)
@@ -422,6 +502,8 @@ def soak(
             "child_replacements": replacements,
             "child_pids_seen": child_pids,
             "vacuum": vacuum.report(),
+            "cpu": cpu.result,
+            "sweep": core._sweep_summary(topo.sweep_passes()),
             "rss_summary_mb": _kind_summary(samples, minutes),
             f"lag_per_{window // 60}_min_window": _lag_windows(tenant.pk, first_due, window),
             **({"receipts": {**receipt_lag(), **_receipts_taken(sent)}} if receipts else {}),

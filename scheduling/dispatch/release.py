@@ -167,6 +167,7 @@ class ReleaseReport:
     quiet_deferred: int = 0
     disabled: int = 0
     recovery_deferred: int = 0  # stale `queued` rows still behind a backlog: looked at again later
+    full: bool = False  # a claim took as many rows as it may: more may be due already
 
     @property
     def total(self) -> int:
@@ -224,7 +225,8 @@ def _due_tenants(priority: str, now: datetime, exclude: set[int]) -> list[int]:
         return [r[0] for r in cur.fetchall() if r[0] not in exclude][:TENANT_WALK]
 
 
-def _claim_candidates(now: datetime, limit: int) -> list[dict]:
+def _claim_candidates(now: datetime, limit: int) -> tuple[list[dict], bool]:
+    """The rows this pass looks at, and whether any claim filled its batch (more may be due)."""
     rows: list[dict] = []
     # Messages whose paced slot has come first (an index of their own: msg_waiting_reason), then the
     # others due: a large backlog due at one moment is older than every slot promised from it and must
@@ -238,6 +240,7 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
         '"run_after"',
         limit,
     )
+    full = len(rows) == limit
     # While paced slots are being served, a pass takes fewer new messages to project: each one costs a
     # park and a timeline entry, and a long pass would commit its releases after their slots.
     head_limit = limit // 4 if rows else limit
@@ -250,6 +253,7 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
         )
         rows += head
         if len(head) == head_limit:  # a backlog: make sure every other tenant with due work is in it
+            full = True
             for tenant_id in _due_tenants(priority, now, {r["tenant_id"] for r in head}):
                 rows += _select(
                     '"status" = %s AND "priority" = %s AND "tenant_id" = %s AND "run_after" <= %s '
@@ -258,13 +262,13 @@ def _claim_candidates(now: datetime, limit: int) -> list[dict]:
                     '"run_after"',
                     TENANT_HEAD,
                 )
-    rows += _select(
+    stale = _select(
         '"status" = %s AND "run_after" <= %s AND "reason_code" <> %s',
         [Status.QUEUED, now, PACED],
         '"run_after"',
         limit,
     )
-    return rows
+    return rows + stale, full or len(stale) == limit
 
 
 def _inactive(tenant_ids: set[int]) -> set[int]:
@@ -277,7 +281,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
     report = ReleaseReport()
     published: dict[tuple[str, str], list[int]] = {}
     with transaction.atomic():
-        rows = _claim_candidates(now, limit)
+        rows, report.full = _claim_candidates(now, limit)
         if not rows:
             return report
         # A stale `queued` row whose task still waits behind a backlog is looked at again later, without

@@ -40,6 +40,9 @@ class SweepReport:
     unavailable: int = 0
     lost: int = 0
     seconds: float = 0.0
+    # A step took as many rows as its batch allows, so more may be due already: the next pass starts at
+    # once. Otherwise it waits the idle interval first (sweep_for).
+    full: bool = False
 
     @property
     def total(self) -> int:
@@ -133,13 +136,20 @@ def sweep_once(*, now: datetime | None = None, limit: int | None = None) -> Swee
     report.paced = released.paced
     report.unavailable = released.unavailable
     report.leases_expired = sending_leases_expire(now=now, limit=limit)
+    report.full = report.expired >= limit or released.full or report.leases_expired >= limit
     report.seconds = time.perf_counter() - started
     return report
 
 
 def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
-    """Run passes for about ``seconds``: back-to-back while work is due, a short sleep when idle. Beat
-    starts one of these per interval, so due work waits at most ~idle_sleep, not a whole beat tick."""
+    """Run passes for about ``seconds``: back-to-back while a backlog fills whole batches, otherwise a
+    short sleep between passes. Beat starts one of these per interval, so due work waits at most
+    ~idle_sleep (plus a pass), not a whole beat tick.
+
+    A pass that took less than a batch has caught up with what was due: starting the next one at once
+    would release only what fell due during this pass. Under a steady 200 due a second, back-to-back
+    passes ran some 20 times a second at 10-14 messages each, and each pass's fixed statements, and the
+    send task it publishes, cost the same for 12 messages as for 250 (`bench soak`)."""
     deadline = time.monotonic() + seconds
     reports = []
     while True:
@@ -164,5 +174,5 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
                 log.info("sweep quiet_hours_deferred=%d", report.quiet_deferred)
         if time.monotonic() >= deadline:
             return reports
-        if not report.total:
+        if not report.full:
             time.sleep(min(idle_sleep, max(0.0, deadline - time.monotonic())))

@@ -47,6 +47,44 @@ def test_both_priority_classes_progress_in_every_pass(tenant):
     assert report.queued == {"transactional": 2, "bulk": 2}
 
 
+def test_a_pass_says_whether_it_filled_a_batch(tenant):
+    for _ in range(5):
+        message(tenant, due_in=-1)
+    assert [sweep.sweep_once(limit=2).full for _ in range(3)] == [True, True, False]
+    assert Message.objects.filter(status=Status.QUEUED).count() == 5
+    assert sweep.sweep_once(limit=2).full is False  # nothing left
+
+
+class _Slept(Exception):
+    pass
+
+
+def test_passes_run_back_to_back_through_a_backlog_and_wait_once_caught_up(tenant, settings, monkeypatch):
+    """A pass that took less than a batch waits the idle interval before the next one, instead of
+    starting again at once for whatever fell due meanwhile (the first sleep ends this run)."""
+    settings.SWEEP_BATCH_SIZE = 2
+    for _ in range(5):
+        message(tenant, due_in=-1)
+    passes: list[int] = []
+    real = sweep.sweep_once
+
+    def counted():
+        report = real()
+        passes.append(sum(report.queued.values()))
+        return report
+
+    def slept(seconds):
+        raise _Slept(seconds)
+
+    monkeypatch.setattr(sweep, "sweep_once", counted)
+    monkeypatch.setattr(sweep.time, "sleep", slept)
+    with pytest.raises(_Slept):
+        sweep.sweep_for(60, idle_sleep=0.05)
+    # Two full batches back to back, then the rest: caught up, so the loop sleeps without another pass.
+    assert passes == [2, 2, 1]
+    assert Message.objects.filter(status=Status.QUEUED).count() == 5
+
+
 def test_past_validity_expires_instead_of_sending(tenant):
     stale = message(tenant, due_in=-120, validity=60)
     report = sweep.sweep_once()

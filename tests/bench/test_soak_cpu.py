@@ -1,0 +1,32 @@
+"""``bench soak``'s CPU by role: a process that ends inside the window keeps its time in the count."""
+
+import subprocess
+import sys
+
+from bench.soak import CpuByRole, _tree_cpu_seconds
+
+BURN = """
+import time
+end = time.process_time() + 0.3
+while time.process_time() < end:
+    pass
+print(time.process_time())
+"""
+
+
+def test_a_child_that_ended_inside_the_window_is_counted_in_its_parent():
+    cpu = CpuByRole({})
+    cpu.start()
+    # Run and reaped between the snapshots: alive at neither, so a sum over live processes would miss it.
+    child = subprocess.run([sys.executable, "-c", BURN], capture_output=True, text=True, check=True)
+    used = float(child.stdout)
+    result = cpu.stop()
+    assert used >= 0.3
+    assert result["cores_by_role"]["bench_driver"] * result["seconds"] >= used * 0.9, result
+    assert set(result["cores_by_role"]) >= {"bench_driver", "postgresql", "redis"}
+
+
+def test_a_process_that_is_gone_counts_nothing():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert _tree_cpu_seconds(child.pid) == 0.0
