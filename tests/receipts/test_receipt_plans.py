@@ -12,7 +12,8 @@ from django.utils import timezone
 from receipts import processor
 from receipts.models import ReceiptEvent
 from scheduling.models import Message, Status
-from tests.factories import messages_bulk, tenant_with_key
+from tests.factories import tenant_with_key
+from tests.plans import plan_of, sent_on_stale_statistics
 from tests.receipts.test_receipts import callback, cfg, signed_post  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -29,17 +30,8 @@ def _blocks(plan: dict) -> int:
 def test_a_batch_of_receipts_reads_its_messages_by_one_index_probe_each(cfg):  # noqa: F811
     if connection.vendor != "postgresql":
         pytest.skip("the plan is PostgreSQL's")
-    tenant = tenant_with_key("acme")[0]
-    messages_bulk(tenant, MESSAGES, due_at=timezone.now())
+    sent_on_stale_statistics(tenant_with_key("acme")[0], MESSAGES)
     table = Message._meta.db_table
-    with connection.cursor() as cur:
-        # Statistics from before the sends, as `bench soak` had them (and any table between two
-        # ANALYZEs): no message has a provider or a provider id yet.
-        cur.execute(f'ANALYZE "{table}"')
-        cur.execute(
-            f"UPDATE \"{table}\" SET status = 'sent', provider = 'twilio', sent_at = now(), "
-            f"provider_message_id = 'SM' || md5(id::text)"
-        )
     named = list(Message.objects.order_by("?").values_list("provider_message_id", flat=True)[:RECEIPTS])
     for sid in named:
         assert signed_post(callback(sid, "delivered")).status_code == 201
@@ -51,8 +43,6 @@ def test_a_batch_of_receipts_reads_its_messages_by_one_index_probe_each(cfg):  #
     loads = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith(f'SELECT "{table}"."id"')]
     loads = [sql for sql in loads if '"provider_message_id" IN' in sql]
     assert len(loads) == 1, ctx.captured_queries
-    with connection.cursor() as cur:
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + loads[0])
-        plan = cur.fetchone()[0][0]["Plan"]
+    plan = plan_of(loads[0])
     # A probe is a few index pages and the row's heap page; the walk was about 150 pages an id here.
     assert _blocks(plan) <= 8 * RECEIPTS, plan

@@ -9,6 +9,7 @@ from scheduling.dispatch import release, sweep
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from tests.factories import message, messages_bulk, tenant_with_key
+from tests.plans import plan_of, rows_read
 
 pytestmark = pytest.mark.django_db
 
@@ -93,15 +94,6 @@ def test_past_validity_expires_instead_of_sending(tenant):
     assert stale.events.filter(kind="expired").exists()
 
 
-def _rows_read(plan: dict, table: str) -> int:
-    """Rows a plan's scans of ``table`` produced or dropped by a filter, over every loop."""
-    own = 0
-    if plan.get("Relation Name") == table:
-        loops = plan.get("Actual Loops", 1)
-        own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)) * loops
-    return own + sum(_rows_read(child, table) for child in plan.get("Plans", []))
-
-
 def test_the_expiry_pass_reads_only_the_expired_rows_however_many_wait(tenant):
     """Every sweep pass runs the expiry claim. It must read the expired rows, not every waiting one:
     `bench soak` caught it in a sequential scan of the table (statistics taken while every row was
@@ -123,10 +115,8 @@ def test_the_expiry_pass_reads_only_the_expired_rows_however_many_wait(tenant):
         assert m.status == Status.EXPIRED
     # The same statements again (nothing is left to expire), each planned and run as the pass runs it.
     for sql in claims:
-        with connection.cursor() as cur:
-            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
-            plan = cur.fetchone()[0][0]["Plan"]
-        assert _rows_read(plan, Message._meta.db_table) == 0, plan
+        plan = plan_of(sql)
+        assert rows_read(plan, Message._meta.db_table) == 0, plan
     assert Message.objects.filter(status=Status.SCHEDULED).count() == 5000
 
 
