@@ -17,7 +17,6 @@ from django.test import Client
 from django.utils import timezone
 
 from bench import core
-from bench.pacing import _reset_capacity
 from delivery.models import Attempt, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.campaigns import control as campaign_control
@@ -146,7 +145,6 @@ def campaign_pause(
     *, n: int, rate: float, send_seconds: float, reads: int, paused_seconds: float, timeout: float
 ) -> dict:
     tenant = core.bench_reset()
-    _reset_capacity()
     SenderCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, sender=tenant.default_from, segments_per_second=rate
     )

@@ -97,6 +97,15 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=64, help="client connections")
         p.add_argument("--web-workers", type=int, default=3)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("sdk", help="client CPU per submission by the ways of calling the twilio SDK")
+        p.add_argument("--requests", type=int, default=5000, help="per variant and round")
+        p.add_argument(
+            "--in-flight", type=int, default=250, help="requests in flight (SMSGW_SEND_CONCURRENCY)"
+        )
+        p.add_argument("--rounds", type=int, default=5, help="every variant once per round, round-robin")
+        p.add_argument("--latency-ms", type=int, default=0, help="the sandbox's answer delay")
+        p.add_argument("--pools", type=int, nargs="*", default=[20, 50], help="connection pool caps to try")
+        p.add_argument("--warmup", type=int, default=300, help="requests before each measured run")
         p = sub.add_parser("burst-receipts", help="send burst while a burst of callbacks is processed")
         p.add_argument("--messages", type=int, default=50_000)
         p.add_argument("--receipts", type=int, default=50_000)
@@ -379,6 +388,10 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 timeout=opts["timeout"],
             )
+        elif scenario == "sdk":
+            from bench.sdk import sdk
+
+            result = sdk(**opts)  # its options are its parameters
         elif scenario == "burst-receipts":
             from bench import receipts as receipts_bench
 

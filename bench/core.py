@@ -41,9 +41,18 @@ def _say(msg: str) -> None:
 
 
 def bench_reset() -> Tenant:
-    """Empty the message tables (the bench database only) and return the bench tenant."""
+    """Empty the message tables (the bench database only), drop the pacing state an earlier scenario
+    configured (sender and account rates, rate buckets, circuits), and return the bench tenant. Left in
+    place, that state paced the next scenario: after `bench paced --senders 10` (an account rate of
+    200/s) a 200/s `bench soak` fell 2 s further behind every minute."""
+    from delivery.models import AccountCapacity, RateBucket, SenderCapacity
+
     with connection.cursor() as cur:
         cur.execute("TRUNCATE scheduling_messageevent, delivery_attempt, scheduling_message CASCADE")
+        cur.execute("DELETE FROM delivery_providercircuit")
+    SenderCapacity.objects.all().delete()
+    AccountCapacity.objects.all().delete()
+    RateBucket.objects.all().delete()
     tenant, _ = Tenant.objects.get_or_create(
         # No API rate limit: the benchmarks measure the gateway, not the limiter.
         slug=BENCH_TENANT,
@@ -685,10 +694,18 @@ def ingest(
             if wrk
             else partial(_ingest_python, seconds=seconds, concurrency=concurrency)
         )
-        run = client(url, key)
+        run = _with_cpu(web.pid, lambda: client(url, key))
         stored = Message.objects.filter(tenant=tenant).count() - warmup
-        batched = client(f"{url}/batch", key, method="BATCH", items=batch) if batch else None
-        health = client(f"http://127.0.0.1:{port}/healthz", key, method="GET") if healthz else None
+        batched = (
+            _with_cpu(web.pid, lambda: client(f"{url}/batch", key, method="BATCH", items=batch))
+            if batch
+            else None
+        )
+        health = (
+            _with_cpu(web.pid, lambda: client(f"http://127.0.0.1:{port}/healthz", key, method="GET"))
+            if healthz
+            else None
+        )
     finally:
         web.stop()
     stored_batch = Message.objects.filter(tenant=tenant).count() - warmup - stored
@@ -703,6 +720,7 @@ def ingest(
         "stored": stored,
         "latency_ms_p50": run["p50_ms"],
         "latency_ms_p99": run["p99_ms"],
+        **run["cpu"],
         "web_workers": web_workers,
         "threads": threads,
         "worker_class": worker_class,
@@ -711,6 +729,23 @@ def ingest(
         **(_batch_summary(run, batched, batch, stored_batch, health) if batched else {}),
         **(_healthz_summary(run, health) if health else {}),
     }
+
+
+def _with_cpu(web_pid: int, load) -> dict:
+    """``load()``'s result with the CPU the web (the gunicorn tree) and PostgreSQL spent a request
+    while it ran: rates move with whatever else the two cores do, the cost of a request much less."""
+    from bench.soak import CpuByRole  # bench.soak imports this module
+
+    cpu = CpuByRole({"web": [web_pid]})
+    cpu.start()
+    out = load()
+    used = cpu.stop()
+    n = max(1, out["requests"])
+    per_request = {
+        f"{role}_cpu_ms_per_request": round(used["cpu_seconds_by_role"][role] * 1000 / n, 3)
+        for role in ("web", "postgresql")
+    }
+    return {**out, "cpu": {**per_request, "cores_busy_machine": used["cores_busy_machine"]}}
 
 
 def _batch_summary(post: dict, batched: dict, items: int, stored: int, health: dict | None) -> dict:
@@ -732,6 +767,7 @@ def _batch_summary(post: dict, batched: dict, items: int, stored: int, health: d
             "stored_beyond_answered": stored - answered * items,
             "latency_ms_p50": batched["p50_ms"],
             "latency_ms_p99": batched["p99_ms"],
+            **batched.get("cpu", {}),
         },
         # Messages a second taken in by batches over those taken in one request each, same run.
         "ratio_batch_messages_to_post": round(requests_rate * items / post_rate, 2) if post_rate else None,
@@ -758,6 +794,7 @@ def _healthz_summary(post: dict, health: dict) -> dict:
             **({"socket_errors": health["socket_errors"]} if "socket_errors" in health else {}),
             "latency_ms_p50": health["p50_ms"],
             "latency_ms_p99": health["p99_ms"],
+            **health.get("cpu", {}),
         },
         # Target (docs/benchmarks.md): >= 0.2, an accepted message costs at most five health checks.
         "ratio_post_to_healthz": round(post_rate / health_rate, 3) if health_rate else None,

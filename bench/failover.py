@@ -32,7 +32,6 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bench import core
-from delivery.models import AccountCapacity, RateBucket, SenderCapacity
 from scheduling.messages.birth import messages_birth
 from scheduling.models import Status, new_public_id
 from smsgw.config import routes as route_config
@@ -172,12 +171,8 @@ def failover(
 
 
 def _reset():
-    tenant = core.bench_reset()
-    SenderCapacity.objects.all().delete()
-    AccountCapacity.objects.all().delete()
-    RateBucket.objects.all().delete()
+    tenant = core.bench_reset()  # the pacing state and circuits too
     with connection.cursor() as cur:
-        cur.execute("DELETE FROM delivery_providercircuit")
         cur.execute("DELETE FROM delivery_duplicatesubmission")
     return tenant
 

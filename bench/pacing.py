@@ -24,14 +24,6 @@ from smsgw.models import Tenant
 PROVIDER = "twilio"
 
 
-def _reset_capacity() -> None:
-    SenderCapacity.objects.all().delete()
-    AccountCapacity.objects.all().delete()
-    RateBucket.objects.all().delete()
-    with connection.cursor() as cur:
-        cur.execute("DELETE FROM delivery_providercircuit")
-
-
 def _sliding_max(times: list[float], window: float = 1.0) -> int:
     """The most events in any half-open window [t, t + window)."""
     return _sliding_max_at(times, window)[0]
@@ -73,7 +65,6 @@ def paced(
     of the worker processes; ``setup``: called with the bench tenant before the processes start (bench
     guards runs this scenario with and without the destination guards)."""
     tenant = core.bench_reset()
-    _reset_capacity()
     if setup is not None:
         setup(tenant)
     account_rate = senders * rate
@@ -248,7 +239,6 @@ def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue
     real rate: the share of refused submissions per 10-s window, and the accepted rate against the real
     limit."""
     tenant = core.bench_reset()
-    _reset_capacity()
     for i in range(senders):
         SenderCapacity.objects.create(
             provider=PROVIDER,
@@ -321,7 +311,6 @@ def fairness(
     tenant B sends ``stream_rate`` bulk messages/s for ``seconds``, and tenant A itself a transactional
     stream at the same rate. Reports B's and A's transactional lag (sent_at - due_at)."""
     core.bench_reset()
-    _reset_capacity()
     AccountCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
     )
@@ -392,7 +381,6 @@ def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) 
     message may fail or be sent twice; requests during the outage are counted; resumption is the time
     from recovery to the next accepted submission."""
     tenant = core.bench_reset()
-    _reset_capacity()
     topo = core.Topology(latency_ms=5, send_concurrency=3, control_port=0)
     try:
         due = timezone.now() + timedelta(seconds=10)
@@ -469,7 +457,6 @@ def limiter(*, n: int, timeout: float) -> dict:
     out = {"scenario": "limiter", "messages": n}
     for label, env in (("baseline_pacing_off", {"SMSGW_PACING": "0"}), ("pacing_on", {})):
         tenant = core.bench_reset()
-        _reset_capacity()
         topo = core.Topology(latency_ms=0, send_concurrency=3, env=env)
         try:
             due = timezone.now() + timedelta(seconds=20)

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from django.db import connection
 
 from bench import core, devprocs
+from bench.soak import CpuByRole
 from receipts.models import ReceiptEvent
 from sandbox.callbacks import twilio_signature
 
@@ -136,7 +137,10 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
     topo = ReceiptTopology(web_workers=web_workers)
     try:
         bodies = signed_bodies(topo.url, sids)
+        cpu = CpuByRole({"web": [topo.web.pid], "receipts": [topo.worker.pid], "beat": [topo.beat.pid]})
+        cpu.start()
         codes, seconds = asyncio.run(post_all(topo.url, bodies, concurrency=concurrency, rate=rate))
+        used = cpu.stop()
         accepted = sum(v for k, v in codes.items() if 200 <= k < 300)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and ReceiptEvent.objects.filter(processed_at__isnull=True).exists():
@@ -156,6 +160,9 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
             "status_codes": codes,
             "accepted_per_s": accepted / seconds,
             "post_seconds": round(seconds, 2),
+            # The endpoint's own cost: CPU of the gunicorn tree while the callbacks were POSTed, per callback.
+            "web_cpu_ms_per_callback": round(used["cpu_seconds_by_role"]["web"] * 1000 / n, 3),
+            "cpu_while_posting": used,
             **_lag(),
             "message_statuses": statuses,
         }

@@ -176,10 +176,14 @@ class CpuByRole:
         assert self._start is not None, "start() first"
         (t0, busy0, used0), (t1, busy1, used1) = self._start, self._snapshot()
         seconds = t1 - t0
-        by_role = {role: round((used1[role] - used0[role]) / seconds, 3) for role in used0}
+        spent = {role: used1[role] - used0[role] for role in used0}
+        by_role = {role: round(s / seconds, 3) for role, s in spent.items()}
         self.result = {
-            "seconds": round(seconds, 1),
+            "seconds": round(seconds, 3),
             "cores_by_role": dict(sorted(by_role.items(), key=lambda kv: -kv[1])),
+            # The seconds themselves, for a per-request figure: cores times the window as printed
+            # carries both roundings.
+            "cpu_seconds_by_role": {role: round(s, 4) for role, s in spent.items()},
             "cores_counted": round(sum(by_role.values()), 3),
             "cores_busy_machine": round((busy1 - busy0) / seconds, 3),
             "cores": psutil.cpu_count(),

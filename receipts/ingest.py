@@ -8,11 +8,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
 from django.utils import timezone
 
 from delivery.providers.base import CallbackData
 from receipts.models import ReceiptEvent, ReceiptOutcome
+from smsgw.runtime.db import fetchone_prepared
 
 
 @dataclass(frozen=True)
@@ -27,34 +27,38 @@ def receipt_dedupe_key(*, provider: str, callback: CallbackData) -> str:
     return hashlib.sha256(f"{provider}|{sid}|{raw_status}|{callback.error_code}".encode()).hexdigest()
 
 
+# INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, and it tells a duplicate (no row) apart.
+# Built once: the same text every call is also the prepared statement's key.
+_INSERT = (
+    f'INSERT INTO "{ReceiptEvent._meta.db_table}" ("provider", "provider_message_id", "raw_status", '  # noqa: S608
+    '"normalized_status", "error_code", "payload", "dedupe_key", "received_at", "next_try_at", "tries", '
+    '"outcome", "done_at", "message_hint", "attempt_hint") '
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s, %s) "
+    'ON CONFLICT ("dedupe_key") DO NOTHING RETURNING "id"'
+)
+
+
 def receipt_ingest(*, provider: str, callback: CallbackData, received_at: datetime | None = None) -> Ingested:
     """``received_at`` is when the callback arrived (now, unless it waited in the spool)."""
     now = timezone.now()
     received_at = received_at or now
-    # INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, and it tells a duplicate (no row) apart.
-    table = ReceiptEvent._meta.db_table
-    with connection.cursor() as cur:
-        cur.execute(
-            f'INSERT INTO "{table}" ("provider", "provider_message_id", "raw_status", "normalized_status", '  # noqa: S608
-            f'"error_code", "payload", "dedupe_key", "received_at", "next_try_at", "tries", "outcome", '
-            f'"done_at", "message_hint", "attempt_hint") '
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s, %s, %s, %s) "
-            f'ON CONFLICT ("dedupe_key") DO NOTHING RETURNING "id"',
-            [
-                provider,
-                callback.provider_message_id,
-                callback.raw_status,
-                callback.normalized_status,
-                callback.error_code,
-                json.dumps(callback.payload),
-                receipt_dedupe_key(provider=provider, callback=callback),
-                received_at,
-                now,
-                ReceiptOutcome.PENDING,
-                callback.done_at,
-                callback.message_hint,
-                callback.attempt_hint,
-            ],
-        )
-        row = cur.fetchone()
+    # A prepared statement on PostgreSQL (smsgw.runtime.db.fetchone_prepared): this runs once per callback.
+    row = fetchone_prepared(
+        _INSERT,
+        [
+            provider,
+            callback.provider_message_id,
+            callback.raw_status,
+            callback.normalized_status,
+            callback.error_code,
+            json.dumps(callback.payload),
+            receipt_dedupe_key(provider=provider, callback=callback),
+            received_at,
+            now,
+            ReceiptOutcome.PENDING,
+            callback.done_at,
+            callback.message_hint,
+            callback.attempt_hint,
+        ],
+    )
     return Ingested(receipt_id=row[0] if row else None, duplicate=row is None)

@@ -104,7 +104,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "smsgw.http.boundary.ApiBoundaryMiddleware",  # first: it turns every /v1/ and /receipts/ error into JSON
+    # Provider callbacks (/receipts/, /inbound/) leave here for a chain of only the entries below they use
+    # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
+    "smsgw.http.callback_chain.CallbackChainMiddleware",
+    "smsgw.http.boundary.ApiBoundaryMiddleware",  # it turns every /v1/ and /receipts/ error into JSON
     "django.middleware.security.SecurityMiddleware",
     # Right after security (HTTPS redirect first): serves /static/ in every mode, DEBUG or not.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -169,6 +172,13 @@ else:
             "tcp_user_timeout": env_int("SMSGW_DB_TCP_USER_TIMEOUT_MS", 15000, minimum=1000),
         }
     )
+    # Server-side prepared statements only where a statement asks for one (``prepare=True``:
+    # smsgw.runtime.db.fetchone_prepared, the callback endpoint's INSERT); a threshold no statement reaches
+    # keeps psycopg from preparing the others on its own. Django's default (None, for poolers) turns
+    # them off, and its own cursors bind client-side and never prepare. Behind PgBouncer in transaction
+    # mode older than 1.21, or without max_prepared_statements, set SMSGW_DB_PREPARED_STATEMENTS=0.
+    if env_bool("SMSGW_DB_PREPARED_STATEMENTS", True):
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1
 # While the database does not answer, a request that needs it is a 503 with this Retry-After
 # (smsgw.http.unavailable): about one connect timeout, the time a restart or a failover usually takes.
 DB_RETRY_AFTER_SECONDS = env_int("SMSGW_DB_RETRY_AFTER_SECONDS", 5, minimum=1)

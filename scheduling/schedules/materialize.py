@@ -25,11 +25,12 @@ from django.utils import timezone
 
 from scheduling.dispatch.quiet import QuietWindow, tenant_quiet_window
 from scheduling.lifecycle.schedules import schedules_end
-from scheduling.messages.birth import messages_birth, server_bound_cursor
+from scheduling.messages.birth import messages_birth
 from scheduling.models import Schedule, ScheduleStatus, Status, new_public_id
 from scheduling.schedules.recurrence import Occurrence, Recurrence
 from scheduling.schedules.rrules import parse_exdates, parse_rrule
 from smsgw.models import Tenant
+from smsgw.runtime.db import server_bound_cursor
 
 log = logging.getLogger(__name__)
 

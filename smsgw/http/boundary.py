@@ -10,13 +10,14 @@ or value, a query parameter, a path id, a header, a signed provider callback.
 * ``StrictJSONParser`` (DRF's parser for every view): such text anywhere in a body is a 400 naming the
   top-level field; a body nested deeper than ``MAX_JSON_DEPTH`` (or deep enough to exhaust the
   interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
-* ``ApiBoundaryMiddleware`` (the outermost middleware): the same check over path ids, query parameters
-  and headers (400 naming the parameter); a declared body larger than ``SMSGW_API_MAX_BODY_BYTES`` is a
-  413 ``request_too_large`` before anything reads it (a campaign's CSV upload, multipart POST
-  /v1/campaigns, has its own cap, ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read
-  into memory); and any error response that is not already JSON
-  (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a
-  traceback is never shown and a client (or Twilio) always gets the documented shape.
+* ``ApiBoundaryMiddleware`` (the outermost middleware of both chains, smsgw.http.callback_chain): the
+  same check over path ids, query parameters and headers (400 naming the parameter); a declared body
+  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything reads it (a
+  campaign's CSV upload, multipart POST /v1/campaigns, has its own cap,
+  ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory); and any error
+  response that is not already JSON (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is
+  replaced by the envelope, so a traceback is never shown and a client (or Twilio) always gets the
+  documented shape.
 
 Error messages never echo the offending value (it is hostile, and may be a body or a number).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import psycopg
 from django.db import connection
 from psycopg import adapters
 from psycopg.adapt import Dumper
@@ -76,3 +77,34 @@ def in_clause(column: str, ids: list[int]) -> tuple[str, list]:
     if is_postgres():
         return f"{column} = ANY(%s::bigint[])", [PgInts(ids)]
     return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
+def server_bound_cursor() -> psycopg.Cursor:
+    """A PostgreSQL cursor on Django's connection (same transaction) that sends parameters separately
+    (server-side binding) instead of Django's default client-side interpolation: dozens of arrays of
+    thousands of values are then dumped natively, not escaped into the SQL text one element at a time
+    (~3x less client CPU for a batch), and a statement can be prepared (``fetchone_prepared``)."""
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
+
+
+def fetchone_prepared(sql: str, params: list) -> tuple | None:
+    """Run one hot statement, run many times a second (the callback endpoint's INSERT), and return its
+    first row.
+
+    Django's PostgreSQL cursors bind client-side: each execute renders every parameter into the SQL
+    text in Python, and the server parses and plans the result anew. On PostgreSQL this runs on
+    psycopg's server-binding cursor over Django's own connection instead, with ``prepare=True``: the
+    statement is prepared once per connection, then only its parameters are sent (psycopg's docs,
+    "Prepared statements"). Measured with ``python -m bench receipts``: less web CPU and a fifth less
+    PostgreSQL CPU per callback (docs/benchmarks.md). Errors are Django's (``wrap_database_errors``),
+    so callers catch OperationalError as with any cursor. Behind a pooler in transaction mode, prepared
+    statements need PgBouncer 1.21+ with ``max_prepared_statements`` set. Elsewhere (SQLite) it is
+    Django's cursor."""
+    if not is_postgres():
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+    with connection.wrap_database_errors, server_bound_cursor() as cur:
+        cur.execute(sql, params, prepare=True)
+        return cur.fetchone()

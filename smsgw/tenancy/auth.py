@@ -7,12 +7,13 @@ import re
 from datetime import timedelta
 from functools import cache
 
-from django.db import connections
+from django.db import connection, connections
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from smsgw.models import KEY_PREFIX_LEN, ApiKey, Tenant
 from smsgw.runtime import logs_json
+from smsgw.runtime.db import fetchone_prepared
 
 # Writing last_used_at on every request would add a write per API call; once a minute is enough to
 # answer "is this key still in use".
@@ -64,14 +65,13 @@ def _key_query(alias: str, vendor: str):
     return sql, converters, tuple(f.attname for f in key_fields), tuple(f.attname for f in tenant_fields)
 
 
-def key_lookup(prefix: str, using: str = "default") -> ApiKey | None:
+def key_lookup(prefix: str) -> ApiKey | None:
     """The key with this prefix, its tenant loaded, straight from the database (never cached: a revoked
-    key or a disabled tenant stops working on the next request)."""
-    connection = connections[using]
+    key or a disabled tenant stops working on the next request). Every API request runs it, so on
+    PostgreSQL it is a prepared statement (fetchone_prepared)."""
+    using = connection.alias
     sql, converters, key_names, tenant_names = _key_query(using, connection.vendor)
-    with connection.cursor() as cur:
-        cur.execute(sql, [prefix])
-        row = cur.fetchone()
+    row = fetchone_prepared(sql, [prefix])
     if row is None:
         return None
     values = list(row)

@@ -11,11 +11,13 @@ from django.test import Client
 from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
+from receipts import processor
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from receipts.processor import receipts_process_due
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import message, tenant_with_key
+from tests.loops import passes_until_first_sleep
 
 pytestmark = pytest.mark.django_db
 PUBLIC = "https://sms.example.com"
@@ -94,6 +96,28 @@ def test_signed_callback_is_stored_redacted_and_applied(cfg, tenant):
     assert msg.provider_status == "delivered"
     receipt.refresh_from_db()
     assert receipt.outcome == ReceiptOutcome.APPLIED and receipt.message_id == msg.pk
+
+
+def test_batches_run_back_to_back_through_a_backlog_and_wait_once_caught_up(
+    cfg, tenant, settings, monkeypatch
+):
+    """A batch that was not full waits the idle interval before the next claim, instead of claiming at
+    once the few callbacks that arrived meanwhile (the first sleep ends this run)."""
+    settings.RECEIPT_BATCH_SIZE = 2
+    msgs = [sent_message(tenant, f"SM{i:032d}") for i in range(5)]
+    for msg in msgs:
+        assert signed_post(callback(msg.provider_message_id, "delivered")).status_code == 201
+    batches = passes_until_first_sleep(
+        monkeypatch,
+        processor,
+        "receipts_process_due",
+        lambda claimed: claimed,
+        lambda: processor.receipts_process_for(60, idle_sleep=0.05),
+    )
+    # Two full batches back to back, then the rest: caught up, so it sleeps without another claim.
+    assert batches == [2, 2, 1]
+    assert [m.status for m in Message.objects.filter(pk__in=[m.pk for m in msgs])] == [Status.DELIVERED] * 5
+    assert not ReceiptEvent.objects.filter(processed_at__isnull=True).exists()
 
 
 @pytest.mark.parametrize(

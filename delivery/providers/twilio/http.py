@@ -119,14 +119,18 @@ class BaseUrlAsyncHttpClient(AsyncTwilioHttpClient):
         self._auth_cache: tuple[tuple[str, str] | None, str] = (None, "")
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
+    def _connector_options(self) -> dict[str, Any]:
+        """The connection pool's settings (``bench sdk`` varies them)."""
+        return {
+            "limit": self.max_connections,
+            "keepalive_timeout": KEEPALIVE_SECONDS,
+            "ttl_dns_cache": 300,
+            "socket_factory": abortable_socket_factory(self.timeout),
+        }
+
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None or self.session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.max_connections,
-                keepalive_timeout=KEEPALIVE_SECONDS,
-                ttl_dns_cache=300,
-                socket_factory=abortable_socket_factory(self.timeout),
-            )
+            connector = aiohttp.TCPConnector(**self._connector_options())
             # Twilio's API sets no cookies we need: a dummy jar skips cookie filtering on every request
             # and response; answers are small JSON, never compressed by the sandbox or worth asking for.
             self.session = aiohttp.ClientSession(

@@ -285,6 +285,22 @@ def test_messaging_service_submission_is_accepted(adapter, sandbox):
     assert listed.from_ is None
 
 
+def test_an_accepted_answer_gives_its_sid_status_and_segments_as_twilio_wrote_them(adapter, sandbox):
+    """The adapter reads Twilio's JSON answer itself (the SDK's request API, not a MessageInstance): the
+    sid, the status and num_segments (a string in Twilio's answer) reach the result, and the message the
+    sandbox stored is the one the form described."""
+    body = "x" * 200  # GSM-7 over 160 characters: 2 segments
+    [result] = adapter.submit_many([sub("+15550102000", body=body)])
+
+    assert result.outcome == Outcome.ACCEPTED
+    assert result.provider_message_id.startswith("SM") and result.provider_status == "queued"
+    assert result.response["sid"] == result.provider_message_id
+    assert result.response["status"] == "queued"
+    assert result.response["num_segments"] == "2"
+    [listed] = sandbox.list_messages(to="+15550102000")
+    assert (listed.sid, listed.body, listed.from_) == (result.provider_message_id, body, FROM)
+
+
 def test_wrong_auth_token_is_rejected(adapter, sandbox, settings):
     settings.TWILIO_AUTH_TOKEN = "not-the-token"
 

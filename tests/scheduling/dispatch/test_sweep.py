@@ -9,6 +9,7 @@ from scheduling.dispatch import release, sweep
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from tests.factories import message, messages_bulk, tenant_with_key
+from tests.loops import passes_until_first_sleep
 from tests.plans import plan_of, rows_read
 
 pytestmark = pytest.mark.django_db
@@ -56,31 +57,19 @@ def test_a_pass_says_whether_it_filled_a_batch(tenant):
     assert sweep.sweep_once(limit=2).full is False  # nothing left
 
 
-class _Slept(Exception):
-    pass
-
-
 def test_passes_run_back_to_back_through_a_backlog_and_wait_once_caught_up(tenant, settings, monkeypatch):
     """A pass that took less than a batch waits the idle interval before the next one, instead of
     starting again at once for whatever fell due meanwhile (the first sleep ends this run)."""
     settings.SWEEP_BATCH_SIZE = 2
     for _ in range(5):
         message(tenant, due_in=-1)
-    passes: list[int] = []
-    real = sweep.sweep_once
-
-    def counted():
-        report = real()
-        passes.append(sum(report.queued.values()))
-        return report
-
-    def slept(seconds):
-        raise _Slept(seconds)
-
-    monkeypatch.setattr(sweep, "sweep_once", counted)
-    monkeypatch.setattr(sweep.time, "sleep", slept)
-    with pytest.raises(_Slept):
-        sweep.sweep_for(60, idle_sleep=0.05)
+    passes = passes_until_first_sleep(
+        monkeypatch,
+        sweep,
+        "sweep_once",
+        lambda report: sum(report.queued.values()),
+        lambda: sweep.sweep_for(60, idle_sleep=0.05),
+    )
     # Two full batches back to back, then the rest: caught up, so the loop sleeps without another pass.
     assert passes == [2, 2, 1]
     assert Message.objects.filter(status=Status.QUEUED).count() == 5

@@ -1,0 +1,31 @@
+"""Every benchmark scenario starts from ``bench.core.bench_reset``: no message, and no pacing state an
+earlier scenario configured. `bench paced --senders 10` used to leave an account rate of 200/s behind,
+and a 200/s `bench soak` run next fell 2 s further behind every minute (docs/benchmarks.md)."""
+
+import pytest
+from django.db import connection
+
+from bench import core
+from delivery.models import AccountCapacity, SenderCapacity
+from scheduling.models import Message
+from tests.factories import message, tenant_with_key
+
+pytestmark = pytest.mark.django_db(transaction=True)  # TRUNCATE, as the bench runs it
+
+ACCOUNT = "AC" + "0" * 32
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the benchmarks run on PostgreSQL (TRUNCATE)")
+def test_a_scenario_starts_without_the_messages_and_the_pacing_an_earlier_one_left():
+    message(tenant_with_key("earlier")[0])
+    SenderCapacity.objects.create(
+        provider="twilio", account=ACCOUNT, sender=core.sender_number(0), segments_per_second=20
+    )
+    AccountCapacity.objects.create(provider="twilio", account=ACCOUNT, segments_per_second=200)
+
+    tenant = core.bench_reset()
+
+    assert tenant.slug == core.BENCH_TENANT
+    assert not SenderCapacity.objects.exists()
+    assert not AccountCapacity.objects.exists()
+    assert not Message.objects.exists()
