@@ -168,10 +168,25 @@ class EmbeddedRun:
             cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(page["next"]).query)["cursor"][0]
 
     def submissions_by_recipient(self) -> Counter:
+        """Submissions each recipient got, at both sandboxes: a route's standby leg (Vonage for a US
+        number in the demo routes) takes a message its first provider was proved never to have got
+        (delivery.sending.reconcile._absent), for example one a killed worker never sent."""
+        return self.twilio_submissions() + self.vonage_submissions()
+
+    def twilio_submissions(self) -> Counter:
         req = urllib.request.Request(self.sandbox + "/_sandbox/submissions?since=0")  # noqa: S310
         with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
             rows = json.loads(resp.read())
         return Counter(row[3] for row in rows)
+
+    def vonage_submissions(self) -> Counter:
+        """Requests per recipient at the Vonage sandbox (parts of one request share its request id; the
+        sandbox keeps Vonage's MSISDN, without the +)."""
+        url = f"http://127.0.0.1:{self.vonage_control_port}/_sandbox/messages"
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            parts = json.loads(resp.read())
+        requests = {("+" + p["to"], p["request_id"]) for p in parts}
+        return Counter(to for to, _ in requests)
 
     def stop(self, timeout: float = 30) -> float:
         """SIGTERM to the run's process group (as Ctrl-C in its terminal); seconds until it exited."""
@@ -256,7 +271,8 @@ def outcome(run: EmbeddedRun, accepted: list[dict], settle_seconds: float) -> di
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(2)
-    submitted = run.submissions_by_recipient()
+    twilio, vonage = run.twilio_submissions(), run.vonage_submissions()
+    submitted = twilio + vonage
     statuses = Counter(by_id.get(i, {}).get("status", "missing") for i in ids)
     lags = [
         lag for m in by_id.values() if (lag := _seconds(m["due_at"], m["timestamps"]["sent_at"])) is not None
@@ -267,6 +283,13 @@ def outcome(run: EmbeddedRun, accepted: list[dict], settle_seconds: float) -> di
         "lost": len(ids) - statuses.get("delivered", 0),
         "duplicated": sum(1 for a in accepted if submitted.get(a["to"], 0) > 1),
         "never_submitted": sum(1 for a in accepted if submitted.get(a["to"], 0) == 0),
+        "through_standby": sum(1 for a in accepted if vonage.get(a["to"], 0) > 0),
+        # What the API says of each message no sandbox got: its route and why it ended as it did.
+        "never_submitted_messages": [
+            {k: by_id.get(a["id"], {}).get(k) for k in ("id", "status", "route", "status_reason")}
+            for a in accepted
+            if submitted.get(a["to"], 0) == 0
+        ],
         "lag_p50": _pct(lags, 50),
         "lag_p99": _pct(lags, 99),
         "lag_max": max(lags) if lags else float("nan"),
@@ -320,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  messages accepted        {r['accepted']}   final statuses {r['statuses']}")
     print(f"  lost                     {r['lost']}   (never submitted: {r['never_submitted']})")
     print(f"  duplicated               {r['duplicated']}")
+    print(f"  through the standby leg  {r['through_standby']}")
     print(
         f"  lag sent_at - due_at     p50 {r['lag_p50']:.2f} s, p99 {r['lag_p99']:.2f} s, "
         f"max {r['lag_max']:.2f} s"

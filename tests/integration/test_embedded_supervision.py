@@ -2,8 +2,10 @@
 sandbox, gunicorn, a celery worker and beat under deploy/embedded.py's supervisor), driven over HTTP as a
 user drives it, with the faults that used to stop it.
 
-Every test states each message's expected end: delivered, with exactly one submission stored by the
-sandbox for its recipient (each message has a recipient of its own)."""
+Every test states each message's expected end: delivered, with exactly one submission stored for its
+recipient (each message has a recipient of its own) by the two sandboxes together: the demo routes send a
+US number through Twilio with Vonage as standby, and a message Twilio was proved never to have got (one a
+killed worker never sent) moves on to Vonage."""
 
 from __future__ import annotations
 
