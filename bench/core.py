@@ -45,14 +45,12 @@ def bench_reset() -> Tenant:
     configured (sender and account rates, rate buckets, circuits), and return the bench tenant. Left in
     place, that state paced the next scenario: after `bench paced --senders 10` (an account rate of
     200/s) a 200/s `bench soak` fell 2 s further behind every minute."""
-    from delivery.models import AccountCapacity, RateBucket, SenderCapacity
+    from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 
     with connection.cursor() as cur:
         cur.execute("TRUNCATE scheduling_messageevent, delivery_attempt, scheduling_message CASCADE")
-        cur.execute("DELETE FROM delivery_providercircuit")
-    SenderCapacity.objects.all().delete()
-    AccountCapacity.objects.all().delete()
-    RateBucket.objects.all().delete()
+    for model in (SenderCapacity, AccountCapacity, RateBucket, ProviderCircuit):
+        model.objects.all().delete()
     tenant, _ = Tenant.objects.get_or_create(
         # No API rate limit: the benchmarks measure the gateway, not the limiter.
         slug=BENCH_TENANT,

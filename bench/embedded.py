@@ -167,12 +167,6 @@ class EmbeddedRun:
                 return out
             cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(page["next"]).query)["cursor"][0]
 
-    def submissions_by_recipient(self) -> Counter:
-        """Submissions each recipient got, at both sandboxes: a route's standby leg (Vonage for a US
-        number in the demo routes) takes a message its first provider was proved never to have got
-        (delivery.sending.reconcile._absent), for example one a killed worker never sent."""
-        return self.twilio_submissions() + self.vonage_submissions()
-
     def twilio_submissions(self) -> Counter:
         req = urllib.request.Request(self.sandbox + "/_sandbox/submissions?since=0")  # noqa: S310
         with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
@@ -271,6 +265,9 @@ def outcome(run: EmbeddedRun, accepted: list[dict], settle_seconds: float) -> di
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(2)
+    # Submissions each recipient got, at both sandboxes: a route's standby leg (Vonage for a US number in
+    # the demo routes) takes a message its first provider was proved never to have got
+    # (delivery.sending.reconcile._absent), for example one a killed worker never sent.
     twilio, vonage = run.twilio_submissions(), run.vonage_submissions()
     submitted = twilio + vonage
     statuses = Counter(by_id.get(i, {}).get("status", "missing") for i in ids)

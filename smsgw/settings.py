@@ -173,10 +173,11 @@ else:
         }
     )
     # Server-side prepared statements only where a statement asks for one (``prepare=True``:
-    # smsgw.runtime.db.fetchone_prepared, the callback endpoint's INSERT); a threshold no statement reaches
-    # keeps psycopg from preparing the others on its own. Django's default (None, for poolers) turns
-    # them off, and its own cursors bind client-side and never prepare. Behind PgBouncer in transaction
-    # mode older than 1.21, or without max_prepared_statements, set SMSGW_DB_PREPARED_STATEMENTS=0.
+    # smsgw.runtime.db.fetchone_prepared, a create's and a callback's statements); a threshold no
+    # statement reaches keeps psycopg from preparing the others on its own. Django's default (None, for
+    # poolers) turns them off, and its own cursors bind client-side and never prepare. Behind PgBouncer in
+    # transaction mode older than 1.21, or without max_prepared_statements, set
+    # SMSGW_DB_PREPARED_STATEMENTS=0.
     if env_bool("SMSGW_DB_PREPARED_STATEMENTS", True):
         DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1
 # While the database does not answer, a request that needs it is a 503 with this Retry-After

@@ -1,4 +1,5 @@
-"""PostgreSQL plans in tests: what a statement reads, on the statistics a busy table really has."""
+"""PostgreSQL plans in tests: what a statement reads, on the statistics a busy table really has, and which
+statements a connection has prepared."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def plan_of(sql: str) -> dict:
     with connection.cursor() as cur:
         cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql)
         return cur.fetchone()[0][0]["Plan"]
+
+
+def prepared_statements(like: str) -> list[str]:
+    """The text of each statement prepared on this connection whose text is LIKE ``like``."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", [like])
+        return [row[0] for row in cur.fetchall()]
 
 
 def rows_read(plan: dict, table: str) -> int:

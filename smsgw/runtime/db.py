@@ -89,8 +89,8 @@ def server_bound_cursor() -> psycopg.Cursor:
 
 
 def fetchone_prepared(sql: str, params: list) -> tuple | None:
-    """Run one hot statement, run many times a second (the callback endpoint's INSERT), and return its
-    first row.
+    """Run one hot statement, run many times a second, and return its first row: a single create's key
+    lookup, suppression check and INSERT, and the callback endpoint's INSERT.
 
     Django's PostgreSQL cursors bind client-side: each execute renders every parameter into the SQL
     text in Python, and the server parses and plans the result anew. On PostgreSQL this runs on

@@ -4,9 +4,10 @@ and a 200/s `bench soak` run next fell 2 s further behind every minute (docs/ben
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from bench import core
-from delivery.models import AccountCapacity, SenderCapacity
+from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 from scheduling.models import Message
 from tests.factories import message, tenant_with_key
 
@@ -22,10 +23,25 @@ def test_a_scenario_starts_without_the_messages_and_the_pacing_an_earlier_one_le
         provider="twilio", account=ACCOUNT, sender=core.sender_number(0), segments_per_second=20
     )
     AccountCapacity.objects.create(provider="twilio", account=ACCOUNT, segments_per_second=200)
+    now = timezone.now()
+    RateBucket.objects.create(
+        key=f"twilio|{ACCOUNT}|account|",
+        kind="account",
+        rate_configured=200,
+        rate_effective=100,
+        tat=now,
+        projected_until=now,
+        updated_at=now,
+    )
+    ProviderCircuit.objects.create(
+        provider="twilio", account=ACCOUNT, state="open", opened_at=now, window_started_at=now, updated_at=now
+    )
 
     tenant = core.bench_reset()
 
     assert tenant.slug == core.BENCH_TENANT
     assert not SenderCapacity.objects.exists()
     assert not AccountCapacity.objects.exists()
+    assert not RateBucket.objects.exists()
+    assert not ProviderCircuit.objects.exists()
     assert not Message.objects.exists()

@@ -14,17 +14,12 @@ from delivery.guards import suppression
 from scheduling.models import Message
 from smsgw.models import ApiKey
 from tests.factories import recipient
+from tests.plans import prepared_statements as prepared
 
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(connection.vendor != "postgresql", reason="server-side prepared statements"),
 ]
-
-
-def prepared(like: str) -> list[str]:
-    with connection.cursor() as cur:
-        cur.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", [like])
-        return [row[0] for row in cur.fetchall()]
 
 
 def test_a_create_runs_three_prepared_statements_once_each_and_answers_as_before(api, tenant_and_key):

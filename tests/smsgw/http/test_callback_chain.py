@@ -12,6 +12,7 @@ from twilio.request_validator import RequestValidator
 
 from receipts.models import ReceiptEvent
 from smsgw.http.callback_chain import CallbackChainMiddleware, callback_middleware, is_callback_path
+from tests.plans import prepared_statements
 
 # The receipts tests' settings (a public URL and Twilio's token) and the URL their callbacks are signed for.
 from tests.receipts.test_receipts import URL, cfg  # noqa: F401  (cfg: a fixture)
@@ -99,11 +100,7 @@ def test_the_callback_insert_is_prepared_once_per_connection_and_still_tells_a_d
     ]
     again = client.post("/receipts/twilio/", delivered("SM" + "0" * 32), **signed(delivered("SM" + "0" * 32)))
 
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO %%receiptevent%%'"
-        )
-        prepared = [row[0] for row in cur.fetchall()]
+    prepared = prepared_statements("INSERT INTO %receiptevent%")
     assert [r.status_code for r in first] == [201, 201, 201]
     assert again.status_code == 200  # a duplicate: no row returned by the prepared INSERT
     assert ReceiptEvent.objects.count() == 3
