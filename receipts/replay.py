@@ -51,7 +51,10 @@ def signed_callback_first_use(*, provider: str, key: str, keep_seconds: float) -
         with transaction.atomic():
             SignedCallbackSeen.objects.create(key=digest, expires_at=expires_at)
     except IntegrityError:
-        return SignedCallbackSeen.objects.filter(key=digest, expires_at__lt=now).update(expires_at=expires_at) == 1
+        return (
+            SignedCallbackSeen.objects.filter(key=digest, expires_at__lt=now).update(expires_at=expires_at)
+            == 1
+        )
     return True
 
 

@@ -54,7 +54,9 @@ def route_leg_check(
         )
     declared_settings = declarations.provider_settings(leg.provider)
     if settings.PRODUCTION and declared_settings is not None and declared_settings.problem:
-        raise RouteConfigError(f"{where}provider", f"not configured on this gateway: {declared_settings.problem}")
+        raise RouteConfigError(
+            f"{where}provider", f"not configured on this gateway: {declared_settings.problem}"
+        )
     if leg.account and leg.account != adapter.account:
         # The configured account is not echoed: an operator who needs it finds it in the deployment's
         # settings, not in a form error.

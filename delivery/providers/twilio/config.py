@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from smsgw.config.env import env_float, env_pairs, env_str
-from smsgw.config.security import placeholder_problem
 from smsgw.config.providers import Capabilities, ProviderSettings, SenderPools, ValidityBounds
+from smsgw.config.security import placeholder_problem
 
 # ValidityPeriod: "Accepted values are integers from 1 to 36000" (twilio-oai, CreateMessageRequest).
 VALIDITY = ValidityBounds(minimum=1, maximum=36000)

@@ -77,7 +77,11 @@ def credentials_problem(api_key: str, api_secret: str, signature_secret: str, me
         )
     return (
         placeholder_problem("VONAGE_API_KEY", api_key, (SANDBOX_API_KEY,))
-        or (placeholder_problem("VONAGE_API_SECRET", api_secret, (SANDBOX_API_SECRET,)) if api_secret else None)
+        or (
+            placeholder_problem("VONAGE_API_SECRET", api_secret, (SANDBOX_API_SECRET,))
+            if api_secret
+            else None
+        )
         or placeholder_problem("VONAGE_SIGNATURE_SECRET", signature_secret)
     )
 
