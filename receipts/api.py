@@ -132,9 +132,10 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
 @require_POST
 def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     """``POST /receipts/<provider>/``: one endpoint for every provider; its adapter verifies, parses and
-    redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate.
-    Nothing before the INSERT reads the database (the signature is checked with settings only), so
-    during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
+    redacts the callback. 403 (nothing written) for a bad signature, a stale one or a replayed one;
+    201 stored, 200 a duplicate. Nothing before the INSERT needs the database (the signature is checked
+    with settings only; a one-time signature's record, Vonage's, is skipped when the database is away),
+    so during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
     adapter, params, refused = _signed_form(request, provider)
     if refused is not None:
         return refused
