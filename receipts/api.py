@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -17,7 +19,7 @@ from rest_framework.views import APIView
 
 from delivery.providers import PROVIDERS, get_adapter
 from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
-from receipts import lookup, spool, webhooks
+from receipts import lookup, replay, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
 from smsgw.http.boundary import NUL_OR_SURROGATE, bad_text_removed, first_bad_field, is_bad_text
@@ -48,7 +50,8 @@ def _signed_form(request: HttpRequest, provider: str):
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
     403 (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be
     stored (a NUL; PostgreSQL refuses it in jsonb) unless it is only in a free-text field, which is
-    stored without it (``adapter.free_text_fields``), never a 500 that the provider would retry."""
+    stored without it (``adapter.free_text_fields``), never a 500 that the provider would retry. A
+    signed callback outside its provider's timestamp window is refused 403 naming ``timestamp``."""
     if provider not in PROVIDERS:
         return None, None, _error(404, "provider", "unknown provider")
     length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -63,6 +66,8 @@ def _signed_form(request: HttpRequest, provider: str):
         verified = adapter.validate_callback(callback_url(request), params, request.headers)
     except CallbackKeyUnknown as exc:
         return None, None, _key_unknown(provider, params, exc)
+    except CallbackInvalid as exc:  # signed, but stale or from the future: a replay or a skewed clock
+        return None, None, _error(403, exc.field, str(exc))
     if not verified:
         return None, None, _error(403, adapter.signature_header, "missing or invalid signature")
     # Verified, so it came from the provider: a NUL in a mere description is removed, not refused.
@@ -76,7 +81,10 @@ def _signed_form(request: HttpRequest, provider: str):
 
 def _fields(request: HttpRequest) -> dict[str, str] | None:
     """The callback's fields: a form (what most providers post), or one flat JSON object (a provider that
-    posts JSON receipts, e.g. Vonage's ``POST-JSON`` method); None for JSON that is not one object."""
+    posts JSON receipts, e.g. Vonage's ``POST-JSON`` method), or the query of a GET (Vonage's inbound
+    webhook may use GET); None for JSON that is not one object."""
+    if request.method == "GET":
+        return {key: request.GET.get(key, "") for key in request.GET}
     if request.content_type != "application/json":
         return {key: request.POST.get(key, "") for key in request.POST}
     try:
@@ -124,9 +132,10 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
 @require_POST
 def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     """``POST /receipts/<provider>/``: one endpoint for every provider; its adapter verifies, parses and
-    redacts the callback. 403 (nothing written) for a bad signature; 201 stored, 200 a duplicate.
-    Nothing before the INSERT reads the database (the signature is checked with settings only), so
-    during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
+    redacts the callback. 403 (nothing written) for a bad signature, a stale one or a replayed one;
+    201 stored, 200 a duplicate. Nothing before the INSERT needs the database (the signature is checked
+    with settings only; a one-time signature's record, Vonage's, is skipped when the database is away),
+    so during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
     adapter, params, refused = _signed_form(request, provider)
     if refused is not None:
         return refused
@@ -134,13 +143,32 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:
         return _error(400, exc.field, str(exc))
+    once = adapter.callback_replay_key(params)
+    if once is not None and not _first_use(provider, once):
+        return _error(403, adapter.signature_header, "already used: a replayed callback")
     received_at = timezone.now()
     try:
         result = receipt_ingest(provider=provider, callback=callback, received_at=received_at)
     except spool.DB_UNAVAILABLE as exc:
         return _spool(provider, callback, received_at, exc)
+    except Exception:
+        if once is not None:  # not taken: the provider's retry of this very request must be
+            with contextlib.suppress(Exception):
+                replay.signed_callback_forget(provider=provider, key=once[0])
+        raise
     spool.spool_drain_from_web()
     return HttpResponse(status=200 if result.duplicate else 201)
+
+
+def _first_use(provider: str, once: tuple[str, float]) -> bool:
+    """Is this signed receipt new (receipts.replay)? During a database outage it cannot be told: the
+    receipt is spooled as any other, and a copy of one already taken is a duplicate at ingest (its
+    dedupe key), never applied twice."""
+    key, keep_seconds = once
+    try:
+        return replay.signed_callback_first_use(provider=provider, key=key, keep_seconds=keep_seconds)
+    except spool.DB_UNAVAILABLE:
+        return True
 
 
 def _spool(provider: str, callback, received_at, db_error: Exception) -> HttpResponse:
@@ -272,23 +300,32 @@ def _inbound_tenants(recipient: str, sender_number: str, service_sid: str) -> li
 
 
 @csrf_exempt
-@require_POST
+@require_http_methods(["GET", "POST"])
 def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
-    """``POST /inbound/<provider>/``: the provider's incoming-SMS webhook (Twilio's "A message comes in"),
-    signature-validated like status callbacks. A message that is exactly an opt-out keyword (STOP,
+    """``/inbound/<provider>/``: the provider's incoming-SMS webhook (Twilio's "A message comes in",
+    Vonage's inbound SMS webhook), signature-validated like status callbacks; a GET only where the
+    provider sends one (``inbound_methods``). A message that is exactly an opt-out keyword (STOP,
     STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT) adds its sender to the suppression list of every tenant that
     sends from the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
-    recorded. Any other message is acknowledged and not stored. Answers 200 with the adapter's empty
-    reply (``inbound_reply``: no automatic reply from us)."""
+    recorded. A one-time signed keyword (Vonage's) is applied once: the same signed request again is
+    refused 403, nothing changed. Any other message is acknowledged and not stored. Answers 200 with the
+    adapter's empty reply (``inbound_reply``: no automatic reply from us)."""
     from delivery.guards import suppression
     from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
 
+    if provider in PROVIDERS and request.method not in get_adapter(provider).inbound_methods:
+        refused = _error(405, "method", f"{provider} posts its inbound messages")
+        refused["Allow"] = ", ".join(get_adapter(provider).inbound_methods)
+        return refused
     adapter, params, refused = _signed_form(request, provider)
     if refused is not None:
         return refused
     content, content_type = adapter.inbound_reply()
     reply = HttpResponse(content, content_type=content_type)
-    inbound = adapter.parse_inbound(params)
+    try:
+        inbound = adapter.parse_inbound(params)
+    except CallbackInvalid as exc:
+        return _error(400, exc.field, str(exc))
     keyword = suppression.keyword_of(inbound.body)
     if keyword is None:
         return reply
@@ -299,8 +336,18 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
         return _error(400, inbound.from_field, str(exc))
     service_sid = inbound.sender_pool
     sender = service_sid or our_number
-    tenants = _inbound_tenants(number, our_number, service_sid)
-    for tenant_id in tenants:
-        suppression.inbound_keyword_apply(tenant_id=tenant_id, number=number, sender=sender, keyword=keyword)
+    once = adapter.callback_replay_key(params)
+    # One transaction: a keyword that fails to apply leaves its signature unrecorded, so the provider's
+    # retry of it is taken.
+    with transaction.atomic():
+        if once is not None and not replay.signed_callback_first_use(
+            provider=provider, key=once[0], keep_seconds=once[1]
+        ):
+            return _error(403, adapter.signature_header, "already used: a replayed callback")
+        tenants = _inbound_tenants(number, our_number, service_sid)
+        for tenant_id in tenants:
+            suppression.inbound_keyword_apply(
+                tenant_id=tenant_id, number=number, sender=sender, keyword=keyword
+            )
     log.info("inbound %s from %s to %s: %d tenant(s)", keyword, mask(number), mask(our_number), len(tenants))
     return reply

@@ -113,3 +113,18 @@ class StatusLookup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.message_id} {self.tries} {self.last_status}"
+
+
+class SignedCallbackSeen(models.Model):
+    """A one-time signed provider callback already taken (receipts.replay): kept until ``expires_at``,
+    past the provider's timestamp window, so the same signed request is refused when posted again."""
+
+    # sha256 of "<provider>:<signature>": fixed length whatever the provider's signature method.
+    key = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="signed_callback_expiry")]
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]} until {self.expires_at:%Y-%m-%d %H:%M:%S}"

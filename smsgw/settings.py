@@ -398,13 +398,13 @@ SCHEDULE_MAX_PER_DAY = env_int("SMSGW_SCHEDULE_MAX_PER_DAY", 24, minimum=1)
 # defaults are the sandbox's (deploy/run-embedded.sh starts it on :8081).
 SMSGW_PROVIDER = env_str("SMSGW_PROVIDER", DEFAULT_PROVIDER)
 globals().update(declare_all(PRODUCTION))
-_provider_settings = provider_declarations.provider_settings(SMSGW_PROVIDER)
-if PRODUCTION and _provider_settings is not None and _provider_settings.problem:
-    raise ImproperlyConfigured(f"{_provider_settings.problem} (SMSGW_ENV=production)")
 # Every provider this deployment sends through (the default one and those the settings' routes name:
 # ``SMSGW_ROUTES`` below) must answer, or give up, well inside a sending lease: the reconciler must never
-# look a message up while its worker may still be waiting on the provider. A route edited in the admin is
-# checked when it is saved (delivery.routing). A registered provider nobody routes to is not checked.
+# look a message up while its worker may still be waiting on the provider. In production each must also
+# have its credentials and the secret its callbacks are verified with, none of them an example's
+# placeholder (its package's ``problem``): a receipt or a STOP from a provider we cannot verify is
+# either refused or forgeable. A route edited in the admin is checked when it is saved
+# (delivery.routing). A registered provider nobody routes to is not checked.
 try:
     SMSGW_ROUTES = route_config.parse(
         env_str("SMSGW_ROUTES", ""), provider_declarations.declared(), ("transactional", "bulk")
@@ -414,6 +414,8 @@ except route_config.RouteConfigError as exc:
 for _provider_settings in provider_declarations.settings_in_use(
     {SMSGW_PROVIDER} | route_config.providers_named(SMSGW_ROUTES)
 ):
+    if PRODUCTION and _provider_settings.problem:
+        raise ImproperlyConfigured(f"{_provider_settings.problem} (SMSGW_ENV=production)")
     if _provider_settings.request_timeout >= SENDING_LEASE_SECONDS:
         # The reconciler must never look a message up while its worker may still be waiting on the provider.
         raise ImproperlyConfigured(

@@ -1,5 +1,5 @@
 """The environment of a process started in production mode, for tests that start one: the caller's
-environment without any SMSGW_/TWILIO_/DJANGO_ setting, then a strong key, Twilio credentials and a
+environment without any SMSGW_/TWILIO_/VONAGE_/DJANGO_ setting, then a strong key, Twilio credentials and a
 PostgreSQL URL nothing connects to. ``overrides`` set (or, given None, remove) variables on top."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def production_env(**overrides: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "DJANGO_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SMSGW_", "TWILIO_", "VONAGE_", "DJANGO_"))
+    }
     env.update(
         DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
         DJANGO_SETTINGS_MODULE="smsgw.settings",

@@ -290,6 +290,8 @@ class ProviderAdapter:
     # callback with a NUL in one is stored with the NUL removed instead of refused (the provider would
     # not send it again after a 4xx). NUL anywhere else is still refused.
     free_text_fields: frozenset[str] = frozenset()
+    # The HTTP methods its inbound-message webhook comes with (``/inbound/<provider>/``).
+    inbound_methods: tuple[str, ...] = ("POST",)
 
     def _process_local(self) -> None:
         """Start this process's state (``_reset_process_state``: locks, pools, loops), start it again in
@@ -400,12 +402,19 @@ class ProviderAdapter:
         this host does not hold."""
         raise NotImplementedError
 
+    def callback_replay_key(self, params: dict) -> tuple[str, float] | None:
+        """For a provider whose signed callbacks are one-time (a nonce and a timestamp under the
+        signature, as Vonage's): the key a verified callback is remembered by and for how many seconds,
+        so the same signed request is taken once (receipts.replay). None: nothing to remember (Twilio's
+        signature covers no timestamp; a repeated receipt is caught by its dedupe key)."""
+        return None
+
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         """Parse (and redact) a validated callback; raises CallbackInvalid naming the bad field."""
         raise NotImplementedError
 
     def parse_inbound(self, params: dict) -> InboundMessage:
-        """Parse a validated inbound-message webhook."""
+        """Parse a validated inbound-message webhook; raises CallbackInvalid naming a missing field."""
         raise NotImplementedError
 
     def inbound_reply(self) -> tuple[str, str]:

@@ -5,6 +5,9 @@ above 0, no leg twice), and what only a running process can tell:
 - the provider answers, or gives up, well inside a sending lease (its request timeout below
   ``SENDING_LEASE_SECONDS``, as smsgw.settings requires of the providers the settings route to): the
   reconciler must never look a message up while its worker may still be waiting on that provider;
+- in production, the provider has its credentials and its callback-signing secret (its package's
+  ``problem``, what start-up requires of the providers the settings route to): a route must not make a
+  provider reachable whose receipts and STOPs could not be verified;
 - an account is the provider's configured one (or empty): holds, capacity and the circuit are keyed by
   the account the adapter really submits with, so a leg naming another would be neither;
 - a sender is one the provider can take: an E.164 number, a short code or an alphanumeric sender id, or
@@ -48,6 +51,11 @@ def route_leg_check(
         what = f"its request timeout ({adapter.request_timeout:g} s{', ' + setting if setting else ''})"
         raise RouteConfigError(
             f"{where}provider", f"{what} must be shorter than SMSGW_SENDING_LEASE_SECONDS ({lease} s)"
+        )
+    declared_settings = declarations.provider_settings(leg.provider)
+    if settings.PRODUCTION and declared_settings is not None and declared_settings.problem:
+        raise RouteConfigError(
+            f"{where}provider", f"not configured on this gateway: {declared_settings.problem}"
         )
     if leg.account and leg.account != adapter.account:
         # The configured account is not echoed: an operator who needs it finds it in the deployment's

@@ -1,7 +1,11 @@
 """Start-up checks for production mode: a settings module that would run insecurely refuses to load,
 with a message naming the variable to set, instead of running and failing later (403 on every provider
 callback, session cookies signed with a guessable key). A provider's own credentials are checked by its
-package (``ProviderSettings.problem``, e.g. ``delivery.providers.<name>.config``)."""
+package (``ProviderSettings.problem``, e.g. ``delivery.providers.<name>.config``), for every provider a
+route can reach (smsgw.settings).
+
+A value copied from a shipped example (``deploy/systemd/smsgw.env.example``, the docs, the sandboxes'
+defaults) is refused like a missing one: it is public, so it signs nothing (``placeholder_problem``)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,23 @@ SECRET_KEY_MIN_LENGTH = 50
 SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
 SECRET_KEY_INSECURE_PREFIX = "django-insecure-"
 
+# What the shipped examples put where a secret goes: ``change-me`` in deploy/systemd/smsgw.env.example
+# (DJANGO_SECRET_KEY's "change-me-to-50-random-characters-..." is long enough for Django's own check),
+# and the usual spellings of the same instruction. Matched anywhere in the value, case-insensitively.
+PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "replace_me", "placeholder")
+
+
+def placeholder_problem(name: str, value: str, known: tuple[str, ...] = ()) -> str | None:
+    """Why ``value`` of setting ``name`` is an example's placeholder (a marker above, or one of the
+    ``known`` public values: a sandbox's default credentials), or None."""
+    lowered = value.lower()
+    marker = next((m for m in PLACEHOLDER_MARKERS if m in lowered), None)
+    if marker is not None:
+        return f"{name} is a placeholder (it contains {marker!r}): set the real value"
+    if value in known:
+        return f"{name} is a public example value (a sandbox's default): set the real value"
+    return None
+
 
 def secret_key_problem(key: str) -> str | None:
     """Why ``key`` must not sign sessions and tokens in production, or None when it is acceptable."""
@@ -19,6 +40,8 @@ def secret_key_problem(key: str) -> str | None:
         return "DJANGO_SECRET_KEY is not set"
     if key.startswith(SECRET_KEY_INSECURE_PREFIX):
         return f"DJANGO_SECRET_KEY starts with {SECRET_KEY_INSECURE_PREFIX!r} (a development key)"
+    if problem := placeholder_problem("DJANGO_SECRET_KEY", key):
+        return problem
     if len(key) < SECRET_KEY_MIN_LENGTH:
         return f"DJANGO_SECRET_KEY is {len(key)} characters long; at least {SECRET_KEY_MIN_LENGTH} are needed"
     if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:

@@ -5,6 +5,7 @@ settings in a fresh interpreter, as a process starting up would."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import sys
@@ -147,3 +148,85 @@ def test_behind_the_proxy_http_redirects_to_https_and_https_carries_hsts():
     # Load-balancer probes speak plain HTTP and are not redirected.
     assert seen["http_health"]["status"] == 200
     assert seen["admin_cookies"] == {"csrftoken": True}
+
+
+# --- placeholders and the providers routes reach (issue 37, "Signed everywhere") ------------------------
+
+EXAMPLE_ENV = ROOT / "deploy" / "systemd" / "smsgw.env.example"
+CREDENTIAL = re.compile(r"(SECRET|TOKEN|_SID|_KEY)$")
+VONAGE_ROUTE = json.dumps(
+    [{"name": "gb", "country": "GB", "legs": [{"provider": "vonage", "sender": "ACME"}]}]
+)
+VONAGE_READY = {
+    "VONAGE_API_KEY": "a1b2c3d4",
+    "VONAGE_API_SECRET": secrets.token_hex(16),
+    "VONAGE_SIGNATURE_SECRET": secrets.token_hex(24),
+    "VONAGE_SIGNATURE_METHOD": "sha256",
+}
+
+
+def _example_credentials() -> list[tuple[str, str]]:
+    """Every credential the shipped example sets, commented out or not: (variable, example value)."""
+    found = []
+    for line in EXAMPLE_ENV.read_text().splitlines():
+        match = re.fullmatch(r"#?([A-Z][A-Z0-9_]*)=(.*)", line.strip())
+        if match and CREDENTIAL.search(match.group(1)):
+            found.append((match.group(1), match.group(2)))
+    return found
+
+
+def test_the_example_file_has_the_placeholders_the_next_test_tries():
+    names = {name for name, _ in _example_credentials()}
+    assert {
+        "DJANGO_SECRET_KEY",
+        "TWILIO_ACCOUNT_SID",
+        "TWILIO_AUTH_TOKEN",
+        "VONAGE_SIGNATURE_SECRET",
+    } <= names
+
+
+@pytest.mark.parametrize(("name", "value"), _example_credentials())
+def test_each_placeholder_of_the_example_file_stops_start_up(name, value):
+    # Everything else valid, Vonage reached by a route so its variables are checked too.
+    out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **{**VONAGE_READY, name: value})
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and name in out.stderr, out.stderr
+
+
+def test_the_same_settings_without_placeholders_start():
+    # The control for the test above: only the placeholder was wrong.
+    out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **VONAGE_READY)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TWILIO_ACCOUNT_SID", "AC" + "0" * 32),  # the Twilio sandbox's (docs/twilio.md)
+        ("TWILIO_AUTH_TOKEN", "sandbox-auth-token"),
+        ("VONAGE_API_KEY", "abcd1234"),  # the Vonage sandbox's (docs/vonage.md)
+        ("VONAGE_API_SECRET", "sandbox-api-secret"),
+        ("DJANGO_SECRET_KEY", "replace-me-" + secrets.token_urlsafe(50)),
+    ],
+)
+def test_a_sandbox_or_placeholder_credential_stops_start_up(name, value):
+    out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **{**VONAGE_READY, name: value})
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and name in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("missing", ["VONAGE_SIGNATURE_SECRET", "VONAGE_API_KEY"])
+def test_a_route_to_vonage_without_its_credentials_stops_start_up(missing):
+    out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **{**VONAGE_READY, missing: None})
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and f"{missing} must be set" in out.stderr, out.stderr
+
+
+def test_vonage_as_the_default_provider_needs_its_signature_secret():
+    out = _run(LOAD, SMSGW_PROVIDER="vonage", **{**VONAGE_READY, "VONAGE_SIGNATURE_SECRET": None})
+    assert out.returncode != 0 and "VONAGE_SIGNATURE_SECRET must be set" in out.stderr, out.stderr
+
+
+def test_a_provider_no_route_reaches_is_not_checked():
+    out = _run(LOAD)  # Twilio only: no VONAGE_* at all
+    assert out.returncode == 0, out.stderr

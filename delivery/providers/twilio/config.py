@@ -8,6 +8,7 @@ import re
 
 from smsgw.config.env import env_float, env_pairs, env_str
 from smsgw.config.providers import Capabilities, ProviderSettings, SenderPools, ValidityBounds
+from smsgw.config.security import placeholder_problem
 
 # ValidityPeriod: "Accepted values are integers from 1 to 36000" (twilio-oai, CreateMessageRequest).
 VALIDITY = ValidityBounds(minimum=1, maximum=36000)
@@ -41,26 +42,40 @@ CAPABILITIES = Capabilities(
 )
 
 
-def credentials_problem(account_sid: str, auth_token: str) -> str | None:
-    """Why the Twilio provider cannot run with these credentials, or None. Without them every
-    submission answers 401/20003 and every signed status callback fails validation (403)."""
+# The sandbox's credentials (the defaults outside production; docs/twilio.md): public, so never a
+# production account's.
+SANDBOX_ACCOUNT_SID = "AC00000000000000000000000000000000"
+SANDBOX_AUTH_TOKEN = "sandbox-auth-token"
+
+
+def credentials_problem(account_sid: str, auth_token: str, api_key_secret: str = "") -> str | None:
+    """Why the Twilio provider cannot run with these credentials, or None (fatal in production when a
+    route reaches Twilio: ``SMSGW_PROVIDER`` or a leg of ``SMSGW_ROUTES``). Without them every
+    submission answers 401/20003 and every signed status callback fails validation (403). The Auth
+    Token is also the key every X-Twilio-Signature is checked with, so an example's value would let
+    anyone forge receipts and STOPs: it is refused like a missing one."""
     missing = [
         name
         for name, value in (("TWILIO_ACCOUNT_SID", account_sid), ("TWILIO_AUTH_TOKEN", auth_token))
         if not value
     ]
     if missing:
-        return f"{' and '.join(missing)} must be set when SMSGW_PROVIDER=twilio"
+        return f"{' and '.join(missing)} must be set when twilio is reached (SMSGW_PROVIDER or SMSGW_ROUTES)"
     if not ACCOUNT_SID_RE.match(account_sid):
         return "TWILIO_ACCOUNT_SID must be 'AC' followed by 32 hexadecimal digits"
-    return None
+    return (
+        placeholder_problem("TWILIO_ACCOUNT_SID", account_sid, (SANDBOX_ACCOUNT_SID,))
+        or placeholder_problem("TWILIO_AUTH_TOKEN", auth_token, (SANDBOX_AUTH_TOKEN,))
+        or (placeholder_problem("TWILIO_API_KEY_SECRET", api_key_secret) if api_key_secret else None)
+    )
 
 
 def load_settings(production: bool) -> ProviderSettings:
     """The ``TWILIO_*`` settings. Outside production the defaults are the sandbox's
     (deploy/run-embedded.sh starts it on :8081)."""
-    account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else "AC00000000000000000000000000000000")
-    auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else "sandbox-auth-token")
+    account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else SANDBOX_ACCOUNT_SID)
+    auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
+    api_key_secret = env_str("TWILIO_API_KEY_SECRET", "")
     timeout = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
     values = {
         "TWILIO_ACCOUNT_SID": account_sid,
@@ -69,7 +84,7 @@ def load_settings(production: bool) -> ProviderSettings:
         # when set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names
         # the account.
         "TWILIO_API_KEY_SID": env_str("TWILIO_API_KEY_SID", ""),
-        "TWILIO_API_KEY_SECRET": env_str("TWILIO_API_KEY_SECRET", ""),
+        "TWILIO_API_KEY_SECRET": api_key_secret,
         # The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in
         # production).
         "TWILIO_API_BASE_URL": env_str(
@@ -83,7 +98,8 @@ def load_settings(production: bool) -> ProviderSettings:
     }
     return ProviderSettings(
         values=values,
-        problem=credentials_problem(account_sid, auth_token),
+        # Outside production the sandbox's values are the defaults: only production refuses them.
+        problem=credentials_problem(account_sid, auth_token, api_key_secret) if production else None,
         request_timeout=timeout,
         request_timeout_setting="TWILIO_TIMEOUT_SECONDS",
         secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET"),

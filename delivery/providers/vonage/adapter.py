@@ -57,6 +57,7 @@ from delivery.providers.base import (
     CallbackData,
     ErrorClass,
     ErrorInfo,
+    InboundMessage,
     Lookup,
     Outcome,
     ProviderAdapter,
@@ -93,6 +94,7 @@ class _Conf:
     api_secret: str
     signature_secret: str
     signature_method: str
+    signature_max_age: float
     rest_host: str
     ca_bundle: str
     timeout: float
@@ -108,6 +110,7 @@ class _Conf:
             api_secret=get("API_SECRET"),
             signature_secret=get("SIGNATURE_SECRET"),
             signature_method=get("SIGNATURE_METHOD", "md5hash"),
+            signature_max_age=float(get("SIGNATURE_MAX_AGE_SECONDS", 300)),
             rest_host=get("REST_HOST", "rest.nexmo.com"),
             ca_bundle=get("CA_BUNDLE"),
             timeout=float(math.ceil(float(get("TIMEOUT_SECONDS", 10.0)))),
@@ -160,6 +163,9 @@ class VonageAdapter(ProviderAdapter):
     name = "vonage"
     capabilities = CAPABILITIES
     signature_header = "sig"  # a field of the receipt, not a header
+    # "Any messages sent to one of your Vonage virtual numbers are sent to your webhook using a GET or
+    # POST request" (developer.vonage.com/messaging/sms/guides/inbound-sms).
+    inbound_methods = ("GET", "POST")
 
     def __init__(self, name: str = "vonage", settings_prefix: str = "VONAGE") -> None:
         self.name = name
@@ -356,8 +362,24 @@ class VonageAdapter(ProviderAdapter):
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         conf = _Conf.current(self.settings_prefix)
         return vonage_callbacks.validate(
-            params, api_key=conf.api_key, secret=conf.signature_secret, method=conf.signature_method
+            params,
+            api_key=conf.api_key,
+            secret=conf.signature_secret,
+            method=conf.signature_method,
+            max_age=conf.signature_max_age,
         )
+
+    def callback_replay_key(self, params: dict) -> tuple[str, float] | None:
+        conf = _Conf.current(self.settings_prefix)
+        key = vonage_callbacks.replay_key(params)
+        if not conf.signature_secret or not key:
+            return None
+        # Remembered past both edges of the window: a timestamp up to max_age ahead of our clock is
+        # still taken max_age from now.
+        return key, 2 * conf.signature_max_age
+
+    def parse_inbound(self, params: dict) -> InboundMessage:
+        return vonage_callbacks.parse_inbound(params)
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         return vonage_callbacks.parse(params, query)

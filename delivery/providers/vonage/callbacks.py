@@ -1,4 +1,4 @@
-"""Vonage delivery receipts (DLRs): parse, redact, verify.
+"""Vonage delivery receipts (DLRs) and inbound messages: parse, redact, verify.
 
 Sources (developer.vonage.com, checked 2026-12):
 
@@ -11,7 +11,20 @@ Sources (developer.vonage.com, checked 2026-12):
 * signatures: https://developer.vonage.com/getting-started/concepts/signing-messages (with a signature
   secret, ``timestamp``, ``nonce`` and ``sig`` are added; "MD5 hash" or an HMAC chosen in the dashboard).
   HMAC methods are verified by the SDK's ``Auth.check_signature``; md5hash (which the SDK's ``Auth``
-  does not offer) here, by the same string.
+  does not offer) here, by the same string. The SDK checks no ``timestamp``: the window is ours
+  (``SIGNATURE_MAX_AGE_SECONDS``), and a signature already taken is refused by receipts.replay (the
+  page's "defend against interception and later replay" needs both: the window bounds how long a
+  signature must be remembered).
+* inbound messages: https://developer.vonage.com/messaging/sms/guides/inbound-sms (``msisdn`` the
+  sender, ``to`` our virtual number, ``messageId``, ``text``, ``type`` text/unicode/binary, ``keyword``,
+  ``message-timestamp``; ``concat``, ``concat-ref``, ``concat-total``, ``concat-part`` on each part of a
+  long message; ``timestamp``, ``nonce`` and ``sig`` when signed; sent by GET or POST; "you must send a
+  200 OK or 204 No Content response. If you don't, then Vonage will ... keep resending it for the next
+  24 hours").
+
+This adapter speaks the SMS API (``POST /sms/json``), so these are its signed webhooks: the Messages
+API's JWT-signed webhooks (``Authorization: Bearer``, developer.vonage.com/getting-started/concepts/
+webhooks, "Signed webhooks") are not what an SMS API account sends.
 """
 
 from __future__ import annotations
@@ -19,8 +32,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 
-from delivery.providers.base import CallbackData, CallbackInvalid, carrier_minute, redact_fields
+from delivery.providers.base import (
+    CallbackData,
+    CallbackInvalid,
+    InboundMessage,
+    carrier_minute,
+    redact_fields,
+)
 
 # Raw DLR status -> ours (delivery.providers.base.RECEIPT_STATUSES).
 STATUS_MAP = {
@@ -100,22 +120,67 @@ def _md5hash(params: dict, secret: str) -> str:
     return hashlib.md5((text + secret).encode("utf-8")).hexdigest()  # noqa: S324 - Vonage's scheme
 
 
-def validate(params: dict, *, api_key: str, secret: str, method: str) -> bool:
-    """Is the receipt signed with our signature secret? Without a configured secret every receipt is
-    taken (Vonage signs receipts only when the account has one). A signed receipt must carry a
-    ``timestamp`` and its ``sig``, and name our api key when it names one."""
-    if not secret:
-        return True
-    fields = {str(k): "" if v is None else str(v) for k, v in params.items()}
-    signature = fields.get("sig", "")
-    if not signature or not fields.get("timestamp"):
-        return False
-    if fields.get("api-key") and api_key and fields["api-key"] != api_key:
-        return False
+def _signed_with(fields: dict[str, str], *, api_key: str, secret: str, method: str) -> bool:
     if method == "md5hash":
         rest = {k: v for k, v in fields.items() if k != "sig"}
-        return hmac.compare_digest(signature.lower(), _md5hash(rest, secret))
+        return hmac.compare_digest(fields["sig"].lower(), _md5hash(rest, secret))
     from vonage import Auth  # the SDK: HMAC-MD5/SHA1/SHA256/SHA512
 
     auth = Auth(api_key=api_key or "x", signature_secret=secret, signature_method=method)
     return bool(auth.check_signature(dict(fields)))
+
+
+def validate(
+    params: dict, *, api_key: str, secret: str, method: str, max_age: float, now: float | None = None
+) -> bool:
+    """Is the callback (a receipt or an inbound message) signed with our signature secret, and recent?
+    Without a configured secret every callback is taken (Vonage signs only when the account has one;
+    production refuses to start without it when a route reaches Vonage). A signed callback must carry
+    ``timestamp`` and ``sig``, and name our api key when it names one. Returns False for a bad
+    signature; raises CallbackInvalid("timestamp") for a well-signed one whose ``timestamp`` is further
+    than ``max_age`` seconds from ``now`` (a replay, or a clock far off). Checked after the signature,
+    so an unsigned caller learns nothing about the window."""
+    if not secret:
+        return True
+    fields = {str(k): "" if v is None else str(v) for k, v in params.items()}
+    if not fields.get("sig") or not fields.get("timestamp"):
+        return False
+    if fields.get("api-key") and api_key and fields["api-key"] != api_key:
+        return False
+    if not _signed_with(fields, api_key=api_key, secret=secret, method=method):
+        return False
+    raw = fields["timestamp"].strip()
+    at = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 12 else None
+    current = time.time() if now is None else now
+    if at is None or abs(current - at) > max_age:
+        raise CallbackInvalid("timestamp", f"outside the {max_age:g}-second window of signed callbacks")
+    return True
+
+
+def replay_key(params: dict) -> str:
+    """What a verified signed callback is remembered by (receipts.replay): its ``sig``, which covers
+    the ``nonce`` and ``timestamp``, so no two genuine callbacks share one. "" when unsigned."""
+    return str(params.get("sig") or "").strip().lower()
+
+
+def _number(value: object) -> str:
+    # Vonage writes numbers in international format without the "+" (447700900000).
+    text = str(value or "").strip()
+    return "+" + text if text.isascii() and text.isdigit() else text
+
+
+def parse_inbound(params: dict) -> InboundMessage:
+    """An inbound SMS, as the opt-out keywords need it. A part of a concatenated message (``concat``) is
+    never a keyword on its own (its text is a fragment), nor is a binary message: their body is empty
+    here; reassembling parts is two-way messaging's, not this path's."""
+    for name in ("msisdn", "to"):
+        if not str(params.get(name) or "").strip():
+            raise CallbackInvalid(name, "missing")
+    fragment = str(params.get("concat") or "").strip().lower() == "true"
+    binary = str(params.get("type") or "").strip().lower() == "binary"
+    return InboundMessage(
+        body="" if fragment or binary else str(params.get("text") or ""),
+        from_number=_number(params.get("msisdn")),
+        to_number=_number(params.get("to")),
+        from_field="msisdn",
+    )

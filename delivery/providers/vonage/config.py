@@ -14,20 +14,36 @@ Sources (developer.vonage.com, checked 2026-12):
   (developer.vonage.com/messaging/sms/guides/concatenation-and-encoding); the sandbox refuses more than
   3200 characters (status 3), which is what we declare.
 * Signatures: "MD5 hash" (the default) or MD5, SHA1, SHA-256 and SHA-512 HMAC, chosen in the dashboard
-  (developer.vonage.com/getting-started/concepts/signing-messages).
+  (developer.vonage.com/getting-started/concepts/signing-messages). Signing is what lets a receiver
+  "verify that a request originates from a trusted source ... [and] defend against interception and
+  later replay" (same page): the SMS API's receipts and inbound messages carry ``sig``, ``timestamp``
+  (unix seconds) and ``nonce`` once the account has a signature secret. Without one, anyone who can
+  reach ``/receipts/vonage/`` or ``/inbound/vonage/`` could forge a receipt or a STOP, so production
+  refuses to start without ``VONAGE_SIGNATURE_SECRET`` when a route reaches Vonage.
 """
 
 from __future__ import annotations
 
 import math
 
-from smsgw.config.env import env_choice, env_float, env_str
+from smsgw.config.env import env_choice, env_float, env_int, env_str
 from smsgw.config.providers import Capabilities, ProviderSettings, ValidityBounds
+from smsgw.config.security import placeholder_problem
 
 # ttl: 20000..604800000 milliseconds (developer.vonage.com/en/api/sms, ``ttl``), in seconds.
 VALIDITY = ValidityBounds(minimum=20, maximum=604800)
 MAX_REF_CHARS = 100  # client-ref and callback (developer.vonage.com/en/api/sms)
 SIGNATURE_METHODS = ("md5hash", "md5", "sha1", "sha256", "sha512")
+# A signed callback whose ``timestamp`` is further than this from our clock (either way) is refused, and
+# every signature taken is remembered this long again (receipts.replay), so a captured callback cannot be
+# posted a second time, inside the window or after it. Five minutes: the usual bound for signed
+# webhooks, wide enough for clock skew and Vonage's queueing. Vonage documents ``timestamp`` as the time
+# it started to push the callback, so a retry after a longer outage of ours may carry the old time: a
+# deployment that must take those raises it (up to a day, Vonage's own retry span for inbound messages).
+SIGNATURE_MAX_AGE_SECONDS = 300
+# The sandbox's credentials (sandbox/vonage, the defaults outside production; docs/vonage.md): public.
+SANDBOX_API_KEY = "abcd1234"
+SANDBOX_API_SECRET = "sandbox-api-secret"
 
 CAPABILITIES = Capabilities(
     lookup_by_recipient=False,  # the SMS API has no message list (only the Reports API, not used)
@@ -41,24 +57,40 @@ CAPABILITIES = Capabilities(
 
 
 def credentials_problem(api_key: str, api_secret: str, signature_secret: str, method: str) -> str | None:
-    """Why the Vonage provider cannot run with these credentials, or None (fatal in production only
-    when ``SMSGW_PROVIDER`` routes to Vonage). Requests are signed only with an HMAC method (the SDK
-    offers no "md5hash" signing): with md5hash they authenticate with the api_secret."""
+    """Why the Vonage provider cannot run in production with these credentials, or None (fatal when a
+    route reaches Vonage: ``SMSGW_PROVIDER`` or a leg of ``SMSGW_ROUTES``). Requests are signed only
+    with an HMAC method (the SDK offers no "md5hash" signing): with md5hash they authenticate with the
+    api_secret. The signature secret is required: it is the only proof a receipt or an inbound STOP
+    came from Vonage."""
+    reached = "when vonage is reached (SMSGW_PROVIDER or SMSGW_ROUTES)"
     if not api_key:
-        return "VONAGE_API_KEY must be set when SMSGW_PROVIDER=vonage"
+        return f"VONAGE_API_KEY must be set {reached}"
     if not api_secret and not (signature_secret and method != "md5hash"):
         return (
-            "VONAGE_API_SECRET must be set when SMSGW_PROVIDER=vonage "
+            f"VONAGE_API_SECRET must be set {reached} "
             "(or VONAGE_SIGNATURE_SECRET with an HMAC VONAGE_SIGNATURE_METHOD)"
         )
-    return None
+    if not signature_secret:
+        return (
+            f"VONAGE_SIGNATURE_SECRET must be set {reached}: receipts and inbound messages (STOP) are "
+            "verified with it (the account's signature secret, Vonage dashboard, API settings)"
+        )
+    return (
+        placeholder_problem("VONAGE_API_KEY", api_key, (SANDBOX_API_KEY,))
+        or (
+            placeholder_problem("VONAGE_API_SECRET", api_secret, (SANDBOX_API_SECRET,))
+            if api_secret
+            else None
+        )
+        or placeholder_problem("VONAGE_SIGNATURE_SECRET", signature_secret)
+    )
 
 
 def load_settings(production: bool) -> ProviderSettings:
     """The ``VONAGE_*`` settings. Outside production the credentials default to the sandbox's
     (``sandbox/vonage``); the REST host is Vonage's own unless ``VONAGE_REST_HOST`` says otherwise."""
-    api_key = env_str("VONAGE_API_KEY", "" if production else "abcd1234")
-    api_secret = env_str("VONAGE_API_SECRET", "" if production else "sandbox-api-secret")
+    api_key = env_str("VONAGE_API_KEY", "" if production else SANDBOX_API_KEY)
+    api_secret = env_str("VONAGE_API_SECRET", "" if production else SANDBOX_API_SECRET)
     signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
     method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
     # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
@@ -71,6 +103,10 @@ def load_settings(production: bool) -> ProviderSettings:
         # carry a valid ``sig``; its method is the one chosen in Vonage's dashboard.
         "VONAGE_SIGNATURE_SECRET": signature_secret,
         "VONAGE_SIGNATURE_METHOD": method,
+        # Signed callbacks older or newer than this are refused (replays: receipts.replay).
+        "VONAGE_SIGNATURE_MAX_AGE_SECONDS": env_int(
+            "VONAGE_SIGNATURE_MAX_AGE_SECONDS", SIGNATURE_MAX_AGE_SECONDS, minimum=30
+        ),
         # host[:port] without a scheme: the SDK builds https://{rest_host}/sms/json.
         "VONAGE_REST_HOST": env_str("VONAGE_REST_HOST", "rest.nexmo.com"),
         # A CA bundle to trust instead of the system's (the sandbox's throwaway CA); "" = the default.
@@ -79,7 +115,8 @@ def load_settings(production: bool) -> ProviderSettings:
     }
     return ProviderSettings(
         values=values,
-        problem=credentials_problem(api_key, api_secret, signature_secret, method),
+        # Outside production the sandbox's values are the defaults and receipts may come unsigned.
+        problem=credentials_problem(api_key, api_secret, signature_secret, method) if production else None,
         request_timeout=timeout,
         request_timeout_setting="VONAGE_TIMEOUT_SECONDS",
         secret_settings=("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET"),

@@ -361,7 +361,8 @@ def test_json_receipts_are_taken_by_the_receipts_endpoint(vonage_settings, vonag
         [fields] = receipts(vonage, receiver, 1)
         path = f"/receipts/vonage/?m={REF}&a=1"
         assert client.post(path, fields, content_type="application/json").status_code == 201
-        assert client.post(path, fields, content_type="application/json").status_code == 200  # a duplicate
+        # The same signed request again is a replay (receipts.replay): refused, nothing stored twice.
+        assert client.post(path, fields, content_type="application/json").status_code == 403
         forged = {**fields, "err-code": "6"}
         assert client.post(path, forged, content_type="application/json").status_code == 403
         assert client.post(path, "[1]", content_type="application/json").status_code == 400
@@ -369,16 +370,22 @@ def test_json_receipts_are_taken_by_the_receipts_endpoint(vonage_settings, vonag
         get_adapter.cache_clear()
 
 
-def test_production_needs_vonage_credentials_only_for_what_it_uses(monkeypatch):
+def test_production_needs_vonage_credentials_and_its_signature_secret(monkeypatch):
     from delivery.providers.vonage.config import load_settings
 
     for name in ("VONAGE_API_KEY", "VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET", "VONAGE_SIGNATURE_METHOD"):
         monkeypatch.delenv(name, raising=False)
     assert "VONAGE_API_KEY" in (load_settings(True).problem or "")
     assert load_settings(False).problem is None  # the sandbox's defaults
-    monkeypatch.setenv("VONAGE_API_KEY", "abcd1234")
+    monkeypatch.setenv("VONAGE_API_KEY", "a1b2c3d4")
+    monkeypatch.setenv("VONAGE_API_SECRET", "a-real-api-secret")
+    # Without a signature secret no receipt or inbound STOP can be verified.
+    assert "VONAGE_SIGNATURE_SECRET must be set" in (load_settings(True).problem or "")
+    monkeypatch.delenv("VONAGE_API_SECRET")
     monkeypatch.setenv("VONAGE_SIGNATURE_SECRET", "s")
     assert "VONAGE_API_SECRET" in (load_settings(True).problem or "")  # md5hash cannot sign requests
     monkeypatch.setenv("VONAGE_SIGNATURE_METHOD", "sha256")
     assert load_settings(True).problem is None
+    monkeypatch.setenv("VONAGE_API_KEY", "abcd1234")  # the sandbox's public key
+    assert "VONAGE_API_KEY is a public example value" in (load_settings(True).problem or "")
     assert load_settings(True).secret_settings == ("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET")

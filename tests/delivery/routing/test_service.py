@@ -89,3 +89,28 @@ def test_a_provider_slower_than_the_sending_lease_is_refused(settings):
     assert "TWILIO_TIMEOUT_SECONDS" in message and "SMSGW_SENDING_LEASE_SECONDS (8 s)" in message
     settings.TWILIO_TIMEOUT_SECONDS = 5.0
     assert route_leg_check(provider="twilio").provider == "twilio"
+
+
+def test_in_production_a_leg_to_a_provider_missing_its_signature_secret_is_refused(settings, monkeypatch):
+    """What start-up requires of the providers SMSGW_ROUTES reaches, a route edited in the admin needs too:
+    a route must not make a provider reachable whose receipts and STOPs cannot be verified."""
+    from smsgw.config import providers as declarations
+
+    real = declarations.provider_settings
+
+    def declared(name: str):
+        found = real(name)
+        if name != "vonage" or found is None:
+            return found
+        return declarations.ProviderSettings(
+            values=found.values, problem="VONAGE_SIGNATURE_SECRET must be set"
+        )
+
+    monkeypatch.setattr(declarations, "provider_settings", declared)
+    settings.PRODUCTION = False
+    assert route_leg_check(provider="vonage", sender="ACME").provider == "vonage"  # only production refuses
+    settings.PRODUCTION = True
+    assert "VONAGE_SIGNATURE_SECRET" in fails(
+        "legs[1].provider", legs=[{"provider": "twilio"}, {"provider": "vonage"}]
+    )
+    assert route_leg_check(provider="twilio").provider == "twilio"
