@@ -86,7 +86,7 @@ def _message_scopes(request: HttpRequest) -> list[str]:
         params = _params(request, "POST")
         scopes = ["messages:cancel"] * ("Status" in params) + ["messages:delete"] * ("Body" in params)
         return scopes or ["messages:cancel"]
-    return []  # answered 405
+    raise TwilioError(405, 20004, "Method not allowed")
 
 
 def _params(request: HttpRequest, which: str):
