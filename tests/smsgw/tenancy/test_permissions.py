@@ -339,3 +339,19 @@ def test_options_needs_a_key_but_no_scope():
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert client.options("/v1/messages").status_code == 200
     assert client.head("/v1/messages").status_code == 403
+
+
+def test_the_schema_states_each_operations_scope():
+    schema = APIClient().get("/v1/openapi.json").json()
+    stated = {}
+    for route, name, callback in api_patterns():
+        view_class = getattr(callback, "cls", None)
+        if view_class is None:
+            continue
+        path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+        for method in drf_methods(view_class):
+            operation = schema["paths"][path][method.lower()]
+            stated[(name, method)] = operation["x-required-scopes"]
+            assert f"`{operation['x-required-scopes'][0]}`" in operation["description"]
+            assert "403" in operation["responses"]
+    assert stated == {k: [v] for k, v in EXPECTED.items() if not k[0].startswith("facade-")}
