@@ -257,15 +257,18 @@ class TenantAdmin(admin.ModelAdmin):
         )
 
 
+SCOPE_FORM_CHOICES = [
+    (FULL_ACCESS, f"{FULL_ACCESS}: full access"),
+    *((s, f"{s}: {d}") for s, d in SCOPES.items()),
+]
+
+
 class ApiKeyForm(forms.ModelForm):
     """A new key's scopes are chosen (no default); an existing key's can only be narrowed: widening one
     would silently give more to whoever holds it (issue a new key instead)."""
 
     scopes = forms.MultipleChoiceField(
-        choices=[
-            (FULL_ACCESS, f"{FULL_ACCESS}: full access"),
-            *((s, f"{s}: {d}") for s, d in SCOPES.items()),
-        ],
+        choices=SCOPE_FORM_CHOICES,
         widget=forms.CheckboxSelectMultiple,
         help_text="What the key may do (docs/api.md#scopes). An existing key's scopes can only be narrowed.",
     )
@@ -279,7 +282,8 @@ class ApiKeyForm(forms.ModelForm):
         held = list(self.instance.scopes) if self.instance.pk else []
         if self.instance.pk and FULL_ACCESS not in held:
             field = self.fields["scopes"]
-            field.choices = [(value, label) for value, label in field.choices if value in held]
+            assert isinstance(field, forms.MultipleChoiceField)
+            field.choices = [(value, label) for value, label in SCOPE_FORM_CHOICES if value in held]
 
     def clean_scopes(self):
         scopes = scopes_clean(self.cleaned_data.get("scopes") or [])

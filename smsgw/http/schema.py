@@ -293,8 +293,8 @@ class ApiAutoSchema(AutoSchema):
 
     def get_operation(self, *args, **kwargs):
         operation = super().get_operation(*args, **kwargs)
-        scope = operation_scope(self.view, self.method) if operation and self._authenticated() else None
-        if scope:
+        scope = operation_scope(self.view, self.method) if self._authenticated() else None
+        if operation is not None and scope:
             operation["x-required-scopes"] = [scope]
             lead = operation.get("description", "")
             operation["description"] = f"{lead}\n\nRequires the scope `{scope}`.".strip()
