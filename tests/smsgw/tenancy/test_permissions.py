@@ -355,3 +355,14 @@ def test_the_schema_states_each_operations_scope():
             assert f"`{operation['x-required-scopes'][0]}`" in operation["description"]
             assert "403" in operation["responses"]
     assert stated == {k: [v] for k, v in EXPECTED.items() if not k[0].startswith("facade-")}
+
+
+def test_a_missing_scope_answer_matches_the_served_schema():
+    from tests.smsgw.http.test_openapi_contract import Contract, served_schema
+
+    tenant, _ = tenant_with_key("acme")
+    _, raw = api_key_create(tenant=tenant, name="reader", scopes=["messages:read"])
+    c = Contract(served_schema(), raw)
+    c.call("post", "/v1/messages", 403, data={"to": RECIPIENT, "body": "hi"})
+    c.call("put", "/v1/capacity/senders/+14155550100", 403, data={"segments_per_second": 1})
+    c.call("get", "/v1/schedules", 403)
