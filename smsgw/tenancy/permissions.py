@@ -6,7 +6,7 @@ Each APIView declares the scope of each of its methods::
         required_scopes = {"GET": "messages:read", "POST": "messages:send"}
 
 A method the view does not declare is refused (403), never let through: a new view or a new method that
-forgets its scope fails closed, and tests/smsgw/test_scopes.py fails for it before it ships. HEAD is
+forgets its scope fails closed, and tests/smsgw/tenancy/test_permissions.py fails for it. HEAD is
 GET's; OPTIONS (DRF's metadata, no tenant data) needs an authenticated key and a view that declares
 scopes, no scope of its own."""
 
