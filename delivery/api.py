@@ -40,12 +40,16 @@ CapacityOutput = inline_serializer(
 
 
 class CapacityApi(APIView):
+    required_scopes = {"GET": "capacity:read"}
+
     @extend_schema(responses=CapacityOutput, summary="Sending limits: senders' rates, provider status")
     def get(self, request):
         return Response(capacity.tenant_capacity_view(request.user.tenant))
 
 
 class SenderCapacityApi(APIView):
+    required_scopes = {"PUT": "capacity:write", "DELETE": "capacity:write"}
+
     @extend_schema(
         request=SenderRateInput,
         responses={200: CapacityOutput, 403: schema.FORBIDDEN},

@@ -202,6 +202,8 @@ class WebhookConfigApi(APIView):
     """GET/PUT/DELETE the tenant's status webhook. The signing secret is shown only when created or
     rotated."""
 
+    required_scopes = {"GET": "webhooks:manage", "PUT": "webhooks:manage", "DELETE": "webhooks:manage"}
+
     @extend_schema(
         responses=inline_serializer(
             "WebhookConfig",
@@ -264,6 +266,8 @@ class WebhookConfigApi(APIView):
 
 
 class WebhookReplayApi(APIView):
+    required_scopes = {"POST": "webhooks:manage"}
+
     @extend_schema(
         request=None,
         responses=inline_serializer(

@@ -19,6 +19,7 @@ from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
 from smsgw.models import ApiKey, Tenant, api_key_create
 from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
+from smsgw.tenancy.scopes import FULL_ACCESS, SCOPES, scopes_clean, scopes_within
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
@@ -256,25 +257,58 @@ class TenantAdmin(admin.ModelAdmin):
         )
 
 
+SCOPE_FORM_CHOICES = [
+    (FULL_ACCESS, f"{FULL_ACCESS}: full access"),
+    *((s, f"{s}: {d}") for s, d in SCOPES.items()),
+]
+
+
 class ApiKeyForm(forms.ModelForm):
+    """A new key's scopes are chosen (no default); an existing key's can only be narrowed: widening one
+    would silently give more to whoever holds it (issue a new key instead)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=SCOPE_FORM_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What the key may do (docs/api.md#scopes). An existing key's scopes can only be narrowed.",
+    )
+
     class Meta:
         model = ApiKey
-        fields = ("tenant", "name")
+        fields = ("tenant", "name", "scopes")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        held = list(self.instance.scopes) if self.instance.pk else []
+        if self.instance.pk and FULL_ACCESS not in held:
+            field = self.fields["scopes"]
+            assert isinstance(field, forms.MultipleChoiceField)
+            field.choices = [(value, label) for value, label in SCOPE_FORM_CHOICES if value in held]
+
+    def clean_scopes(self):
+        scopes = scopes_clean(self.cleaned_data.get("scopes") or [])
+        if self.instance.pk and not scopes_within(scopes, self.instance.scopes):
+            raise forms.ValidationError("an existing key's scopes can only be narrowed; issue a new key")
+        return scopes
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ("prefix", "tenant", "name", "revoked_at", "last_used_at", "created_at")
+    list_display = ("prefix", "tenant", "name", "scope_list", "revoked_at", "last_used_at", "created_at")
     list_filter = ("revoked_at",)
     list_select_related = ("tenant",)
     search_fields = ("prefix", "tenant__slug")
     actions = ("revoke_keys", "rotate_key")
 
+    @admin.display(description="scopes")
+    def scope_list(self, obj):
+        return ", ".join(obj.scopes) or "(none)"
+
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("tenant", "name")
-        return ("prefix", "tenant", "name", "revoked_at", "last_used_at", "created_at")
+            return ("tenant", "name", "scopes")
+        return ("prefix", "tenant", "name", "scopes", "revoked_at", "last_used_at", "created_at")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -287,9 +321,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            obj.save(update_fields=["name"])
+            obj.save(update_fields=["name", "scopes"])
             return
-        key, raw = api_key_create(tenant=obj.tenant, name=obj.name)
+        key, raw = api_key_create(tenant=obj.tenant, name=obj.name, scopes=obj.scopes)
         obj.pk, obj.prefix, obj.secret_hash, obj.created_at = (
             key.pk,
             key.prefix,
@@ -304,8 +338,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
             request,
             self,
             title=f"API key for {obj.tenant}",
-            intro=f"API key {obj.prefix}… for tenant {obj.tenant} ({obj.name}). Clients send it as "
-            "'Authorization: Bearer <key>'.",
+            intro=f"API key {obj.prefix}… for tenant {obj.tenant} ({obj.name}), scopes "
+            f"{', '.join(obj.scopes)}. Clients send it as 'Authorization: Bearer <key>'.",
             secret=request._smsgw_raw_key,
             back_url=reverse("admin:smsgw_apikey_changelist"),
         )

@@ -8,6 +8,8 @@ import secrets
 from django.db import models
 from django.db.models import F, Q
 
+from smsgw.tenancy.scopes import FULL_ACCESS, scopes_clean
+
 KEY_PREFIX_LEN = 12
 KEY_SECRET_BYTES = 24
 
@@ -103,6 +105,7 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=100, default="default")
     prefix = models.CharField(max_length=KEY_PREFIX_LEN, unique=True)
     secret_hash = models.CharField(max_length=64)
+    # What the key may do (smsgw.tenancy.scopes): "*" for everything; an empty list for nothing.
     scopes = models.JSONField(default=list, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -133,10 +136,15 @@ class ApiKey(models.Model):
 def api_key_create(
     *, tenant: Tenant, name: str = "default", scopes: list[str] | None = None
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with the raw key string, which is shown once and never stored."""
+    """Create a key and return it with the raw key string, which is shown once and never stored.
+
+    ``scopes`` (smsgw.tenancy.scopes; UnknownScope names a bad one): None is full access (``*``), what a
+    tenant's first key has always had; the admin and ``api_key_create`` ask for the scopes explicitly, and
+    an empty list is a key that may do nothing."""
+    scopes = [FULL_ACCESS] if scopes is None else scopes_clean(scopes)
     prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
     secret = secrets.token_urlsafe(KEY_SECRET_BYTES).replace("_", "x")
     key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, secret_hash=_hash_secret(secret), scopes=scopes or []
+        tenant=tenant, name=name, prefix=prefix, secret_hash=_hash_secret(secret), scopes=scopes
     )
     return key, f"sk_{prefix}_{secret}"

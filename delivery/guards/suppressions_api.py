@@ -108,6 +108,12 @@ def _data(entry: Suppression) -> dict:
 
 
 class SuppressionsApi(APIView):
+    required_scopes = {
+        "GET": "suppressions:read",
+        "POST": "suppressions:write",
+        "DELETE": "suppressions:write",
+    }
+
     @extend_schema(
         parameters=[
             OpenApiParameter("to", str, description="Only this recipient (E.164). Else 400."),

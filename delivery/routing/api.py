@@ -135,6 +135,8 @@ def _rule(rule: Rule) -> dict:
 
 
 class RoutesApi(APIView):
+    required_scopes = {"GET": "routes:read"}
+
     @extend_schema(
         # No query parameter is taken: any is a 400 naming it (as an unknown filter of a list would be).
         responses={200: RoutesOutput, 400: schema.BAD_QUERY},
@@ -154,6 +156,8 @@ class RoutesApi(APIView):
 
 
 class RouteResolveApi(APIView):
+    required_scopes = {"GET": "routes:read"}
+
     @extend_schema(
         parameters=[
             OpenApiParameter(

@@ -291,6 +291,8 @@ def _form_data(request) -> tuple[dict, object]:  # noqa: C901
 
 
 class CampaignsApi(APIView):
+    required_scopes = {"GET": "campaigns:read", "POST": "campaigns:write"}
+
     parser_classes = [StrictJSONParser, MultiPartParser]
 
     @extend_schema(
@@ -354,6 +356,8 @@ class CampaignsApi(APIView):
 
 
 class CampaignDetailApi(APIView):
+    required_scopes = {"GET": "campaigns:read"}
+
     @extend_schema(responses=CampaignOutput, summary="Get one campaign, with its progress by status")
     def get(self, request, public_id: str):
         campaign = services.campaign_get(tenant=request.user.tenant, public_id=public_id)
@@ -361,6 +365,8 @@ class CampaignDetailApi(APIView):
 
 
 class CampaignMessagesApi(APIView):
+    required_scopes = {"GET": "campaigns:read"}
+
     @extend_schema(
         responses=schema.paginated(MessageOutput, "CampaignMessagePage"),
         parameters=[
@@ -381,6 +387,8 @@ class CampaignMessagesApi(APIView):
 
 
 class CampaignErrorsApi(APIView):
+    required_scopes = {"GET": "campaigns:read"}
+
     @extend_schema(
         responses=schema.paginated(CampaignErrorOutput, "CampaignErrorPage"),
         parameters=schema.PAGE_PARAMETERS,

@@ -72,6 +72,8 @@ def _actor(request) -> str:
 
 
 class CampaignPauseApi(APIView):
+    required_scopes = {"POST": "campaigns:write"}
+
     @extend_schema(
         request=None,
         responses={200: CampaignControlOutput, 409: CAMPAIGN_CONFLICT},
@@ -85,6 +87,8 @@ class CampaignPauseApi(APIView):
 
 
 class CampaignResumeApi(APIView):
+    required_scopes = {"POST": "campaigns:write"}
+
     @extend_schema(
         request=None,
         responses={200: CampaignResumeOutput, 409: CAMPAIGN_CONFLICT},
@@ -100,6 +104,8 @@ class CampaignResumeApi(APIView):
 
 
 class CampaignCancelApi(APIView):
+    required_scopes = {"POST": "campaigns:write"}
+
     @extend_schema(
         request=None,
         responses={200: CampaignCancelOutput, 409: CAMPAIGN_CONFLICT},

@@ -26,6 +26,7 @@ from smsgw.limits import ratelimit
 from smsgw.models import ApiKey, Tenant
 from smsgw.observability import events
 from smsgw.tenancy.auth import basic_verify
+from smsgw.tenancy.scopes import scopes_grant
 
 MAX_PAGE_SIZE = 1000  # Twilio's PageSize ceiling
 DEFAULT_PAGE_SIZE = 50
@@ -66,6 +67,28 @@ def _authenticate(request: HttpRequest, account_sid: str) -> tuple[Tenant, ApiKe
     return tenant, key
 
 
+def _require(key: ApiKey, scopes: list[str]) -> None:
+    """403 in Twilio's form naming the first scope (smsgw.tenancy.scopes) the key lacks."""
+    for scope in scopes:
+        if not scopes_grant(key.scopes, scope):
+            raise TwilioError(403, 20403, f"Forbidden: this API key lacks the scope {scope!r}")
+
+
+def _message_scopes(request: HttpRequest) -> list[str]:
+    """What an operation on one message needs, checked before the message is looked up (a key without
+    them cannot tell which SIDs exist). A POST cancels (``Status``), redacts (``Body``) or both; one with
+    neither is refused (400) once the check has passed."""
+    if request.method == "GET":
+        return ["messages:read"]
+    if request.method == "DELETE":
+        return ["messages:delete"]
+    if request.method == "POST":
+        params = _params(request, "POST")
+        scopes = ["messages:cancel"] * ("Status" in params) + ["messages:delete"] * ("Body" in params)
+        return scopes or ["messages:cancel"]
+    raise TwilioError(405, 20004, "Method not allowed")
+
+
 def _params(request: HttpRequest, which: str):
     """The form body (POST) or the query string (GET), refused in Twilio's form when Django's own limits
     on a form are passed or a value holds a NUL or an unpaired surrogate (no database column takes it)."""
@@ -97,8 +120,10 @@ def messages(request: HttpRequest, account_sid: str) -> HttpResponse:
     try:
         tenant, key = _authenticate(request, account_sid)
         if request.method == "POST":
+            _require(key, ["messages:send"])
             return _create(request, tenant, key)
         if request.method == "GET":
+            _require(key, ["messages:read"])
             return _list(request, tenant)
         raise TwilioError(405, 20004, "Method not allowed")
     except TwilioError as err:
@@ -134,6 +159,7 @@ def message(request: HttpRequest, account_sid: str, sid: str) -> HttpResponse:
     """``GET`` fetches; ``POST`` cancels (``Status=canceled``) or redacts (``Body=``); ``DELETE``."""
     try:
         tenant, key = _authenticate(request, account_sid)
+        _require(key, _message_scopes(request))
         current = _message(tenant, sid, request.path)
         if request.method == "GET":
             return JsonResponse(message_resource(current, account_sid))

@@ -446,6 +446,8 @@ class MessageEventsOutput(serializers.Serializer):
 
 
 class MessagesApi(APIView):
+    required_scopes = {"GET": "messages:read", "POST": "messages:send"}
+
     @extend_schema(
         request=MessageCreateInput,
         responses={
@@ -601,6 +603,8 @@ def _batch_items(data) -> list[batch.Item]:
 
 
 class MessagesBatchApi(APIView):
+    required_scopes = {"POST": "messages:send"}
+
     @extend_schema(
         request=MessageBatchInput,
         responses={200: MessageBatchOutput},
@@ -626,6 +630,8 @@ class MessagesBatchApi(APIView):
 
 
 class MessageDetailApi(APIView):
+    required_scopes = {"GET": "messages:read", "PATCH": "messages:write"}
+
     @extend_schema(responses=MessageOutput, summary="Get one message")
     def get(self, request, public_id: str):
         return Response(message_data(services.message_get(tenant=request.user.tenant, public_id=public_id)))
@@ -646,6 +652,8 @@ class MessageDetailApi(APIView):
 
 
 class MessageCancelApi(APIView):
+    required_scopes = {"POST": "messages:cancel"}
+
     @extend_schema(
         request=None,
         responses={200: MessageOutput, 409: schema.CONFLICT},
@@ -659,6 +667,8 @@ class MessageCancelApi(APIView):
 
 
 class MessageEventsApi(APIView):
+    required_scopes = {"GET": "messages:read"}
+
     @extend_schema(responses=MessageEventsOutput, summary="The message's timeline, oldest first")
     def get(self, request, public_id: str):
         message = services.message_get(tenant=request.user.tenant, public_id=public_id)

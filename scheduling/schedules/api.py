@@ -218,6 +218,8 @@ PREVIEW_PARAMS = frozenset(("count", "after"))
 
 
 class SchedulesApi(APIView):
+    required_scopes = {"GET": "schedules:read", "POST": "schedules:write"}
+
     @extend_schema(
         request=ScheduleCreateInput,
         responses={201: ScheduleChangeOutput},
@@ -255,6 +257,8 @@ class SchedulesApi(APIView):
 
 
 class ScheduleDetailApi(APIView):
+    required_scopes = {"GET": "schedules:read", "PATCH": "schedules:write"}
+
     @extend_schema(responses=ScheduleOutput, summary="Get one schedule")
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
@@ -278,6 +282,8 @@ def _action_view(name: str, service, summary: str, *, conflict: bool = True):
     responses = {200: ScheduleChangeOutput, **({409: schema.SCHEDULE_CONFLICT} if conflict else {})}
 
     class _View(APIView):
+        required_scopes = {"POST": "schedules:write"}
+
         @extend_schema(request=None, responses=responses, summary=summary)
         def post(self, request, public_id: str):
             change = service(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
@@ -313,6 +319,8 @@ class VersionsOutput(serializers.Serializer):
 
 
 class ScheduleOccurrencesApi(APIView):
+    required_scopes = {"GET": "schedules:read"}
+
     @extend_schema(
         parameters=[
             OpenApiParameter("count", int, description=f"1-{selectors.PREVIEW_MAX}, default 10"),
@@ -332,6 +340,8 @@ class ScheduleOccurrencesApi(APIView):
 
 
 class ScheduleVersionsApi(APIView):
+    required_scopes = {"GET": "schedules:read"}
+
     @extend_schema(responses=VersionsOutput, summary="Every version, with actor and time")
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
@@ -340,6 +350,8 @@ class ScheduleVersionsApi(APIView):
 
 
 class ScheduleMessagesApi(APIView):
+    required_scopes = {"GET": "schedules:read"}
+
     @extend_schema(
         responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
         parameters=schema.PAGE_PARAMETERS,
@@ -373,6 +385,8 @@ class QuietHoursOutput(serializers.Serializer):
 
 
 class QuietHoursApi(APIView):
+    required_scopes = {"GET": "quiet-hours:read", "PUT": "quiet-hours:write", "DELETE": "quiet-hours:write"}
+
     @extend_schema(responses=QuietHoursOutput, summary="The tenant's quiet-hours policy")
     def get(self, request):
         return Response(QuietHoursOutput(request.user.tenant).data)

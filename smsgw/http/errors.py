@@ -110,6 +110,8 @@ def _envelope(exc: Exception) -> dict[str, Any]:
         assert isinstance(exc, exceptions.APIException)  # DRF answered it, so it is one (as_drf)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         body = {"code": code, "message": str(message)}
+        # e.g. missing_scope: required_scope (smsgw.tenancy.permissions.MissingScope)
+        body.update(getattr(exc, "envelope_extra", {}))
         if isinstance(exc, DomainRefusal):
             if isinstance(exc.error, domain_errors.ConflictError):
                 body["status"] = exc.error.current_status

@@ -4,7 +4,8 @@ operation can give, and the page shape of cursor-paginated lists.
 ``ApiAutoSchema`` (REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]) adds to each operation the errors that follow
 from its shape, so a view declares only the ones particular to it (409, 422, 403, the quota 429):
 - 401, 429 (``rate_limited``) and 503 (``database_unavailable``) on every authenticated operation (the
-  API key is looked up in the database);
+  API key is looked up in the database), and 403 (``missing_scope``) with the scope the operation needs,
+  also stated in its description and its ``x-required-scopes`` (smsgw.tenancy.permissions);
 - 400 where there is a request body, a query parameter or a request header to get wrong;
 - 404 where the path names an object by id;
 - 413 and 415 where there is a request body.
@@ -18,6 +19,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
+
+from smsgw.tenancy.permissions import operation_scope
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
@@ -37,7 +40,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 class ErrorDetail(serializers.Serializer):
     code = serializers.CharField(
         help_text="Machine-readable: invalid, malformed_request, not_authenticated, authentication_failed, "
-        "permission_denied, not_found, conflict, idempotency_key_reused, request_too_large, "
+        "permission_denied, missing_scope, not_found, conflict, idempotency_key_reused, request_too_large, "
         "unsupported_media_type, quota_exceeded, rate_limited, database_unavailable, ..."
     )
     message = serializers.CharField(help_text="For a person; for a 400, names the first field to correct.")
@@ -50,6 +53,9 @@ class ErrorDetail(serializers.Serializer):
     )
     resets_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
+    )
+    required_scope = serializers.CharField(
+        required=False, help_text="missing_scope only: the scope the API key lacks (docs/api.md#scopes)."
     )
     retry_after = serializers.IntegerField(
         required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
@@ -118,15 +124,29 @@ UNAUTHENTICATED = error(
     "`WWW-Authenticate: Bearer`.",
     _example("Unknown key", 401, "authentication_failed", "Unknown API key."),
 )
+_MISSING_SCOPE = _example(
+    "Missing scope",
+    403,
+    "missing_scope",
+    "This API key lacks the scope 'messages:send', which POST /v1/messages needs.",
+    required_scope="messages:send",
+)
+MISSING_SCOPE = error(
+    403,
+    "The API key lacks the scope this operation needs (`required_scope` names it). Nothing was changed.",
+    _MISSING_SCOPE,
+)
 FORBIDDEN = error(
     403,
-    "The object exists but is not this tenant's to change.",
+    "The object exists but is not this tenant's to change; or (`missing_scope`) the API key lacks the "
+    "scope this operation needs.",
     _example(
         "Not yours",
         403,
         "permission_denied",
         "This sender's rate is set by the operator or another tenant.",
     ),
+    _MISSING_SCOPE,
 )
 NOT_FOUND = error(
     404,
@@ -271,6 +291,15 @@ class ApiAutoSchema(AutoSchema):
                 responses[str(code)] = self._get_response_for_code(response, str(code), direction=direction)
         return dict(sorted(responses.items()))
 
+    def get_operation(self, *args, **kwargs):
+        operation = super().get_operation(*args, **kwargs)
+        scope = operation_scope(self.view, self.method) if self._authenticated() else None
+        if operation is not None and scope:
+            operation["x-required-scopes"] = [scope]
+            lead = operation.get("description", "")
+            operation["description"] = f"{lead}\n\nRequires the scope `{scope}`.".strip()
+        return operation
+
     def get_override_parameters(self):
         params = super().get_override_parameters()
         if self._authenticated():
@@ -294,6 +323,7 @@ class ApiAutoSchema(AutoSchema):
             errors[400] = BAD_QUERY
         if self._authenticated():
             errors[401] = UNAUTHENTICATED
+            errors[403] = MISSING_SCOPE
             errors[429] = RATE_LIMITED
             errors[503] = DATABASE_UNAVAILABLE
         if re.search(r"\{\w*id\}", self.path):

@@ -17,10 +17,11 @@ def api_key_revoke(*, key: ApiKey) -> bool:
 
 @transaction.atomic
 def api_key_rotate(*, key: ApiKey) -> tuple[ApiKey, str]:
-    """A new key for the same tenant and name, and the old one revoked, in one transaction. Returns the
-    new key and its raw string (shown once). Requests with the old key are refused from the commit on."""
+    """A new key for the same tenant, name and scopes, and the old one revoked, in one transaction.
+    Returns the new key and its raw string (shown once). Requests with the old key are refused from the
+    commit on."""
     api_key_revoke(key=key)
-    return api_key_create(tenant=key.tenant, name=key.name)
+    return api_key_create(tenant=key.tenant, name=key.name, scopes=list(key.scopes))
 
 
 def callback_signing_key_rotate(*, tenant: Tenant) -> str:

@@ -138,15 +138,60 @@ def test_a_webhook_url_gets_a_signing_secret_shown_once_and_rotated(settings):
 def test_issuing_a_key_shows_its_secret_once_and_it_authenticates(settings):
     tenant = tenant_with_key("acme")[0]
     admin = staff("admin")
-    page = admin.post("/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "billing"}).content.decode()
+    page = admin.post(
+        "/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "billing", "scopes": ["*"]}
+    ).content.decode()
     raw = re.search(r'id="secret-once"[^>]*>(sk_[0-9a-f]{12}_[^<]+)<', page).group(1)
     key = ApiKey.objects.get(prefix=raw.split("_")[1])
     assert key.tenant == tenant and key.name == "billing" and key.matches(raw.split("_")[2])
-    second = admin.post("/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "other"})
+    second = admin.post("/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "other", "scopes": ["*"]})
     assert second.status_code == 200 and "sk_" in second.content.decode()  # not a 500
     assert Client().get("/v1/messages", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
     change = admin.get(f"/admin/smsgw/apikey/{key.pk}/change/").content.decode()
-    assert 'name="tenant"' not in change and 'name="scopes"' not in change and key.secret_hash not in change
+    assert 'name="tenant"' not in change and key.secret_hash not in change
+
+
+def test_the_admin_issues_a_key_with_chosen_scopes_and_only_narrows_them():
+    tenant = tenant_with_key("acme")[0]
+    admin = staff("admin")
+    form = {"tenant": tenant.pk, "name": "reports", "scopes": ["messages:read", "schedules:read"]}
+    page = admin.post("/admin/smsgw/apikey/add/", form).content.decode()
+    raw = re.search(r'id="secret-once"[^>]*>(sk_[0-9a-f]{12}_[^<]+)<', page).group(1)
+    key = ApiKey.objects.get(prefix=raw.split("_")[1])
+    assert key.scopes == ["messages:read", "schedules:read"]
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    assert Client().get("/v1/messages", **bearer).status_code == 200
+    refused = Client().post("/v1/messages", {"to": "+14155550123"}, content_type="application/json", **bearer)
+    assert refused.status_code == 403 and refused.json()["error"]["required_scope"] == "messages:send"
+    assert "reports" in admin.get("/admin/smsgw/apikey/").content.decode()
+
+    change = f"/admin/smsgw/apikey/{key.pk}/change/"
+    widened = admin.post(change, {"name": "reports", "scopes": ["messages:read", "messages:send"]})
+    assert widened.status_code == 200 and "scopes" in widened.context["adminform"].form.errors
+    widened = admin.post(change, {"name": "reports", "scopes": ["*"]})
+    assert widened.status_code == 200 and "scopes" in widened.context["adminform"].form.errors
+    key.refresh_from_db()
+    assert key.scopes == ["messages:read", "schedules:read"]
+    assert admin.post(change, {"name": "reports", "scopes": ["schedules:read"]}).status_code == 302
+    key.refresh_from_db()
+    assert key.scopes == ["schedules:read"]
+    assert Client().get("/v1/messages", **bearer).status_code == 403
+
+
+def test_the_admin_refuses_a_key_without_scopes():
+    tenant = tenant_with_key("acme")[0]
+    response = staff("admin").post("/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "none"})
+    assert response.status_code == 200 and "scopes" in response.context["adminform"].form.errors
+    assert ApiKey.objects.filter(tenant=tenant).count() == 1
+
+
+def test_rotating_a_key_keeps_its_scopes():
+    tenant = tenant_with_key("acme")[0]
+    admin = staff("admin")
+    admin.post("/admin/smsgw/apikey/add/", {"tenant": tenant.pk, "name": "r", "scopes": ["routes:read"]})
+    key = ApiKey.objects.get(name="r")
+    admin.post("/admin/smsgw/apikey/", {"action": "rotate_key", "_selected_action": [key.pk]})
+    assert ApiKey.objects.get(name="r", revoked_at__isnull=True).scopes == ["routes:read"]
 
 
 def test_revoke_and_rotate_keys():

@@ -53,3 +53,32 @@ def test_it_prints_the_twilio_compatible_credentials():
     other = Tenant.objects.create(name="Other", slug="other")
     assert other.facade_account_sid != tenant.facade_account_sid
     assert other.callback_signing_key != tenant.callback_signing_key
+
+
+def test_scopes_default_to_full_access_and_can_be_chosen():
+    from smsgw.models import ApiKey
+
+    call_command("tenant_create", "Full", stdout=io.StringIO(), stderr=io.StringIO())
+    assert ApiKey.objects.get(tenant__slug="full").scopes == ["*"]
+    out, err = io.StringIO(), io.StringIO()
+    call_command("tenant_create", "Narrow", "--scopes", "messages:send,messages:read", stdout=out, stderr=err)
+    assert ApiKey.objects.get(tenant__slug="narrow").scopes == ["messages:send", "messages:read"]
+    assert "messages:send,messages:read" in err.getvalue()
+
+
+@pytest.mark.parametrize("scopes", ["messages:send,messages:everything", ""])
+def test_an_unknown_or_empty_scope_list_is_refused_and_nothing_is_made(scopes):
+    with pytest.raises(CommandError, match="--scopes"):
+        call_command("tenant_create", "Demo", "--scopes", scopes, stdout=io.StringIO(), stderr=io.StringIO())
+    assert not Tenant.objects.exists()
+
+
+def test_the_key_answers_within_its_scopes():
+    from django.test import Client
+
+    out = io.StringIO()
+    call_command("tenant_create", "Demo", "--scopes", "messages:read", stdout=out, stderr=io.StringIO())
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {out.getvalue().strip()}"}
+    assert Client().get("/v1/messages", **auth).status_code == 200
+    refused = Client().get("/v1/schedules", **auth)
+    assert refused.status_code == 403 and refused.json()["error"]["required_scope"] == "schedules:read"

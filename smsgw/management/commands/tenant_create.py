@@ -7,6 +7,7 @@ from django.utils.text import slugify
 from scheduling import facade
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
+from smsgw.tenancy.scopes import FULL_ACCESS, UnknownScope, scopes_parse
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
@@ -24,6 +25,12 @@ class Command(BaseCommand):
             "--allowed-countries",
             default="",
             help="Countries it may send to: ISO 3166 alpha-2, comma-separated (default: its own only).",
+        )
+        parser.add_argument(
+            "--scopes",
+            default=FULL_ACCESS,
+            help="The key's scopes, comma-separated (docs/api.md#scopes), e.g. messages:send,messages:read; "
+            "default: * (full access).",
         )
         parser.add_argument(
             "--if-exists",
@@ -46,6 +53,12 @@ class Command(BaseCommand):
                 default_from = normalize_e164(default_from)
             except PhoneNumberError as exc:
                 raise CommandError(f"--from: {exc}") from exc
+        try:
+            scopes = scopes_parse(opts["scopes"])
+        except UnknownScope as exc:
+            raise CommandError(f"--scopes: {exc}") from exc
+        if not scopes:
+            raise CommandError("--scopes: name at least one scope (or * for full access)")
         countries = sorted({c.strip().upper() for c in opts["allowed_countries"].split(",") if c.strip()})
         bad = [c for c in countries if len(c) != 2 or not c.isalpha()]
         if bad:
@@ -63,9 +76,10 @@ class Command(BaseCommand):
                     default_timezone=opts["timezone"],
                     allowed_countries=countries,
                 )
-            key, raw = api_key_create(tenant=tenant)
+            key, raw = api_key_create(tenant=tenant, scopes=scopes)
         self.stderr.write(
-            f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… (store it now, it is not kept)"
+            f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… with scopes "
+            f"{','.join(key.scopes) or '(none)'} (store it now, it is not kept)"
         )
         # The Twilio-compatible API (docs/coming-from-twilio.md): Client(<account SID>, <API key>), or
         # Client(<API key SID>, <the key's secret>, <account SID>); status callbacks are signed with the key.

@@ -10,10 +10,21 @@ from smsgw.http.errors import api_exception_handler
 
 ROOT = Path(__file__).resolve().parents[3]
 APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
-# The HTTP edge: DRF views (modules named *api), the authentication, throttle and pagination classes,
-# the parsers and request checks, the schema, the error handler and the settings that name them.
+# The HTTP edge: DRF views (modules named *api), the authentication, permission (scope), throttle and
+# pagination classes, the parsers and request checks, the schema, the error handler and the settings
+# that name them.
 EDGE_MODULES = frozenset(
-    {"auth", "boundary", "errors", "pagination", "ratelimit", "schema", "settings", "strict_input"}
+    {
+        "auth",
+        "boundary",
+        "errors",
+        "pagination",
+        "permissions",
+        "ratelimit",
+        "schema",
+        "settings",
+        "strict_input",
+    }
 )
 
 
