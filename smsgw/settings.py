@@ -706,6 +706,42 @@ WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
 WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)
 
+# --- task time limits (smsgw.runtime.task_limits) -------------------------------------------------
+# Every task has a soft limit (SoftTimeLimitExceeded in the task: a periodic pass stops cleanly and the
+# next tick goes on) and a hard one 30 s later (the pool process is killed; acks_late puts the message
+# back). Each is sized to the task's own work with room for a slow database, never to "unlimited".
+
+
+def _time_limits(soft: float, *, grace: float = 30.0) -> dict[str, float]:
+    return {"soft_time_limit": float(soft), "time_limit": float(soft + grace)}
+
+
+_WEBHOOK_ROUNDS = math.ceil(200 / 16)  # receipts.webhooks: 200 deliveries a pass on 16 threads
+CELERY_TASK_ANNOTATIONS = {
+    "scheduling.sweep": _time_limits(SWEEP_INTERVAL_SECONDS * 0.9 + 60),
+    "scheduling.materialize": _time_limits(MATERIALIZE_INTERVAL_SECONDS * 0.9 + 60),
+    # About a minute per million rows (CELERY_TASK_ROUTES); a stopped job resumes from its checkpoint.
+    "scheduling.campaign_make": _time_limits(env_float("SMSGW_CAMPAIGN_MAKE_TIME_LIMIT", 1800.0, minimum=60)),
+    "scheduling.campaign_cancel": _time_limits(60),  # runs of TASK_BUDGET_SECONDS (5 s) each
+    "scheduling.campaign_release": _time_limits(60),
+    "scheduling.campaigns_tick": _time_limits(60),
+    # Returns once the batch's submissions have started (answers are recorded as they come).
+    "delivery.send_batch": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 60),
+    "delivery.reconcile_batch": _time_limits(RECONCILE_TASK_SECONDS + PROVIDER_REQUEST_TIMEOUT_SECONDS + 60),
+    "delivery.holds_probe": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 30),
+    "delivery.circuit_probe": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 30),
+    "receipts.process": _time_limits(SWEEP_INTERVAL_SECONDS * 0.9 + 60),
+    "receipts.status_lookup": _time_limits(STATUS_LOOKUP_BUDGET_SECONDS + STATUS_LOOKUP_TIMEOUT_SECONDS + 60),
+    # A pass may wait for a full batch of deliveries that each run to their deadline.
+    "receipts.deliver_webhooks": _time_limits(
+        SWEEP_INTERVAL_SECONDS * 0.9 + WEBHOOK_TIMEOUT_SECONDS * (_WEBHOOK_ROUNDS + 1) + 30
+    ),
+    "limits.prune": _time_limits(300),
+}
+# Any task not listed (Celery's own) gets these.
+CELERY_TASK_SOFT_TIME_LIMIT = 600
+CELERY_TASK_TIME_LIMIT = 630
+
 # --- destination guards: fraud and SMS pumping (delivery.guards.destinations, delivery.guards.velocity) -----
 # Off only to measure what the guards cost (bench guards) or as an emergency switch: destinations are then
 # not checked and nothing is held for review. The suppression list is enforced either way.
