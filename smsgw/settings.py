@@ -678,6 +678,12 @@ CELERY_BEAT_SCHEDULE = {
 # API requests per second per API key when the tenant sets none (Tenant.api_rate_per_second), and the
 # burst a full bucket allows, in seconds of that rate. 0 = unlimited.
 API_RATE_PER_SECOND = env_int("SMSGW_API_RATE_PER_SECOND", 50, minimum=0)
+# What a new tenant starts with (smsgw.models: Tenant's field defaults): finite, so a tenant nobody sized
+# cannot fill the shared queue or the provider account on its own; large enough not to bother normal
+# use. An operator raises (or, with 0, lifts) each per tenant in the admin; existing tenants keep theirs.
+TENANT_DEFAULT_DAILY_MESSAGE_QUOTA = env_int("SMSGW_DEFAULT_DAILY_MESSAGE_QUOTA", 1_000_000, minimum=0)
+TENANT_DEFAULT_MAX_PENDING_SCHEDULED = env_int("SMSGW_DEFAULT_MAX_PENDING_SCHEDULED", 1_000_000, minimum=0)
+TENANT_DEFAULT_SEND_RATE_PER_SECOND = env_int("SMSGW_DEFAULT_SEND_RATE_PER_SECOND", 1_000, minimum=0)
 API_RATE_BURST_SECONDS = env_float("SMSGW_API_RATE_BURST_SECONDS", 2.0, minimum=0.0)
 # Where the per-key buckets live, shared by every web process: a Redis URL, by default the broker's when
 # the broker is Redis; anything else ("database", or a RabbitMQ/filesystem broker) = the database.
