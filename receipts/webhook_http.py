@@ -45,7 +45,7 @@ class _Sockets:
                     sock.shutdown(socket.SHUT_RDWR)  # a blocked recv() returns at once
 
 
-def _tracked(base: type[HTTPConnection], sockets: _Sockets) -> type[HTTPConnection]:
+def _tracked[C: HTTPConnection](base: type[C], sockets: _Sockets) -> type[C]:
     class Tracked(base):  # type: ignore[valid-type,misc]
         def _new_conn(self) -> socket.socket:
             sock = super()._new_conn()

@@ -22,7 +22,15 @@ def project_tasks():
     for config in apps.get_app_configs():
         if importlib.util.find_spec(f"{config.name}.tasks"):
             importlib.import_module(f"{config.name}.tasks")
-    tasks = {name: task for name, task in app.tasks.items() if not name.startswith("celery.")}
+    # The app's tasks: those its installed apps define (not Celery's own, nor a benchmark's no-op that
+    # another test module may have registered in this process).
+    packages = {config.name for config in apps.get_app_configs()}
+    tasks = {
+        name: task
+        for name, task in app.tasks.items()
+        if any(task.__module__ == p or task.__module__.startswith(f"{p}.") for p in packages)
+        and not name.startswith("celery.")
+    }
     assert tasks, "no task registered: autodiscovery found nothing"
     return tasks
 
