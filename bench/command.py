@@ -286,6 +286,10 @@ class Command(BaseCommand):
             action="store_true",
             help="first the same list made by one process in one range, same run; prints the ratio",
         )
+        p = sub.add_parser(
+            "hostile", help="the worst input of each kind to every endpoint; server CPU per request"
+        )
+        p.add_argument("--repeat", type=int, default=5, help="requests per case (CPU is their mean)")
         p = sub.add_parser("campaign_pause", help="pause a 1M-message campaign mid-send; progress read cost")
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--rate", type=float, default=200.0, help="segments/s of the campaign's sender")
@@ -527,6 +531,10 @@ class Command(BaseCommand):
                 paused_seconds=opts["paused_seconds"],
                 timeout=opts["timeout"],
             )
+        elif scenario == "hostile":
+            from bench.hostile import hostile
+
+            result = hostile(repeat=opts["repeat"])
         elif scenario == "facade":
             from bench.facade import facade
 

@@ -40,6 +40,10 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+# A bench tenant is unlimited (0): the benchmarks measure the gateway, not a new tenant's quotas.
+UNLIMITED = {"daily_message_quota": 0, "max_pending_scheduled": 0, "send_rate_per_second": 0}
+
+
 def bench_reset() -> Tenant:
     """Empty the message tables (the bench database only), drop the pacing state an earlier scenario
     configured (sender and account rates, rate buckets, circuits), and return the bench tenant. Left in
@@ -52,9 +56,14 @@ def bench_reset() -> Tenant:
     for model in (SenderCapacity, AccountCapacity, RateBucket, ProviderCircuit):
         model.objects.all().delete()
     tenant, _ = Tenant.objects.get_or_create(
-        # No API rate limit: the benchmarks measure the gateway, not the limiter.
+        # No API rate limit or quota: the benchmarks measure the gateway, not the limiter.
         slug=BENCH_TENANT,
-        defaults={"name": "Benchmark", "default_from": "+14155550100", "api_rate_per_second": 0},
+        defaults={
+            "name": "Benchmark",
+            "default_from": "+14155550100",
+            "api_rate_per_second": 0,
+            **UNLIMITED,
+        },
     )
     return tenant
 

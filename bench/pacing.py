@@ -42,7 +42,7 @@ def _sliding_max_at(times: list[float], window: float = 1.0) -> tuple[int, float
 
 def _tenant(slug: str) -> Tenant:
     tenant, _ = Tenant.objects.get_or_create(
-        slug=slug, defaults={"name": slug, "default_from": "+14155550100"}
+        slug=slug, defaults={"name": slug, "default_from": "+14155550100", **core.UNLIMITED}
     )
     return tenant
 

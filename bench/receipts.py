@@ -186,7 +186,8 @@ def burst_under_receipts(
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     other, _ = Tenant.objects.get_or_create(
-        slug="bench-receipts", defaults={"name": "Bench receipts", "default_from": "+14155550100"}
+        slug="bench-receipts",
+        defaults={"name": "Bench receipts", "default_from": "+14155550100", **core.UNLIMITED},
     )
     sids = sent_messages_load(other, receipt_burst, offset=n + 1)
     receipts_topo = ReceiptTopology(web_workers=web_workers)

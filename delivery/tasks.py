@@ -9,6 +9,7 @@ from delivery.flow import circuit
 from delivery.flow import provider_holds as holds
 from delivery.sending import inflight, reconcile
 from delivery.sending import worker as sending
+from smsgw.runtime.task_limits import next_tick_goes_on
 
 
 @shared_task(name="delivery.send_batch", ignore_result=True)
@@ -63,10 +64,12 @@ def reconcile_batch(message_ids: list[int]) -> None:
 
 
 @shared_task(name="delivery.holds_probe", ignore_result=True)
+@next_tick_goes_on
 def holds_probe() -> None:
     holds.holds_probe_due()
 
 
 @shared_task(name="delivery.circuit_probe", ignore_result=True)
+@next_tick_goes_on
 def circuit_probe() -> None:
     circuit.circuit_probe_account()

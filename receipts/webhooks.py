@@ -25,6 +25,7 @@ from django.utils import timezone
 from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
+from receipts.webhook_http import post_pinned
 from scheduling.facade import resources as facade
 from scheduling.models import Message
 from smsgw.models import Tenant
@@ -34,7 +35,8 @@ from smsgw.runtime.db import PgInts, is_postgres
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "message.status_changed"
-# Deliveries claimed per pass; each is one HTTP POST with a bounded timeout, run on a small thread pool.
+# Deliveries claimed per pass; each is one HTTP POST with a wall-clock deadline (receipts.webhook_http),
+# run on a small thread pool, so a pass lasts at most about SMSGW_WEBHOOK_TIMEOUT_SECONDS per 16 of them.
 WEBHOOK_BATCH_SIZE = 200
 # A claimed delivery is leased for this long; a worker that dies mid-POST leaves it to be retried.
 WEBHOOK_LEASE = timedelta(seconds=60)
@@ -324,39 +326,20 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
         }
         payload = body.encode()
     try:
-        resp = _post_pinned(url, host, port, address, payload, headers)
+        code = post_pinned(
+            url,
+            host,
+            port,
+            address,
+            payload,
+            headers,
+            deadline_seconds=settings.WEBHOOK_TIMEOUT_SECONDS,
+            max_body=settings.WEBHOOK_MAX_RESPONSE_BYTES,
+        )
     except urllib3.exceptions.HTTPError as exc:
         return None, type(exc).__name__, (time.perf_counter() - started) * 1000
-    ok = 200 <= resp.status < 300
-    return (
-        resp.status,
-        "" if ok else f"HTTP {resp.status}",
-        (time.perf_counter() - started) * 1000,
-    )
-
-
-def _post_pinned(url: str, host: str, port: int, address: str, body: bytes, headers: dict):
-    """POST to ``address`` (already checked), presenting ``host`` for the Host header, TLS SNI and
-    certificate verification: the name is never resolved a second time."""
-    parts = urlsplit(url)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    timeout = urllib3.Timeout(total=settings.WEBHOOK_TIMEOUT_SECONDS)
-    pool: urllib3.HTTPConnectionPool
-    if parts.scheme == "https":
-        pool = urllib3.HTTPSConnectionPool(
-            address, port, server_hostname=host, assert_hostname=host, timeout=timeout, retries=False
-        )
-    else:
-        pool = urllib3.HTTPConnectionPool(address, port, timeout=timeout, retries=False)
-    netloc = host if port in (80, 443) else f"{host}:{port}"
-    if ":" in host and not host.startswith("["):
-        netloc = f"[{host}]" if port in (80, 443) else f"[{host}]:{port}"
-    try:
-        return pool.urlopen(
-            "POST", path, body=body, headers={**headers, "Host": netloc}, redirect=False, preload_content=True
-        )
-    finally:
-        pool.close()
+    ok = 200 <= code < 300
+    return code, "" if ok else f"HTTP {code}", (time.perf_counter() - started) * 1000
 
 
 def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
@@ -9,15 +10,18 @@ from scheduling.campaigns.make import campaign_fail, campaigns_stale_republish
 from scheduling.campaigns.make import campaign_make as campaign_make_run
 from scheduling.dispatch.sweep import sweep_for
 from scheduling.schedules.materialize import materialize_for
+from smsgw.runtime.task_limits import next_tick_goes_on
 
 
 @shared_task(name="scheduling.sweep", ignore_result=True)
+@next_tick_goes_on
 def sweep() -> None:
     # Slightly shorter than the beat interval so one sweep task is normally running at a time.
     sweep_for(settings.SWEEP_INTERVAL_SECONDS * 0.9)
 
 
 @shared_task(name="scheduling.materialize", ignore_result=True)
+@next_tick_goes_on
 def materialize() -> None:
     # Bounded like the sweep: batches back to back while schedules are due, for most of one interval.
     materialize_for(settings.MATERIALIZE_INTERVAL_SECONDS * 0.9)
@@ -29,9 +33,10 @@ def materialize() -> None:
 def campaign_make(campaign_id: int, range_index: int | None = None) -> None:
     try:
         campaign_make_run(campaign_id, range_index)
-    except (OperationalError, InterfaceError):
-        # The database went away: the batch in flight rolled back and the checkpoint stands. The job is
-        # published again by campaigns_stale_republish (no countdown retry: quorum queues take no ETAs).
+    except (OperationalError, InterfaceError, SoftTimeLimitExceeded):
+        # The database went away, or the job reached its time limit: the batch in flight rolled back and
+        # the checkpoint stands. The job is published again by campaigns_stale_republish (no countdown
+        # retry: quorum queues take no ETAs).
         raise
     except Exception:
         # Anything else would fail again from the same checkpoint: say so on the campaign, not for ever
@@ -44,18 +49,25 @@ def campaign_make(campaign_id: int, range_index: int | None = None) -> None:
 # a 1M-message cancel or resume never holds a worker or one transaction for long.
 @shared_task(name="scheduling.campaign_cancel", ignore_result=True)
 def campaign_cancel(campaign_id: int) -> None:
-    _, done = campaign_control.cancel_pending(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    try:
+        _, done = campaign_control.cancel_pending(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    except SoftTimeLimitExceeded:  # what it committed stands; the rest in the next run
+        done = False
     if not done:
         campaign_cancel.apply_async(args=(campaign_id,), queue="reconcile")
 
 
 @shared_task(name="scheduling.campaign_release", ignore_result=True)
 def campaign_release(campaign_id: int) -> None:
-    _, done = campaign_control.waiting_release(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    try:
+        _, done = campaign_control.waiting_release(campaign_id, budget=campaign_control.TASK_BUDGET_SECONDS)
+    except SoftTimeLimitExceeded:  # what it committed stands; the rest in the next run
+        done = False
     if not done:
         campaign_release.apply_async(args=(campaign_id,), queue="reconcile")
 
 
 @shared_task(name="scheduling.campaigns_tick", ignore_result=True)
+@next_tick_goes_on
 def campaigns_tick() -> None:
     campaign_control.campaigns_tick()

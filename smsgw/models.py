@@ -20,6 +20,26 @@ def new_facade_account_sid() -> str:
     return "AC" + secrets.token_hex(16)
 
 
+# A new tenant's quotas: finite defaults from settings (SMSGW_DEFAULT_*, docs/limits.md), read when the
+# tenant is created; 0 stays "unlimited" for an operator who sets it.
+def default_daily_message_quota() -> int:
+    from django.conf import settings
+
+    return settings.TENANT_DEFAULT_DAILY_MESSAGE_QUOTA
+
+
+def default_max_pending_scheduled() -> int:
+    from django.conf import settings
+
+    return settings.TENANT_DEFAULT_MAX_PENDING_SCHEDULED
+
+
+def default_send_rate_per_second() -> int:
+    from django.conf import settings
+
+    return settings.TENANT_DEFAULT_SEND_RATE_PER_SECOND
+
+
 def new_callback_signing_key() -> str:
     """The secret that signs the Twilio-shaped status callbacks (``X-Twilio-Signature``): 32 hex, the form
     of a Twilio auth token, so ``RequestValidator(<this key>)`` of the official SDKs checks them."""
@@ -34,10 +54,10 @@ class Tenant(models.Model):
     default_from = models.CharField(max_length=32, blank=True)
     messaging_service_sid = models.CharField(max_length=64, blank=True)
     default_timezone = models.CharField(max_length=64, default="UTC")
-    # Quotas (0 = unlimited).
-    daily_message_quota = models.PositiveIntegerField(default=0)
-    max_pending_scheduled = models.PositiveIntegerField(default=0)
-    send_rate_per_second = models.PositiveIntegerField(default=0)
+    # Quotas (0 = unlimited); a new tenant starts with the finite SMSGW_DEFAULT_* values.
+    daily_message_quota = models.PositiveIntegerField(default=default_daily_message_quota)
+    max_pending_scheduled = models.PositiveIntegerField(default=default_max_pending_scheduled)
+    send_rate_per_second = models.PositiveIntegerField(default=default_send_rate_per_second)
     # A message that becomes due while the daily quota is used up (limits.execution): wait for the next
     # quota window, or fail with reason quota_exceeded.
     quota_exceeded_policy = models.CharField(

@@ -684,6 +684,12 @@ CELERY_BEAT_SCHEDULE = {
 # API requests per second per API key when the tenant sets none (Tenant.api_rate_per_second), and the
 # burst a full bucket allows, in seconds of that rate. 0 = unlimited.
 API_RATE_PER_SECOND = env_int("SMSGW_API_RATE_PER_SECOND", 50, minimum=0)
+# What a new tenant starts with (smsgw.models: Tenant's field defaults): finite, so a tenant nobody sized
+# cannot fill the shared queue or the provider account on its own; large enough not to bother normal
+# use. An operator raises (or, with 0, lifts) each per tenant in the admin; existing tenants keep theirs.
+TENANT_DEFAULT_DAILY_MESSAGE_QUOTA = env_int("SMSGW_DEFAULT_DAILY_MESSAGE_QUOTA", 1_000_000, minimum=0)
+TENANT_DEFAULT_MAX_PENDING_SCHEDULED = env_int("SMSGW_DEFAULT_MAX_PENDING_SCHEDULED", 1_000_000, minimum=0)
+TENANT_DEFAULT_SEND_RATE_PER_SECOND = env_int("SMSGW_DEFAULT_SEND_RATE_PER_SECOND", 1_000, minimum=0)
 API_RATE_BURST_SECONDS = env_float("SMSGW_API_RATE_BURST_SECONDS", 2.0, minimum=0.0)
 # Where the per-key buckets live, shared by every web process: a Redis URL, by default the broker's when
 # the broker is Redis; anything else ("database", or a RabbitMQ/filesystem broker) = the database.
@@ -703,10 +709,50 @@ RECEIPT_SPOOL_DIR = Path(env_str("SMSGW_RECEIPT_SPOOL_DIR", str(VAR_DIR / "recei
 WEBHOOK_ALLOW_HTTP = env_bool("SMSGW_WEBHOOK_ALLOW_HTTP", EMBEDDED or DEBUG)
 # Loopback/private/link-local targets are refused (SSRF) unless this is set (tests, local development).
 WEBHOOK_ALLOW_PRIVATE = env_bool("SMSGW_WEBHOOK_ALLOW_PRIVATE", False)
+# A delivery's whole time (connect, send, answer), wall clock: a server that trickles its answer is cut
+# off at this deadline (receipts.webhook_http). Of its answer only the status counts, and at most
+# WEBHOOK_MAX_RESPONSE_BYTES of the body are read.
 WEBHOOK_TIMEOUT_SECONDS = env_float("SMSGW_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+WEBHOOK_MAX_RESPONSE_BYTES = env_int("SMSGW_WEBHOOK_MAX_RESPONSE_BYTES", 4096, minimum=0)
 WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
 WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)
+
+# --- task time limits (smsgw.runtime.task_limits) -------------------------------------------------
+# Every task has a soft limit (SoftTimeLimitExceeded in the task: a periodic pass stops cleanly and the
+# next tick goes on) and a hard one 30 s later (the pool process is killed; acks_late puts the message
+# back). Each is sized to the task's own work with room for a slow database, never to "unlimited".
+
+
+def _time_limits(soft: float, *, grace: float = 30.0) -> dict[str, float]:
+    return {"soft_time_limit": float(soft), "time_limit": float(soft + grace)}
+
+
+_WEBHOOK_ROUNDS = math.ceil(200 / 16)  # receipts.webhooks: 200 deliveries a pass on 16 threads
+CELERY_TASK_ANNOTATIONS = {
+    "scheduling.sweep": _time_limits(SWEEP_INTERVAL_SECONDS * 0.9 + 60),
+    "scheduling.materialize": _time_limits(MATERIALIZE_INTERVAL_SECONDS * 0.9 + 60),
+    # About a minute per million rows (CELERY_TASK_ROUTES); a stopped job resumes from its checkpoint.
+    "scheduling.campaign_make": _time_limits(env_float("SMSGW_CAMPAIGN_MAKE_TIME_LIMIT", 1800.0, minimum=60)),
+    "scheduling.campaign_cancel": _time_limits(60),  # runs of TASK_BUDGET_SECONDS (5 s) each
+    "scheduling.campaign_release": _time_limits(60),
+    "scheduling.campaigns_tick": _time_limits(60),
+    # Returns once the batch's submissions have started (answers are recorded as they come).
+    "delivery.send_batch": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 60),
+    "delivery.reconcile_batch": _time_limits(RECONCILE_TASK_SECONDS + PROVIDER_REQUEST_TIMEOUT_SECONDS + 60),
+    "delivery.holds_probe": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 30),
+    "delivery.circuit_probe": _time_limits(PROVIDER_REQUEST_TIMEOUT_SECONDS + 30),
+    "receipts.process": _time_limits(SWEEP_INTERVAL_SECONDS * 0.9 + 60),
+    "receipts.status_lookup": _time_limits(STATUS_LOOKUP_BUDGET_SECONDS + STATUS_LOOKUP_TIMEOUT_SECONDS + 60),
+    # A pass may wait for a full batch of deliveries that each run to their deadline.
+    "receipts.deliver_webhooks": _time_limits(
+        SWEEP_INTERVAL_SECONDS * 0.9 + WEBHOOK_TIMEOUT_SECONDS * (_WEBHOOK_ROUNDS + 1) + 30
+    ),
+    "limits.prune": _time_limits(300),
+}
+# Any task not listed (Celery's own) gets these.
+CELERY_TASK_SOFT_TIME_LIMIT = 600
+CELERY_TASK_TIME_LIMIT = 630
 
 # --- destination guards: fraud and SMS pumping (delivery.guards.destinations, delivery.guards.velocity) -----
 # Off only to measure what the guards cost (bench guards) or as an emergency switch: destinations are then

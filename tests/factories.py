@@ -15,6 +15,11 @@ SENDER = "+14155550100"
 
 
 def tenant_with_key(slug: str = "acme", **kwargs) -> tuple[Tenant, str]:
+    # Unlimited unless a test sets its own: the operator's explicit choice (0), so tests of other
+    # behaviour neither pay for nor trip the quotas; tests/limits sets them, and
+    # tests/smsgw/test_tenant_create.py checks the finite defaults a real new tenant gets.
+    for quota in ("daily_message_quota", "max_pending_scheduled", "send_rate_per_second"):
+        kwargs.setdefault(quota, 0)
     tenant = Tenant.objects.create(
         name=slug.title(), slug=slug, default_from=kwargs.pop("default_from", SENDER), **kwargs
     )

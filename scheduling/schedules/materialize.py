@@ -27,7 +27,7 @@ from scheduling.dispatch.quiet import QuietWindow, tenant_quiet_window
 from scheduling.lifecycle.schedules import schedules_end
 from scheduling.messages.birth import messages_birth
 from scheduling.models import Schedule, ScheduleStatus, Status, new_public_id
-from scheduling.schedules.recurrence import Occurrence, Recurrence
+from scheduling.schedules.recurrence import ExpansionTooCostly, Occurrence, Recurrence
 from scheduling.schedules.rrules import parse_exdates, parse_rrule
 from smsgw.models import Tenant
 from smsgw.runtime.db import server_bound_cursor
@@ -192,6 +192,17 @@ def _plan(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: dateti
     return _Plan(schedule, rows, cursor)
 
 
+def _plan_or_end(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: datetime) -> _Plan:
+    """``_plan``, except that a stored rule past the expansion budget (one saved before the budget
+    existed: creation and edits refuse them now) is planned as having nothing left, so it ends instead
+    of failing the whole batch at every run."""
+    try:
+        return _plan(schedule, tenant, horizon_end, now)
+    except ExpansionTooCostly as exc:
+        log.warning("materialize schedule=%s ended: its rule %s", schedule.public_id, exc)
+        return _Plan(schedule, [], None)
+
+
 EVENT_ACTOR = "system:materializer"
 
 
@@ -267,7 +278,7 @@ def schedules_materialize(*, now: datetime | None = None, limit: int | None = No
             report.seconds = time.perf_counter() - started
             return report
         tenants = Tenant.objects.in_bulk({s.tenant_id for s in schedules})
-        plans = [_plan(s, tenants[s.tenant_id], horizon_end, now) for s in schedules]
+        plans = [_plan_or_end(s, tenants[s.tenant_id], horizon_end, now) for s in schedules]
         rows = [row for p in plans for row in p.rows]
         births = messages_birth(rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
         ids, existing = births.ids, births.existing

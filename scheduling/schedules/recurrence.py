@@ -76,7 +76,77 @@ def _stop_at(rule: du.rrule, last: datetime) -> du.rrule:
     # only the year can be compared there.
     # Our marker attribute and dateutil's private _freq are not in the stubs.
     rule._smsgw_stop = (last.year, 12 if rule._freq == du.YEARLY else last.month)  # type: ignore[attr-defined]
+    rule._smsgw_cost_per_day = _cost_per_day(rule)  # type: ignore[attr-defined]
     return rule
+
+
+# --- the work budget ----------------------------------------------------------------------------------
+# A sub-daily rule with filters coarser than its frequency ("FREQ=SECONDLY;BYMONTH=2;BYHOUR=8") is walked
+# by dateutil unit by unit inside each day it visits, and a day a filter rejects is skipped only to its
+# end: up to 86,400 steps per day, about 6 ms, so a COUNT or an impossible combination searched over a
+# century took minutes. Each pass over a rule is charged per day it visits (the units dateutil may walk
+# that day) and per candidate period; past EXPANSION_BUDGET it stops with ExpansionTooCostly. Counted,
+# not timed, so the answer does not depend on the machine's load.
+EXPANSION_BUDGET = 50_000
+_UNITS_PER_DAY = {du.HOURLY: 24, du.MINUTELY: 24 * 60, du.SECONDLY: 24 * 3600}
+
+
+class ExpansionTooCostly(RuleError):
+    """The rule needs more than EXPANSION_BUDGET steps of work for one expansion."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "rrule",
+            "is too costly to expand: a sub-daily FREQ (HOURLY, MINUTELY, SECONDLY) combined with "
+            "filters that leave few times per day (BYMONTH, BYMONTHDAY, BYYEARDAY, BYDAY, BYHOUR, "
+            "BYMINUTE...) must be searched unit by unit; write it with a coarser FREQ (e.g. FREQ=DAILY "
+            "with BYHOUR/BYMINUTE, or FREQ=YEARLY with BYMONTH) or a smaller COUNT",
+        )
+
+
+def _cost_per_day(rule: du.rrule) -> int:
+    """What one visited day may cost: the units dateutil walks through a day when a time filter
+    coarser than the frequency can reject them; 1 when every unit it walks is a candidate."""
+    freq = rule._freq  # type: ignore[attr-defined]
+    time_filtered = {
+        du.HOURLY: rule._byhour,  # type: ignore[attr-defined]
+        du.MINUTELY: rule._byhour or rule._byminute,  # type: ignore[attr-defined]
+        du.SECONDLY: rule._byhour or rule._byminute or rule._bysecond,  # type: ignore[attr-defined]
+    }.get(freq)
+    if not time_filtered:
+        return 1
+    return -(-_UNITS_PER_DAY[freq] // rule._interval)  # type: ignore[attr-defined]
+
+
+_IterinfoBase = du._iterinfo
+
+
+class _BudgetedIterinfo(_IterinfoBase):
+    # dateutil makes one _iterinfo per pass over a rule and asks it for each DAILY or sub-daily
+    # candidate period (ddayset), so the pass's spending lives here. Only rules marked by _stop_at are
+    # charged; any other rrule in the process behaves exactly as before.
+    __slots__ = ("smsgw_day", "smsgw_spent")
+
+    def __init__(self, rrule) -> None:
+        for attr in _IterinfoBase.__slots__:
+            setattr(self, attr, None)
+        self.rrule = rrule
+        self.smsgw_day: tuple[int, int, int] | None = None
+        self.smsgw_spent = 0
+
+    def ddayset(self, year, month, day):
+        per_day = getattr(self.rrule, "_smsgw_cost_per_day", None)
+        if per_day is not None:
+            visited = (year, month, day)
+            self.smsgw_spent += per_day if visited != self.smsgw_day else 1
+            self.smsgw_day = visited
+            if self.smsgw_spent > EXPANSION_BUDGET:
+                raise ExpansionTooCostly
+        return super().ddayset(year, month, day)
+
+
+# dateutil looks its _iterinfo class up by name at the start of every pass.
+du._iterinfo = _BudgetedIterinfo  # type: ignore[misc]
 
 
 def _frequency(rule: ParsedRule) -> Literal[0, 1, 2, 3, 4, 5, 6]:

@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling.messages.selectors import instant_in_range, recipient_param
 from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules.materialize import occurrence_key, quiet_window_of, recurrence_of
+from scheduling.schedules.recurrence import ExpansionTooCostly
 from smsgw.domain_errors import InvalidInput
 
 PREVIEW_DEFAULT = 10
@@ -66,6 +67,25 @@ def schedule_preview(*, schedule: Schedule, params) -> list[dict]:
     count, after = _preview_params(params)
     if schedule.status in (ScheduleStatus.CANCELLED, ScheduleStatus.ENDED):
         return []
+    try:
+        items, keys = _preview_items(schedule, after, count)
+    except ExpansionTooCostly as exc:  # a rule stored before the budget existed
+        raise InvalidInput(exc.field, str(exc)) from exc
+    made = {
+        row["occurrence_key"]: row
+        for row in Message.objects.filter(schedule=schedule, occurrence_key__in=keys).values(
+            "occurrence_key", "public_id", "status", "due_at"
+        )
+    }
+    for item, key in zip(items, keys, strict=True):
+        if key in made:
+            row = made[key]
+            item["message"] = {"id": row["public_id"], "status": row["status"]}
+            item["due_at"] = row["due_at"]
+    return items
+
+
+def _preview_items(schedule: Schedule, after: datetime, count: int) -> tuple[list[dict], list[str]]:
     rec = recurrence_of(schedule)
     window = quiet_window_of(schedule, schedule.tenant)
     items, keys = [], []
@@ -87,15 +107,4 @@ def schedule_preview(*, schedule: Schedule, params) -> list[dict]:
         keys.append(key)
         if len(items) >= count:
             break
-    made = {
-        row["occurrence_key"]: row
-        for row in Message.objects.filter(schedule=schedule, occurrence_key__in=keys).values(
-            "occurrence_key", "public_id", "status", "due_at"
-        )
-    }
-    for item, key in zip(items, keys, strict=True):
-        if key in made:
-            row = made[key]
-            item["message"] = {"id": row["public_id"], "status": row["status"]}
-            item["due_at"] = row["due_at"]
-    return items
+    return items, keys

@@ -18,6 +18,8 @@ send in progress); resume starts from the first occurrence after now, without ba
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from typing import Any, TypedDict
@@ -38,7 +40,7 @@ from scheduling.schedules.materialize import (
     schedule_materialize_one,
     stored,
 )
-from scheduling.schedules.recurrence import Recurrence, recurrence_build
+from scheduling.schedules.recurrence import ExpansionTooCostly, Recurrence, recurrence_build
 from scheduling.schedules.rrules import RuleError
 from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
 from smsgw.models import Tenant
@@ -240,6 +242,22 @@ def _move(schedule: Schedule, *, to_status: str, now: datetime, set_fields: dict
         )
 
 
+def _within_budget[**P, R](service: Callable[P, R]) -> Callable[P, R]:
+    """A rule that passed ``recurrence_build`` can still run out of expansion budget in a later pass
+    (the first occurrence after a resume, the first materialized window, a rule stored before the
+    budget): the request is refused naming ``rrule`` and its transaction leaves nothing behind."""
+
+    @functools.wraps(service)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return service(*args, **kwargs)
+        except ExpansionTooCostly as exc:
+            raise InvalidInput(exc.field, str(exc)) from exc
+
+    return wrapper
+
+
+@_within_budget
 def schedule_create(*, tenant: Tenant, actor: str, data: dict[str, Any]) -> ScheduleChange:
     now = timezone.now()
     definition = _definition(tenant, data, now=now)
@@ -373,6 +391,7 @@ def _public_kept(kept: list[dict]) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in kept]
 
 
+@_within_budget
 def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> ScheduleChange:
     now = timezone.now()
     with transaction.atomic():
@@ -437,6 +456,7 @@ def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCha
     return change
 
 
+@_within_budget
 def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
     from scheduling.schedules.materialize import recurrence_of
 

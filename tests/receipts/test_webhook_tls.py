@@ -11,9 +11,11 @@ import threading
 
 import pytest
 
-from receipts.webhooks import _post_pinned, webhook_target
+from receipts.webhook_http import post_pinned
+from receipts.webhooks import webhook_target
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+LIMITS = {"deadline_seconds": 5.0, "max_body": 4096}
 
 
 @pytest.fixture
@@ -52,10 +54,10 @@ def test_tls_delivery_goes_to_the_checked_address_with_the_host_verified(tls_ser
     url = f"https://localhost:{port}/hook?x=1"
     host, checked_port, address = webhook_target(url)
     assert (host, checked_port) == ("localhost", port) and address in ("127.0.0.1", "::1")
-    resp = _post_pinned(
-        url, host, checked_port, "127.0.0.1", b'{"a":1}', {"Content-Type": "application/json"}
+    code = post_pinned(
+        url, host, checked_port, "127.0.0.1", b'{"a":1}', {"Content-Type": "application/json"}, **LIMITS
     )
-    assert resp.status == 204 and seen == {"host": f"localhost:{port}", "body": b'{"a":1}'}
+    assert code == 204 and seen == {"host": f"localhost:{port}", "body": b'{"a":1}'}
 
 
 def test_tls_delivery_refuses_a_certificate_for_another_name(tls_server):
@@ -63,4 +65,6 @@ def test_tls_delivery_refuses_a_certificate_for_another_name(tls_server):
 
     port, _ = tls_server
     with pytest.raises(urllib3.exceptions.SSLError):
-        _post_pinned(f"https://other.example:{port}/hook", "other.example", port, "127.0.0.1", b"{}", {})
+        post_pinned(
+            f"https://other.example:{port}/hook", "other.example", port, "127.0.0.1", b"{}", {}, **LIMITS
+        )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
+from rest_framework.test import APIClient
 
 from smsgw.models import Tenant
 
@@ -82,3 +85,25 @@ def test_the_key_answers_within_its_scopes():
     assert Client().get("/v1/messages", **auth).status_code == 200
     refused = Client().get("/v1/schedules", **auth)
     assert refused.status_code == 403 and refused.json()["error"]["required_scope"] == "schedules:read"
+
+
+def test_a_new_tenant_starts_with_the_finite_default_quotas(settings):
+    call_command("tenant_create", "Demo", stdout=io.StringIO(), stderr=io.StringIO())
+    tenant = Tenant.objects.get(slug="demo")
+    assert tenant.daily_message_quota == settings.TENANT_DEFAULT_DAILY_MESSAGE_QUOTA == 1_000_000
+    assert tenant.max_pending_scheduled == settings.TENANT_DEFAULT_MAX_PENDING_SCHEDULED == 1_000_000
+    assert tenant.send_rate_per_second == settings.TENANT_DEFAULT_SEND_RATE_PER_SECOND == 1_000
+    assert tenant.api_rate_per_second is None  # SMSGW_API_RATE_PER_SECOND applies (50 by default)
+
+
+def test_the_defaults_come_from_settings_and_an_operator_raises_them_per_tenant(settings):
+    settings.TENANT_DEFAULT_MAX_PENDING_SCHEDULED = 2
+    out = io.StringIO()
+    call_command("tenant_create", "Demo", "--from", "+14155550100", stdout=out, stderr=io.StringIO())
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {out.getvalue().strip().splitlines()[-1]}")
+    later = (timezone.now() + timedelta(days=1)).isoformat()
+    body = {"to": "+14155550123", "body": "hi", "send_at": later}
+    assert [api.post("/v1/messages", body, format="json").status_code for _ in range(3)] == [201, 201, 429]
+    Tenant.objects.filter(slug="demo").update(max_pending_scheduled=10)  # the operator raises it
+    assert api.post("/v1/messages", body, format="json").status_code == 201

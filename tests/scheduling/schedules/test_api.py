@@ -5,6 +5,7 @@ they do to occurrences already made, quiet hours, DST records, tenant scoping, a
 from __future__ import annotations
 
 from datetime import UTC, datetime, time, timedelta
+from time import monotonic as time_now
 
 import pytest
 from django.db import connection
@@ -411,3 +412,57 @@ def test_a_disabled_tenant_materializes_nothing_until_enabled(api):
     assert occurrences(data["id"]).count() == 4
     Tenant.objects.filter(pk=api.tenant.pk).update(is_active=True)
     assert schedules_materialize(now=later).created >= 1
+
+
+# --- the expansion budget (issue 37) ------------------------------------------------------------------
+COSTLY_RULE = "FREQ=SECONDLY;BYMONTH=2;BYHOUR=8;BYMINUTE=0;BYSECOND=0;COUNT=10000"
+
+
+def _store_costly_rule(sid: str) -> None:
+    """A rule saved before the budget existed: written straight to the row, as an old one would be."""
+    Schedule.objects.filter(public_id=sid).update(rrule=COSTLY_RULE, count_last_local=None)
+
+
+def test_a_costly_rule_is_refused_on_create_in_well_under_a_second(api):
+    started = time_now()
+    resp = create(api, rrule=COSTLY_RULE)
+    assert time_now() - started < 1.0
+    assert resp.status_code == 400, resp.content
+    assert "too costly" in fields_of(resp)["rrule"][0]
+    assert not Schedule.objects.exists() and not Message.objects.exists()
+
+
+def test_a_costly_rule_is_refused_on_patch_and_changes_nothing(api):
+    sid = create(api).json()["id"]
+    before = list(occurrences(sid).values_list("public_id", "status"))
+    started = time_now()
+    resp = api.patch(f"/v1/schedules/{sid}", {"rrule": COSTLY_RULE}, format="json")
+    assert time_now() - started < 1.0
+    assert resp.status_code == 400 and "rrule" in fields_of(resp)
+    assert Schedule.objects.get(public_id=sid).version == 1
+    assert list(occurrences(sid).values_list("public_id", "status")) == before
+
+
+def test_preview_of_a_stored_costly_rule_is_a_400_naming_rrule(api):
+    sid = create(api).json()["id"]
+    _store_costly_rule(sid)
+    started = time_now()
+    resp = api.get(f"/v1/schedules/{sid}/occurrences?count=1000")
+    assert time_now() - started < 1.0
+    assert resp.status_code == 400 and "rrule" in fields_of(resp)
+
+
+def test_the_materializer_ends_a_stored_costly_rule_and_goes_on_with_the_batch(api):
+    costly = create(api).json()["id"]
+    healthy = create(api).json()["id"]
+    _store_costly_rule(costly)
+    later = timezone.now() + timedelta(hours=30)
+    started = time_now()
+    report = schedules_materialize(now=later)
+    assert time_now() - started < 1.0
+    assert report.schedules == 2 and report.ended == 1
+    assert Schedule.objects.get(public_id=costly).status == ScheduleStatus.ENDED
+    assert Schedule.objects.get(public_id=healthy).status == ScheduleStatus.ACTIVE
+    assert occurrences(healthy).count() > 4 and occurrences(costly).count() == 4
+    # Ended: the next run does not pick it up again.
+    assert schedules_materialize(now=later).schedules == 0

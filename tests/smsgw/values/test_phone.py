@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import time
+
 import pytest
 
-from smsgw.values.phone import VALID_FICTIONAL_NUMBERS, PhoneNumberError, mask, normalize_e164
+from smsgw.values.phone import _RAW_RE, VALID_FICTIONAL_NUMBERS, PhoneNumberError, mask, normalize_e164
 
 
 @pytest.mark.parametrize(
@@ -132,3 +136,35 @@ def test_mask_non_e164_keeps_only_last_two(raw, expected):
 
 def test_mask_accepts_none_like_empty():
     assert mask(None) == ""  # type: ignore[arg-type]
+
+
+# --- linear time (issue 37): the old pattern backtracked 2^n ways on "+" and n digits ----------------
+_ATTACKS = [
+    "+" + "1" * 31 + "x",
+    "+" + "1" * 40,
+    "+" + "1 " * 15 + "x",
+    "+1" + "-1" * 15 + "-",
+    "+" + "(1" * 15 + "x",
+    "+" + "(1)" * 10 + "x",
+]
+
+
+@pytest.mark.parametrize("raw", _ATTACKS)
+def test_normalize_rejects_backtracking_attacks_in_well_under_a_second(raw):
+    started = time.process_time()
+    for _ in range(100):
+        with pytest.raises(PhoneNumberError):
+            normalize_e164(raw)
+    assert time.process_time() - started < 1.0
+
+
+_OLD_RAW_RE = re.compile(r"\+[0-9]+(?:[ .\-]?(?:\([0-9]+\)|[0-9]+))*")  # exponential, kept as the oracle
+
+
+def test_raw_pattern_accepts_exactly_what_the_old_one_did():
+    # Every string of up to 6 characters over the pattern's alphabet (and a letter): the linear pattern
+    # and the old one agree on each, so no valid input changes its answer.
+    for length in range(1, 7):
+        for chars in itertools.product("+12 .-()x", repeat=length):
+            text = "".join(chars)
+            assert bool(_RAW_RE.fullmatch(text)) == bool(_OLD_RAW_RE.fullmatch(text)), text
