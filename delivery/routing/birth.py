@@ -9,13 +9,14 @@ takes the message's own), so a failover later needs nothing but the row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
 
 from delivery.routing.rules import Leg, Plan, plan_with, rules_for
 from smsgw.config import providers as declarations
+from smsgw.tenancy.senders import tenant_senders
 
 
 def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
@@ -33,8 +34,12 @@ def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
     return {"provider": leg.provider, "account": leg.account, "from": sender_from, "pool": pool}
 
 
-def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | None:
-    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None]
+def fields_for(
+    plan: Plan, own_from: str, own_pool: str, owned: Callable[[dict[str, str]], bool] = lambda leg: True
+) -> dict[str, Any] | None:
+    """The route fields of a plan: its legs made concrete, less those the provider cannot use and those
+    whose sender the tenant does not own on that provider (``owned``); None when no leg is left."""
+    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None and owned(c)]
     if not legs:
         return None
     first = legs[0]
@@ -48,9 +53,28 @@ def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | Non
     }
 
 
-def _routed(row: Any, rules_cache: dict[int | None, list]) -> dict[str, Any] | None:
+def _leg_owned(tenant_id: int, senders_cache: dict[int, list]) -> Callable[[dict[str, str]], bool]:
+    """Whether a concrete leg's sender is one of the tenant's, valid on the leg's provider and account
+    (smsgw.tenancy.senders): a rule for all tenants (or SMSGW_ROUTES) naming a fixed sender must not let a
+    tenant send as the tenant that owns it, so such a leg is skipped for every other tenant."""
+    senders = senders_cache.get(tenant_id)
+    if senders is None:
+        senders = senders_cache[tenant_id] = tenant_senders(tenant_id)
+
+    def owned(leg: dict[str, str]) -> bool:
+        value = leg["pool"] or leg["from"]
+        return any(
+            v == value and p in ("", leg["provider"]) and a in ("", leg["account"]) for v, p, a, _ in senders
+        )
+
+    return owned
+
+
+def _routed(
+    row: Any, rules_cache: dict[int | None, list], senders_cache: dict[int, list]
+) -> dict[str, Any] | None:
     """The route fields of one row (a ``Message`` or a dict of its field values), or None when no rule
-    matches it."""
+    matches it (or none of its legs has a sender the tenant owns)."""
     get = row.get if isinstance(row, dict) else (lambda name, default=None: getattr(row, name, default))
     tenant_id = get("tenant_id")
     rules = rules_cache.get(tenant_id)
@@ -61,7 +85,8 @@ def _routed(row: Any, rules_cache: dict[int | None, list]) -> dict[str, Any] | N
     plan = plan_with(rules, get("to") or "", get("priority") or "transactional", get("public_id") or "")
     if plan.route == "default":
         return None
-    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "")
+    owned = _leg_owned(tenant_id, senders_cache)
+    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "", owned)
 
 
 def _unrouted(row: dict) -> dict[str, Any]:
@@ -80,7 +105,10 @@ def rows_route(rows: Sequence[tuple[Any, Any]]) -> None:
     default provider, no route), at the cost of one rules look-up per tenant; once one dict row is
     routed, every dict row gets the same keys (a batch insert takes its columns from the first row)."""
     rules_cache: dict[int | None, list] = {}
-    routed = [(row, values) for row, _ in rows if (values := _routed(row, rules_cache)) is not None]
+    senders_cache: dict[int, list] = {}
+    routed = [
+        (row, values) for row, _ in rows if (values := _routed(row, rules_cache, senders_cache)) is not None
+    ]
     if not routed:
         return
     for row, values in routed:

@@ -27,6 +27,7 @@ from scheduling.models import Message
 from smsgw.domain_errors import DomainError, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
+from smsgw.tenancy.senders import OwnershipCheck
 from smsgw.values.timeutil import ResolvedTime
 
 
@@ -67,6 +68,7 @@ def messages_create_batch(*, tenant: Tenant, actor: str, items: list[Item]) -> l
 
     built: dict[int, tuple[Message, ResolvedTime | None]] = {}
     now = timezone.now()
+    owns = OwnershipCheck(tenant)
     for i in todo:
         data = items[i].data
         assert data is not None
@@ -78,6 +80,7 @@ def messages_create_batch(*, tenant: Tenant, actor: str, items: list[Item]) -> l
                 fingerprint=fingerprints[i],
                 now=now,
                 checks=False,
+                owns=owns,
             )
         except DomainError as exc:
             out[i].error = exc
