@@ -183,7 +183,7 @@ class TenantSenderForm(forms.ModelForm):
         help_texts = {"value": SENDER_HELP}
 
     def clean(self):
-        data = super().clean()
+        data = super().clean() or {}
         if self.errors or self.instance.pk is not None:
             return data
         try:
@@ -331,7 +331,9 @@ class TenantAdmin(admin.ModelAdmin):
         if formset.model is not TenantSender:
             return super().save_formset(request, form, formset, change)
         # Senders through the service (smsgw.tenancy.senders): a new one assigned, a deleted one released
-        # (refused for the tenant's default sender); a saved one is never edited in place.
+        # (refused for the tenant's default sender); a saved one is never edited in place. The lists are
+        # what the admin's history entry names.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
         for sub in formset.forms:
             if not sub.has_changed() or not sub.cleaned_data:
                 continue
@@ -342,9 +344,11 @@ class TenantAdmin(admin.ModelAdmin):
                     )
                 except SenderError as exc:
                     self.message_user(request, str(exc), messages.ERROR)
+                else:
+                    formset.deleted_objects.append(sub.instance)
             elif sub.instance.pk is None and not sub.cleaned_data.get("DELETE"):
                 sub.instance.tenant = form.instance
-                _sender_save(sub.instance)
+                formset.new_objects.append(_sender_save(sub.instance))
         return None
 
     def _secret_response(self, request, obj, default):

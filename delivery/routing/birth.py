@@ -85,7 +85,7 @@ def _routed(
     plan = plan_with(rules, get("to") or "", get("priority") or "transactional", get("public_id") or "")
     if plan.route == "default":
         return None
-    owned = _leg_owned(tenant_id, senders_cache)
+    owned = _leg_owned(tenant_id or 0, senders_cache)  # a message always has its tenant
     return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "", owned)
 
 

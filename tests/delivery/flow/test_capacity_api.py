@@ -62,7 +62,9 @@ def test_get_shows_defaults_then_a_configured_rate(api, defaults):
     assert SenderCapacity.objects.get().tenant_id == api.tenant.pk
     # another sender the operator assigned to this tenant (a short code): listed, and cappable
     sender_for(api.tenant, "12345")
-    assert api.put("/v1/capacity/senders/12345", {"segments_per_second": 50}, format="json").status_code == 200
+    assert (
+        api.put("/v1/capacity/senders/12345", {"segments_per_second": 50}, format="json").status_code == 200
+    )
     assert {s["sender"] for s in api.get("/v1/capacity").json()["senders"]} == {
         api.tenant.default_from,
         "12345",
@@ -82,7 +84,10 @@ def test_a_tenant_cap_is_never_above_the_operators_rate(api, defaults):
     SenderCapacity.objects.create(
         provider=adapter.name, account=adapter.account, sender=sender, segments_per_second=30
     )
-    assert api.put(f"/v1/capacity/senders/{sender}", {"segments_per_second": 25}, format="json").status_code == 200
+    assert (
+        api.put(f"/v1/capacity/senders/{sender}", {"segments_per_second": 25}, format="json").status_code
+        == 200
+    )
     capacity.cache_clear()
     assert capacity.sender_rates(adapter.name, adapter.account, [sender])[sender].segments_per_second == 25
     [view] = api.get("/v1/capacity").json()["senders"]
@@ -130,3 +135,25 @@ def test_provider_status_shows_an_open_circuit(api, defaults, settings):
     circuit.circuit_report(provider=adapter.name, account=adapter.account, ok=0, failed=3, error="503")
     status = api.get("/v1/capacity").json()["provider_status"]
     assert status["circuit"] == "open" and status["since"] and status["next_probe_at"]
+
+
+def test_a_cap_never_paces_another_tenant_on_a_shared_sender(api, defaults):
+    """A tenant's cap is its own row, applied only while it owns the sender alone: once an operator shares
+    the sender, the cap stops counting (it would pace the other tenant) and cannot be set."""
+    adapter = get_adapter()
+    sender = "+12025550143"
+    sender_for(api.tenant, sender)
+    assert (
+        api.put(f"/v1/capacity/senders/{sender}", {"segments_per_second": 0.25}, format="json").status_code
+        == 200
+    )
+    capacity.cache_clear()
+    assert capacity.sender_rates(adapter.name, adapter.account, [sender])[sender].segments_per_second == 0.25
+    other, _ = tenant_with_key("other", default_from="+12125550199")
+    sender_for(other, sender, shared=True)
+    capacity.cache_clear()
+    assert capacity.sender_rates(adapter.name, adapter.account, [sender])[sender].segments_per_second == 1.0
+    assert (
+        api.put(f"/v1/capacity/senders/{sender}", {"segments_per_second": 0.5}, format="json").status_code
+        == 403
+    )

@@ -211,5 +211,7 @@ def test_a_tenants_rule_may_name_only_that_tenants_senders(tenant):
     for sender in (other.default_from, "NOBODYS"):
         legs = [{"provider": "twilio", "sender": sender, "weight": "1"}]
         response = operator.post(ADD, form(tenant, legs))
-        assert response.status_code == 200 and "is not one of acme&#x27;s senders" in response.content.decode()
+        assert (
+            response.status_code == 200 and "is not one of acme&#x27;s senders" in response.content.decode()
+        )
     assert not RouteRule.objects.exists()
