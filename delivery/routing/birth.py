@@ -35,11 +35,14 @@ def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
 
 
 def fields_for(
-    plan: Plan, own_from: str, own_pool: str, owned: Callable[[dict[str, str]], bool] = lambda leg: True
+    plan: Plan,
+    own_from: str,
+    own_pool: str,
+    owned: Callable[[Leg, dict[str, str]], bool] = lambda leg, made: True,
 ) -> dict[str, Any] | None:
     """The route fields of a plan: its legs made concrete, less those the provider cannot use and those
-    whose sender the tenant does not own on that provider (``owned``); None when no leg is left."""
-    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None and owned(c)]
+    whose sender the tenant may not use there (``owned``); None when no leg is left."""
+    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None and owned(leg, c)]
     if not legs:
         return None
     first = legs[0]
@@ -53,19 +56,22 @@ def fields_for(
     }
 
 
-def _leg_owned(tenant_id: int, senders_cache: dict[int, list]) -> Callable[[dict[str, str]], bool]:
-    """Whether a concrete leg's sender is one of the tenant's, valid on the leg's provider and account
-    (smsgw.tenancy.senders): a rule for all tenants (or SMSGW_ROUTES) naming a fixed sender must not let a
-    tenant send as the tenant that owns it, so such a leg is skipped for every other tenant."""
+def _leg_owned(tenant_id: int, senders_cache: dict[int, list]) -> Callable[[Leg, dict[str, str]], bool]:
+    """Whether the tenant may send from a leg's sender there (smsgw.tenancy.senders). A leg's fixed sender
+    must be one of the tenant's, valid on the leg's provider and account: a rule for all tenants (or
+    SMSGW_ROUTES) naming one tenant's number must not let the others send as it, so such a leg is skipped
+    for them. The message's own sender was checked when it was accepted; its leg is skipped only where
+    the tenant's sender is restricted to other providers or accounts."""
     senders = senders_cache.get(tenant_id)
     if senders is None:
         senders = senders_cache[tenant_id] = tenant_senders(tenant_id)
 
-    def owned(leg: dict[str, str]) -> bool:
-        value = leg["pool"] or leg["from"]
-        return any(
-            v == value and p in ("", leg["provider"]) and a in ("", leg["account"]) for v, p, a, _ in senders
-        )
+    def owned(leg: Leg, made: dict[str, str]) -> bool:
+        value = made["pool"] or made["from"]
+        rows = [(p, a) for v, p, a, _ in senders if v == value]
+        if not leg.sender and not rows:
+            return True  # the default of a tenant made before senders had owners, or outside the service
+        return any(p in ("", made["provider"]) and a in ("", made["account"]) for p, a in rows)
 
     return owned
 
