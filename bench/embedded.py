@@ -109,6 +109,21 @@ class EmbeddedRun:
             time.sleep(0.25)
         self.key = (self.var / "demo-api-key").read_text().strip()
 
+    def senders_assign(self, senders: list[str]) -> None:
+        """Give the demo tenant these From numbers (a tenant sends only from its own, docs/senders.md)."""
+        code = (
+            "from smsgw.models import Tenant; from smsgw.tenancy.senders import sender_assign; "
+            "t = Tenant.objects.get(slug='demo'); "
+            f"[sender_assign(tenant=t, sender=s) for s in {senders!r}]"
+        )
+        subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "manage.py", "shell", "-v", "0", "-c", code],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
+
     def status(self) -> dict:
         """deploy/embedded.py's status file: the children's pids and restart counts."""
         return json.loads((self.var / "embedded.json").read_text())
@@ -220,6 +235,7 @@ class Sender(threading.Thread):
     def __init__(self, run: EmbeddedRun, rate: float, seconds: float, senders: int, first: int = 0) -> None:
         super().__init__(daemon=True)
         self.run_, self.rate, self.seconds, self.senders, self.first = run, rate, seconds, senders, first
+        run.senders_assign([sender(i) for i in range(senders)])
         self.accepted: list[dict] = []
         self.post_seconds: list[float] = []
         self.error: BaseException | None = None

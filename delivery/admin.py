@@ -194,8 +194,8 @@ class OptOutSignalAdmin(_ReadOnly):
 
 @admin.register(SenderCapacity)
 class SenderCapacityAdmin(admin.ModelAdmin):
-    """Operators set any sender's rate here (a row with no tenant is the operator's: tenants cannot
-    change it through the API)."""
+    """Operators set any sender's rate here: a row with no tenant is the operator's rate, the ceiling of
+    the caps the sender's owner may set through the API (the rows with a tenant)."""
 
     list_display = ("sender", "segments_per_second", "provider", "account", "tenant", "updated_at")
     list_filter = ("provider",)

@@ -1,4 +1,5 @@
-"""The tenant's sending capacity: `GET /v1/capacity`, `PUT|DELETE /v1/capacity/senders/<sender>`."""
+"""The tenant's sending capacity: `GET /v1/capacity`, `PUT|DELETE /v1/capacity/senders/<sender>` (its own
+cap on a sender it owns alone, never above the operator's rate: delivery.flow.capacity)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ class SenderCapacityApi(APIView):
     @extend_schema(
         request=SenderRateInput,
         responses={200: CapacityOutput, 403: schema.FORBIDDEN},
-        summary="Set a sender's rate",
+        summary="Cap one of the tenant's senders (at most the operator's rate)",
     )
     def put(self, request, sender: str):
         _check_sender(sender)
@@ -68,7 +69,7 @@ class SenderCapacityApi(APIView):
     @extend_schema(
         request=None,
         responses={200: CapacityOutput, 400: schema.BAD_PATH, 403: schema.FORBIDDEN},
-        summary="Back to the default rate",
+        summary="Remove the tenant's cap: back to the operator's rate",
     )
     def delete(self, request, sender: str):
         _check_sender(sender)
@@ -87,4 +88,11 @@ def _set(request, sender: str, rate: float | None) -> None:
     try:
         capacity.sender_capacity_set(tenant=request.user.tenant, sender=sender, segments_per_second=rate)
     except capacity.CapacityNotYours:
-        raise PermissionDenied("This sender's rate is set by the operator or another tenant.") from None
+        # The same answer for another tenant's sender and for nobody's: no probing of others' senders.
+        raise PermissionDenied(
+            f"sender {sender} is not one this tenant owns alone: its rate is the operator's."
+        ) from None
+    except capacity.CapacityAboveCeiling as exc:
+        raise field_error(
+            "segments_per_second", f"at most {exc.ceiling:g}, the operator's rate for this sender"
+        ) from None

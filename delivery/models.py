@@ -156,9 +156,10 @@ class OptOutSignal(models.Model):
 
 class SenderCapacity(models.Model):
     """How fast one sender may submit, in segments per second (Twilio counts throughput in segments).
-    Without a row, the default for the sender's type applies (delivery.flow.capacity). Set by operators in the
-    admin, or by the tenant that uses the sender through the API (``tenant``: the owner; a row an
-    operator made, tenant null, is not a tenant's to change)."""
+    Without a row, the default for the sender's type applies (delivery.flow.capacity). A row with no
+    ``tenant`` is the operator's rate (the admin); a row with one is that tenant's own cap on a sender it
+    owns alone (the API): at most the operator's rate, applied only while the tenant owns the sender
+    unshared, so it never paces another tenant."""
 
     provider = models.CharField(max_length=32)
     account = models.CharField(max_length=64)
@@ -172,7 +173,17 @@ class SenderCapacity(models.Model):
     class Meta:
         verbose_name_plural = "sender capacities"
         constraints = [
-            models.UniqueConstraint(fields=["provider", "account", "sender"], name="sendercapacity_unique"),
+            # One operator row per sender, and one cap per tenant that owns it (delivery.flow.capacity).
+            models.UniqueConstraint(
+                fields=["provider", "account", "sender"],
+                condition=Q(tenant__isnull=True),
+                name="sendercapacity_operator_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["provider", "account", "sender", "tenant"],
+                condition=Q(tenant__isnull=False),
+                name="sendercapacity_tenant_unique",
+            ),
             models.CheckConstraint(condition=Q(segments_per_second__gt=0), name="sendercapacity_positive"),
         ]
 

@@ -33,6 +33,8 @@ if [ ! -s "$SMSGW_VAR_DIR/demo-api-key" ]; then
     --allowed-countries US,GB \
     --if-exists new-key 2>/dev/null | tail -n 1 > "$SMSGW_VAR_DIR/demo-api-key"
 fi
+# The demo routes' Vonage legs send from SMSGW: a leg carries only a tenant's own sender (docs/senders.md).
+$PY manage.py sender_assign demo SMSGW --provider vonage > /dev/null
 # The demo tenant's account SID on the Twilio-compatible API (docs/coming-from-twilio.md).
 if [ ! -s "$SMSGW_VAR_DIR/demo-account-sid" ]; then
   $PY manage.py shell -v 0 -c \

@@ -285,22 +285,13 @@ class WebhookReplayApi(APIView):
         return Response({"id": delivery.webhook_id, "status": delivery.status})
 
 
-def _inbound_tenants(recipient: str, sender_number: str, service_sid: str) -> list[int]:
-    """The tenants that send from this number or messaging service: by their default sender, or by a
-    message they sent from it to this recipient: one statement, probing the (tenant, to) index once per
-    tenant inside the database (the index leads with the tenant, so a filter on `to` alone would scan)."""
-    from django.db.models import Exists, OuterRef, Q
+def _inbound_tenants(sender_number: str, service_sid: str) -> list[int]:
+    """The tenants that own the number (or sender pool) the message was sent to (smsgw.tenancy.senders):
+    one tenant, or each tenant an operator shares it with. Never a tenant that only sent from it: before
+    senders had owners, a tenant that sent as another's number got that number's opt-outs too."""
+    from smsgw.tenancy.senders import sender_owners
 
-    from scheduling.models import Message
-    from smsgw.models import Tenant
-
-    by_default = Q(default_from=sender_number)
-    used = Q(from_number=sender_number)
-    if service_sid:
-        by_default |= Q(messaging_service_sid=service_sid)
-        used |= Q(messaging_service_sid=service_sid)
-    sent_from = Exists(Message.objects.filter(used, tenant_id=OuterRef("pk"), to=recipient))
-    return sorted(Tenant.objects.filter(by_default | sent_from).values_list("id", flat=True))
+    return sender_owners([sender_number, service_sid])
 
 
 @csrf_exempt
@@ -310,7 +301,7 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     Vonage's inbound SMS webhook), signature-validated like status callbacks; a GET only where the
     provider sends one (``inbound_methods``). A message that is exactly an opt-out keyword (STOP,
     STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT) adds its sender to the suppression list of every tenant that
-    sends from the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
+    owns the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
     recorded. A one-time signed keyword (Vonage's) is applied once: the same signed request again is
     refused 403, nothing changed. Any other message is acknowledged and not stored. Answers 200 with the
     adapter's empty reply (``inbound_reply``: no automatic reply from us)."""
@@ -348,7 +339,7 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
             provider=provider, key=once[0], keep_seconds=once[1]
         ):
             return _error(403, adapter.signature_header, "already used: a replayed callback")
-        tenants = _inbound_tenants(number, our_number, service_sid)
+        tenants = _inbound_tenants(our_number, service_sid)
         for tenant_id in tenants:
             suppression.inbound_keyword_apply(
                 tenant_id=tenant_id, number=number, sender=sender, keyword=keyword

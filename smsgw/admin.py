@@ -17,9 +17,19 @@ from scheduling import facade
 from scheduling.messages.service import ALPHANUMERIC_SENDER
 from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
-from smsgw.models import ApiKey, Tenant, api_key_create
+from smsgw.models import ApiKey, Tenant, TenantSender, api_key_create
 from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
 from smsgw.tenancy.scopes import FULL_ACCESS, SCOPES, scopes_clean, scopes_within
+from smsgw.tenancy.senders import (
+    SENDER_HELP,
+    SenderError,
+    default_sender_problem,
+    default_senders_assign,
+    sender_assign,
+    sender_parse,
+    sender_release,
+    sender_taken,
+)
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
@@ -128,21 +138,29 @@ class TenantForm(forms.ModelForm):
             return ""
         if sender.startswith("+"):
             try:
-                return normalize_e164(sender)
+                return self._owned_default(normalize_e164(sender))
             except PhoneNumberError as exc:
                 raise forms.ValidationError(str(exc)) from exc
         if not ALPHANUMERIC_SENDER.match(sender):
             raise forms.ValidationError(
                 "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
             )
-        return sender
+        return self._owned_default(sender)
 
     def clean_messaging_service_sid(self):
         sid = (self.cleaned_data.get("messaging_service_sid") or "").strip()
         problem = sender_pool_problem(sid) if sid else None  # as the providers declare their pool ids
         if problem:
             raise forms.ValidationError(problem)
-        return sid
+        return self._owned_default(sid)
+
+    def _owned_default(self, sender: str) -> str:
+        """The default sender is one the tenant owns, or one nobody owns (saving assigns it to the tenant,
+        smsgw.tenancy.senders.default_senders_assign); another tenant's is refused."""
+        problem = default_sender_problem(self.instance, sender) if sender else None
+        if problem:
+            raise forms.ValidationError(problem)
+        return sender
 
     def clean_webhook_url(self):
         from receipts.webhooks import WebhookUrlError, webhook_url_check
@@ -156,9 +174,102 @@ class TenantForm(forms.ModelForm):
         return url
 
 
+class TenantSenderForm(forms.ModelForm):
+    """A new sender of a tenant (smsgw.tenancy.senders): the value normalised, and refused when another
+    tenant owns it unless ``shared`` is ticked. Saved through ``sender_assign`` (``_sender_save``)."""
+
+    class Meta:
+        model = TenantSender
+        fields = ("tenant", "value", "provider", "account", "shared")
+        help_texts = {"value": SENDER_HELP}
+
+    def clean(self):
+        data = super().clean() or {}
+        if self.errors or self.instance.pk is not None:
+            return data
+        try:
+            self.instance.kind, data["value"] = sender_parse(data.get("value") or "")
+        except SenderError as exc:
+            self.add_error("value", str(exc))
+            return data
+        tenant = data.get("tenant") or getattr(self.instance, "tenant", None)
+        if not data.get("shared") and sender_taken(tenant, data["value"]):
+            self.add_error("value", f"{data['value']} is another tenant's sender: tick shared to share it")
+        return data
+
+
+def _sender_save(obj: TenantSender) -> TenantSender:
+    row = sender_assign(
+        tenant=obj.tenant, sender=obj.value, provider=obj.provider, account=obj.account, shared=obj.shared
+    )
+    obj.pk, obj.kind, obj.shared, obj.created_at = row.pk, row.kind, row.shared, row.created_at
+    obj._state.adding = False
+    return row
+
+
+class TenantSenderInline(admin.TabularInline):
+    """A tenant's senders, on its page. A saved sender is fixed: delete it (release) and assign another."""
+
+    model = TenantSender
+    fields = ("value", "kind", "provider", "account", "shared", "created_at")
+    readonly_fields = fields
+    extra = 0
+    verbose_name_plural = "senders (assigned by operators; the tenant can send only from these)"
+
+    def has_add_permission(self, request, obj=None):
+        return False  # in the next inline, through the service
+
+
+class TenantSenderAddInline(admin.TabularInline):
+    """New senders for the tenant: another tenant's sender is refused unless shared is ticked."""
+
+    model = TenantSender
+    form = TenantSenderForm
+    fields = ("value", "provider", "account", "shared")
+    extra = 0
+    can_delete = False
+    verbose_name = "sender to assign"
+    verbose_name_plural = "assign senders"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).none()
+
+
+@admin.register(TenantSender)
+class TenantSenderAdmin(admin.ModelAdmin):
+    """Every tenant's senders: which tenant may send from which number, short code, alphanumeric id or
+    sender pool, and whether an operator shares it between tenants."""
+
+    form = TenantSenderForm
+    list_display = ("value", "kind", "tenant", "provider", "account", "shared", "created_at")
+    list_filter = ("kind", "shared", "provider")
+    list_select_related = ("tenant",)
+    search_fields = ("=value", "tenant__slug")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ("kind",)
+        return ("tenant", "value", "kind", "provider", "account", "shared", "created_at")
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            _sender_save(obj)
+
+    def delete_model(self, request, obj):
+        try:
+            sender_release(tenant=obj.tenant, sender=obj.value, provider=obj.provider)
+        except SenderError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset.select_related("tenant"):
+            self.delete_model(request, obj)
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     form = TenantForm
+    inlines = (TenantSenderInline, TenantSenderAddInline)
     list_display = (
         "slug",
         "name",
@@ -210,11 +321,36 @@ class TenantAdmin(admin.ModelAdmin):
 
         url = obj.webhook_url
         super().save_model(request, obj, form, change)
+        default_senders_assign(tenant=obj)  # the form checked that no other tenant owns them
         if "webhook_url" in form.changed_data or (url and not obj.webhook_secret):
             if url:
                 request._smsgw_new_secret = tenant_webhook_configure(tenant=obj, url=url)
             else:
                 tenant_webhook_remove(tenant=obj)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not TenantSender:
+            return super().save_formset(request, form, formset, change)
+        # Senders through the service (smsgw.tenancy.senders): a new one assigned, a deleted one released
+        # (refused for the tenant's default sender); a saved one is never edited in place. The lists are
+        # what the admin's history entry names.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        for sub in formset.forms:
+            if not sub.has_changed() or not sub.cleaned_data:
+                continue
+            if sub.cleaned_data.get("DELETE") and sub.instance.pk is not None:
+                try:
+                    sender_release(
+                        tenant=form.instance, sender=sub.instance.value, provider=sub.instance.provider
+                    )
+                except SenderError as exc:
+                    self.message_user(request, str(exc), messages.ERROR)
+                else:
+                    formset.deleted_objects.append(sub.instance)
+            elif sub.instance.pk is None and not sub.cleaned_data.get("DELETE"):
+                sub.instance.tenant = form.instance
+                formset.new_objects.append(_sender_save(sub.instance))
+        return None
 
     def _secret_response(self, request, obj, default):
         secret = getattr(request, "_smsgw_new_secret", None)

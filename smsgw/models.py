@@ -114,6 +114,47 @@ class Tenant(models.Model):
         return self.slug
 
 
+class SenderKind(models.TextChoices):
+    NUMBER = "number", "phone number (E.164)"
+    SHORT_CODE = "short_code", "short code"
+    ALPHANUMERIC = "alphanumeric", "alphanumeric sender id"
+    POOL = "pool", "sender pool (messaging service)"
+
+
+class TenantSender(models.Model):
+    """A sender a tenant may send from (smsgw.tenancy.senders, docs/senders.md): assigned by an operator,
+    never by the tenant. Every path that names a sender checks it against these rows, so one tenant cannot
+    send as another on the shared provider account. A value owned by two tenants is refused unless an
+    operator marks it ``shared`` (then every row of that value is shared, and an opt-out received on it
+    applies to each of its tenants)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="senders")
+    kind = models.CharField(max_length=16, choices=SenderKind.choices)
+    # Normalised: E.164 for a number; as given for a short code, an alphanumeric id and a pool id.
+    value = models.CharField(max_length=64)
+    provider = models.CharField(max_length=32, blank=True, help_text="empty: valid on any provider")
+    account = models.CharField(max_length=64, blank=True, help_text="empty: valid on any account")
+    shared = models.BooleanField(
+        default=False, help_text="set by an operator: the same value is also another tenant's"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "tenant sender"
+        ordering = ("tenant_id", "value", "provider", "account")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "value", "provider", "account"], name="tenantsender_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["value"], name="tenantsender_value")]
+
+    def __str__(self) -> str:
+        where = "/".join(p for p in (self.provider, self.account) if p)
+        return f"{self.value}{' on ' + where if where else ''} ({self.tenant})"
+
+
 def _hash_secret(secret: str) -> str:
     # The secret is 192 random bits, so a fast hash is enough (no dictionary to brute-force) and keeps
     # authentication to one indexed lookup plus one SHA-256 per request.

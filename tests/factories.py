@@ -15,6 +15,9 @@ SENDER = "+14155550100"
 
 
 def tenant_with_key(slug: str = "acme", **kwargs) -> tuple[Tenant, str]:
+    """A tenant that owns its default sender and sender pool (smsgw.tenancy.senders), and a key. Most tests
+    give every tenant the same SENDER: it is then shared between them, as an operator would share it, so
+    they all send from it and an opt-out to it applies to each (tests of ownership use distinct senders)."""
     # Unlimited unless a test sets its own: the operator's explicit choice (0), so tests of other
     # behaviour neither pay for nor trip the quotas; tests/limits sets them, and
     # tests/smsgw/test_tenant_create.py checks the finite defaults a real new tenant gets.
@@ -23,8 +26,20 @@ def tenant_with_key(slug: str = "acme", **kwargs) -> tuple[Tenant, str]:
     tenant = Tenant.objects.create(
         name=slug.title(), slug=slug, default_from=kwargs.pop("default_from", SENDER), **kwargs
     )
+    for value in (tenant.default_from, tenant.messaging_service_sid):
+        if value:
+            sender_for(tenant, value)
     _, raw = api_key_create(tenant=tenant)
     return tenant, raw
+
+
+def sender_for(tenant: Tenant, sender: str, *, shared: bool | None = None, provider: str = ""):
+    """Assign ``sender`` to ``tenant`` as an operator would; shared (None) when another tenant has it."""
+    from smsgw.tenancy.senders import sender_assign, sender_parse, sender_taken
+
+    if shared is None:
+        shared = sender_taken(tenant, sender_parse(sender)[1])
+    return sender_assign(tenant=tenant, sender=sender, shared=shared, provider=provider)
 
 
 def recipient(i: int) -> str:

@@ -5,7 +5,9 @@ The defaults are the documented US/Canada limits of the first provider (docs/lim
 limits"): a long code, a toll-free number and a short code each have their own, and an account has one
 across all its senders. A sender pool's (messaging service's) rate is the sum of its senders', which we
 cannot see. Each default is a setting (``SMSGW_RATE_*``); a sender or account can be given its own rate
-in the admin or, for a sender, through the tenant API (``SenderCapacity``, ``AccountCapacity``).
+in the admin (``SenderCapacity`` with no tenant, ``AccountCapacity``): the operator's rate. A tenant may
+lower the rate of a sender it owns alone through the API (``SenderCapacity`` with its tenant: its own
+cap, never above the operator's rate, and ignored once the sender is shared or no longer its own).
 
 Reads are cached per process for CACHE_SECONDS: the release gate asks for every sender of every pass.
 """
@@ -19,9 +21,12 @@ from dataclasses import dataclass
 
 import phonenumbers
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 
 from delivery.models import AccountCapacity, SenderCapacity
 from smsgw.config.providers import is_sender_pool
+from smsgw.models import TenantSender
+from smsgw.tenancy.senders import tenant_senders
 
 CACHE_SECONDS = 2.0
 LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE = (
@@ -90,9 +95,27 @@ def cache_clear() -> None:
     _cache.clear()
 
 
+def _rows(provider: str, account: str, senders: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(operator rows, tenants' own caps) of these senders, in one query. A tenant's cap counts only while
+    that tenant owns the sender and shares it with no one (smsgw.tenancy.senders): a sender's rate is one
+    bucket for everyone sending from it, so a cap must never slow another tenant down."""
+    sole_owner = Exists(
+        TenantSender.objects.filter(tenant_id=OuterRef("tenant_id"), value=OuterRef("sender"), shared=False)
+    )
+    rows = SenderCapacity.objects.filter(provider=provider, account=account, sender__in=senders).filter(
+        Q(tenant__isnull=True) | sole_owner
+    )
+    operator: dict[str, float] = {}
+    caps: dict[str, float] = {}
+    for sender, tenant_id, rate in rows.values_list("sender", "tenant_id", "segments_per_second"):
+        into = operator if tenant_id is None else caps
+        into[sender] = min(rate, into.get(sender, rate))
+    return operator, caps
+
+
 def sender_rates(provider: str, account: str, senders: list[str]) -> dict[str, Rate]:
-    """The rate of each sender: its configured row, else the default for its type. One query for the
-    senders not cached."""
+    """The rate of each sender: the operator's (its row, else the default for its type), lowered by its
+    owner's own cap. One query for the senders not cached."""
     out: dict[str, Rate] = {}
     missing = []
     now = time.monotonic()
@@ -103,21 +126,23 @@ def sender_rates(provider: str, account: str, senders: list[str]) -> dict[str, R
         else:
             missing.append(sender)
     if missing:
-        configured = dict(
-            SenderCapacity.objects.filter(provider=provider, account=account, sender__in=missing).values_list(
-                "sender", "segments_per_second"
-            )
-        )
+        operator, caps = _rows(provider, account, missing)
         for sender in missing:
             kind = sender_type(sender)
-            rate = (
-                Rate(configured[sender], "configured", kind)
-                if sender in configured
-                else Rate(default_rate(kind), "default", kind)
-            )
-            _cache[("sender", provider, account, sender)] = (now + CACHE_SECONDS, rate)
-            out[sender] = rate
+            ceiling = operator.get(sender, default_rate(kind))
+            rate = min(ceiling, caps.get(sender, ceiling))
+            source = "configured" if sender in operator or sender in caps else "default"
+            out[sender] = Rate(rate, source, kind)
+            _cache[("sender", provider, account, sender)] = (now + CACHE_SECONDS, out[sender])
     return out
+
+
+def operator_rate(provider: str, account: str, sender: str) -> float:
+    """The operator's rate of a sender (its row, else the default for its type): a tenant's ceiling."""
+    row = SenderCapacity.objects.filter(
+        provider=provider, account=account, sender=sender, tenant__isnull=True
+    ).first()
+    return row.segments_per_second if row is not None else default_rate(sender_type(sender))
 
 
 def account_rate(provider: str, account: str) -> Rate:
@@ -131,33 +156,49 @@ def account_rate(provider: str, account: str) -> Rate:
 
 
 class CapacityNotYours(Exception):
-    """The sender's rate was set by an operator or another tenant: not this tenant's to change."""
+    """Not one of the tenant's senders (smsgw.tenancy.senders), or one it shares with another tenant
+    (then the rate is the operator's alone)."""
+
+
+class CapacityAboveCeiling(Exception):
+    """A tenant asked for more than the operator's rate of the sender (``ceiling``)."""
+
+    def __init__(self, ceiling: float) -> None:
+        super().__init__(ceiling)
+        self.ceiling = ceiling
 
 
 def sender_capacity_set(*, tenant, sender: str, segments_per_second: float | None) -> SenderCapacity | None:
-    """A tenant sets (or, with None, removes) the rate of a sender it uses. A rate an operator set, or
-    another tenant, stays as it is (CapacityNotYours)."""
+    """A tenant sets (or, with None, removes) its own cap on a sender it owns alone: at most the operator's
+    rate (CapacityAboveCeiling), applied on top of it, and to no other tenant (CapacityNotYours for a
+    sender it does not own or shares). The operator's row, if any, is never changed."""
     from django.db import transaction
 
     from delivery.providers import get_adapter
 
     adapter = get_adapter()
+    provider, account = adapter.name, adapter.account
+    owned = TenantSender.objects.filter(tenant=tenant, value=sender).filter(
+        Q(provider="") | Q(provider=provider), Q(account="") | Q(account=account)
+    )
+    if not owned.exists() or owned.filter(shared=True).exists():
+        raise CapacityNotYours(sender)
+    if segments_per_second is not None:
+        ceiling = operator_rate(provider, account, sender)
+        if segments_per_second > ceiling:
+            raise CapacityAboveCeiling(ceiling)
     with transaction.atomic():
-        row = (
-            SenderCapacity.objects.select_for_update()
-            .filter(provider=adapter.name, account=adapter.account, sender=sender)
-            .first()
+        mine = SenderCapacity.objects.select_for_update().filter(
+            provider=provider, account=account, sender=sender, tenant=tenant
         )
-        if row is not None and row.tenant_id != tenant.pk:
-            raise CapacityNotYours(sender)
+        row = mine.first()
         if segments_per_second is None:
-            if row is not None:
-                row.delete()
+            mine.delete()
             result = None
         elif row is None:
             result = SenderCapacity.objects.create(
-                provider=adapter.name,
-                account=adapter.account,
+                provider=provider,
+                account=account,
                 sender=sender,
                 segments_per_second=segments_per_second,
                 tenant=tenant,
@@ -166,7 +207,7 @@ def sender_capacity_set(*, tenant, sender: str, segments_per_second: float | Non
             row.segments_per_second = segments_per_second
             row.save(update_fields=["segments_per_second", "updated_at"])
             result = row
-    _cache.pop(("sender", adapter.name, adapter.account, sender), None)
+    _cache.pop(("sender", provider, account, sender), None)
     return result
 
 
@@ -183,12 +224,14 @@ def tenant_capacity_view(tenant) -> dict:
     adapter = get_adapter()
     provider, account = adapter.name, adapter.account
     senders = {s for s in (tenant.default_from, tenant.messaging_service_sid) if s}
-    senders |= set(
-        SenderCapacity.objects.filter(provider=provider, account=account, tenant=tenant).values_list(
-            "sender", flat=True
-        )
-    )
+    senders |= {
+        value
+        for value, on_provider, on_account, _ in tenant_senders(tenant.pk)
+        if on_provider in ("", provider) and on_account in ("", account)
+    }
     rates = sender_rates(provider, account, sorted(senders))
+    operator, _ = _rows(provider, account, sorted(senders))
+    ceilings = {s: operator.get(s, default_rate(sender_type(s))) for s in senders}
     keys = {f"{provider}|{account}|sender|{s}"[:200]: s for s in senders}
     effective = dict(RateBucket.objects.filter(key__in=keys).values_list("key", "rate_effective"))
     state = circuit.circuit_state(provider, account)
@@ -209,6 +252,7 @@ def tenant_capacity_view(tenant) -> dict:
                 "type": rates[s].sender_type,
                 "segments_per_second": rates[s].segments_per_second,
                 "source": rates[s].source,
+                "ceiling_segments_per_second": ceilings[s],
                 "effective_segments_per_second": round(
                     min(
                         rates[s].segments_per_second,

@@ -20,6 +20,7 @@ from delivery.routing.service import (
     route_match_check,
 )
 from smsgw.config.routes import LegSpec
+from smsgw.tenancy.senders import tenant_owns_sender
 
 
 def _put(form: forms.BaseForm, exc: RouteConfigError, fields: tuple[str, ...]) -> None:
@@ -113,7 +114,22 @@ class RouteLegFormSet(forms.BaseInlineFormSet):
                 route_legs_check(legs)
             except RouteConfigError as exc:
                 raise forms.ValidationError(str(exc)) from None
+            self._senders_owned(legs)
         super().clean()
+
+    def _senders_owned(self, legs: list[LegSpec]) -> None:
+        """A tenant's own rule sends only from that tenant's senders (smsgw.tenancy.senders); a rule for
+        all tenants may name one, and each message skips the leg unless its tenant owns the sender."""
+        tenant = getattr(self.instance, "tenant", None)
+        if tenant is None:
+            return
+        for i, leg in enumerate(legs):
+            if leg.sender and not tenant_owns_sender(
+                tenant, leg.sender, provider=leg.provider, account=leg.account
+            ):
+                raise forms.ValidationError(
+                    f"legs[{i}].sender: {leg.sender} is not one of {tenant.slug}'s senders on {leg.provider}"
+                )
 
 
 class RouteLegInline(admin.TabularInline):

@@ -9,13 +9,14 @@ takes the message's own), so a failover later needs nothing but the row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
 
 from delivery.routing.rules import Leg, Plan, plan_with, rules_for
 from smsgw.config import providers as declarations
+from smsgw.tenancy.senders import tenant_senders
 
 
 def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
@@ -33,8 +34,15 @@ def concrete(leg: Leg, own_from: str, own_pool: str) -> dict[str, str] | None:
     return {"provider": leg.provider, "account": leg.account, "from": sender_from, "pool": pool}
 
 
-def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | None:
-    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None]
+def fields_for(
+    plan: Plan,
+    own_from: str,
+    own_pool: str,
+    owned: Callable[[Leg, dict[str, str]], bool] = lambda leg, made: True,
+) -> dict[str, Any] | None:
+    """The route fields of a plan: its legs made concrete, less those the provider cannot use and those
+    whose sender the tenant may not use there (``owned``); None when no leg is left."""
+    legs = [c for leg in plan.legs if (c := concrete(leg, own_from, own_pool)) is not None and owned(leg, c)]
     if not legs:
         return None
     first = legs[0]
@@ -48,9 +56,31 @@ def fields_for(plan: Plan, own_from: str, own_pool: str) -> dict[str, Any] | Non
     }
 
 
-def _routed(row: Any, rules_cache: dict[int | None, list]) -> dict[str, Any] | None:
+def _leg_owned(tenant_id: int, senders_cache: dict[int, list]) -> Callable[[Leg, dict[str, str]], bool]:
+    """Whether the tenant may send from a leg's sender there (smsgw.tenancy.senders). A leg's fixed sender
+    must be one of the tenant's, valid on the leg's provider and account: a rule for all tenants (or
+    SMSGW_ROUTES) naming one tenant's number must not let the others send as it, so such a leg is skipped
+    for them. The message's own sender was checked when it was accepted; its leg is skipped only where
+    the tenant's sender is restricted to other providers or accounts."""
+    senders = senders_cache.get(tenant_id)
+    if senders is None:
+        senders = senders_cache[tenant_id] = tenant_senders(tenant_id)
+
+    def owned(leg: Leg, made: dict[str, str]) -> bool:
+        value = made["pool"] or made["from"]
+        rows = [(p, a) for v, p, a, _ in senders if v == value]
+        if not leg.sender and not rows:
+            return True  # the default of a tenant made before senders had owners, or outside the service
+        return any(p in ("", made["provider"]) and a in ("", made["account"]) for p, a in rows)
+
+    return owned
+
+
+def _routed(
+    row: Any, rules_cache: dict[int | None, list], senders_cache: dict[int, list]
+) -> dict[str, Any] | None:
     """The route fields of one row (a ``Message`` or a dict of its field values), or None when no rule
-    matches it."""
+    matches it (or none of its legs has a sender the tenant owns)."""
     get = row.get if isinstance(row, dict) else (lambda name, default=None: getattr(row, name, default))
     tenant_id = get("tenant_id")
     rules = rules_cache.get(tenant_id)
@@ -61,7 +91,8 @@ def _routed(row: Any, rules_cache: dict[int | None, list]) -> dict[str, Any] | N
     plan = plan_with(rules, get("to") or "", get("priority") or "transactional", get("public_id") or "")
     if plan.route == "default":
         return None
-    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "")
+    owned = _leg_owned(tenant_id or 0, senders_cache)  # a message always has its tenant
+    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "", owned)
 
 
 def _unrouted(row: dict) -> dict[str, Any]:
@@ -80,7 +111,10 @@ def rows_route(rows: Sequence[tuple[Any, Any]]) -> None:
     default provider, no route), at the cost of one rules look-up per tenant; once one dict row is
     routed, every dict row gets the same keys (a batch insert takes its columns from the first row)."""
     rules_cache: dict[int | None, list] = {}
-    routed = [(row, values) for row, _ in rows if (values := _routed(row, rules_cache)) is not None]
+    senders_cache: dict[int, list] = {}
+    routed = [
+        (row, values) for row, _ in rows if (values := _routed(row, rules_cache, senders_cache)) is not None
+    ]
     if not routed:
         return
     for row, values in routed:

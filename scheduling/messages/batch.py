@@ -6,7 +6,8 @@ changes nothing; the others are stored.
 The same rules as one message (``service.message_build``, the same birth path, the same fingerprint:
 an item and a single request with the same key and body are replays of each other). What a batch saves
 is the per-request work and the per-message round trips: the idempotency keys, the destination guards
-and the suppression list are each asked once for the whole batch, and, for a tenant without quotas, every
+and the suppression list are each asked once for the whole batch (and whether the tenant owns a sender,
+once per sender named), and, for a tenant without quotas, every
 new message and its "created" event go in by one statement (``birth.messages_birth``). A tenant with
 quotas books each item on its own, in its own savepoint, so one item over the quota is refused (429) and
 the others go in, as separate requests would.
@@ -27,6 +28,7 @@ from scheduling.models import Message
 from smsgw.domain_errors import DomainError, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
+from smsgw.tenancy.senders import OwnershipCheck
 from smsgw.values.timeutil import ResolvedTime
 
 
@@ -67,6 +69,7 @@ def messages_create_batch(*, tenant: Tenant, actor: str, items: list[Item]) -> l
 
     built: dict[int, tuple[Message, ResolvedTime | None]] = {}
     now = timezone.now()
+    owns = OwnershipCheck(tenant)
     for i in todo:
         data = items[i].data
         assert data is not None
@@ -78,6 +81,7 @@ def messages_create_batch(*, tenant: Tenant, actor: str, items: list[Item]) -> l
                 fingerprint=fingerprints[i],
                 now=now,
                 checks=False,
+                owns=owns,
             )
         except DomainError as exc:
             out[i].error = exc

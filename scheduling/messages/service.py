@@ -26,6 +26,7 @@ from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.tenancy.senders import OwnershipCheck
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
@@ -79,26 +80,41 @@ def _body(body: str) -> tuple[str, int]:
     return info.encoding, info.segments
 
 
-def _sender(tenant: Tenant, from_number: str | None, service_sid: str | None) -> tuple[str, str]:
+def _sender(
+    tenant: Tenant, from_number: str | None, service_sid: str | None, owns: OwnershipCheck | None = None
+) -> tuple[str, str]:
+    """(from, sender pool) of a request, normalised, or the tenant's defaults when it names neither. A
+    sender the tenant does not own (smsgw.tenancy.senders) is refused naming its field: every tenant
+    sends through the same provider accounts, so a format check alone would let one send as another."""
+    owns = owns or OwnershipCheck(tenant)
     if from_number:
         if from_number.startswith("+"):
             try:
-                return normalize_e164(from_number), ""
+                return _owned(owns, "from", normalize_e164(from_number)), ""
             except PhoneNumberError as exc:
                 raise InvalidInput("from", str(exc)) from exc
         if not ALPHANUMERIC_SENDER.match(from_number):
             raise InvalidInput(
                 "from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
             )
-        return from_number, ""
+        return _owned(owns, "from", from_number), ""
     if service_sid:
         problem = sender_pool_problem(service_sid)  # as the providers declare their pool ids
         if problem:
             raise InvalidInput("messaging_service_sid", problem)
-        return "", service_sid
+        return "", _owned(owns, "messaging_service_sid", service_sid)
     if tenant.default_from or tenant.messaging_service_sid:
         return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid
     raise InvalidInput("from", "no sender given and the tenant has no default sender", reason="no_sender")
+
+
+def _owned(owns: OwnershipCheck, field: str, sender: str) -> str:
+    # The same answer whether another tenant owns it or nobody does: no probing of others' senders.
+    if not owns.owns(sender):
+        raise InvalidInput(
+            field, "is not one of this tenant's senders (the operator assigns them)", reason="not_owned"
+        )
+    return sender
 
 
 def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str | None, now: datetime):
@@ -266,14 +282,15 @@ def message_build(
     fingerprint: str,
     now: datetime,
     checks: bool = True,
+    owns: OwnershipCheck | None = None,
 ) -> tuple[Message, ResolvedTime | None]:
     """The unsaved message a validated request makes (``data``: the create serializer's validated data),
     or InvalidInput naming the field. ``checks``: the acceptance checks that read the database (the
     destination guards and the suppression list); a batch (scheduling.messages.batch) asks them once
-    for all its items instead."""
+    for all its items instead, and ``owns`` asks the sender ownership once per sender."""
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
-    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"), owns)
     if checks:
         destination_allowed(tenant, to)
         _not_suppressed(tenant, to, from_number, service_sid)

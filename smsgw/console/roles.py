@@ -1,9 +1,9 @@
 """The operator roles, as groups: `viewer` sees everything but secrets and acts on nothing; `operator`
 also acts on messages, schedules, campaigns, holds (provider and review holds), circuits, webhook
-deliveries, sender rates and routing rules; `admin` also manages tenants, API keys, periodic tasks,
-admin users and login lockouts. A person gets a role by being `is_staff` and in one group (docs/admin.md,
-"Who may do what"). Nobody but a superuser deletes messages or their history: no role has those
-permissions, and the admin refuses them to everyone anyway.
+deliveries, sender rates and routing rules; `admin` also manages tenants, their senders, API keys,
+periodic tasks, admin users and login lockouts. A person gets a role by being `is_staff` and in one
+group (docs/admin.md, "Who may do what"). Nobody but a superuser deletes messages or their history: no
+role has those permissions, and the admin refuses them to everyone anyway.
 
 Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the groups to these permissions
 (also after a test database was flushed)."""
@@ -30,7 +30,7 @@ VIEW = {
     ],
     "receipts": ["receiptevent", "webhookdelivery", "statuslookup"],
     "limits": ["quotawindow", "apiratebucket"],
-    "smsgw": ["tenant"],
+    "smsgw": ["tenant", "tenantsender"],
     "django_celery_beat": [
         "periodictask",
         "intervalschedule",
@@ -58,7 +58,12 @@ OPERATE = {
     "receipts": {"webhookdelivery": ["change"]},
 }
 MANAGE = {
-    "smsgw": {"tenant": ["add", "change"], "apikey": ["view", "add", "change"]},
+    "smsgw": {
+        "tenant": ["add", "change"],
+        "apikey": ["view", "add", "change"],
+        # Which tenant may send from which sender (smsgw.tenancy.senders): delete is a release.
+        "tenantsender": ["add", "change", "delete"],
+    },
     "django_celery_beat": {
         model: ["add", "change", "delete"]
         for model in (

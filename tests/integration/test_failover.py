@@ -16,7 +16,7 @@ from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission, Provid
 from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.config import routes as route_config
-from tests.factories import messages_bulk, tenant_with_key
+from tests.factories import messages_bulk, sender_for, tenant_with_key
 from tests.integration.conftest import start_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -109,6 +109,7 @@ def once_across_both(pipeline, pks) -> tuple[Counter, Counter]:
 def test_us_numbers_go_to_twilio_and_gb_numbers_to_vonage_each_once(two_providers):
     pipeline = two_providers
     tenant, key = tenant_with_key("acme", allowed_countries=["US", "GB"])
+    sender_for(tenant, VONAGE_SENDER)  # the routes' Vonage legs send from it: it must be the tenant's
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     us = [f"+1415555{i:04d}" for i in range(10)]

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from scheduling.facade.resources import public_id_of
 from scheduling.models import Message, Status
-from tests.factories import RECIPIENT, SENDER, tenant_with_key
+from tests.factories import RECIPIENT, SENDER, sender_for, tenant_with_key
 from tests.integration.conftest import start_web
 
 NODE = shutil.which("node")
@@ -55,6 +55,7 @@ def _v1_message(base: str, key: str, sid: str) -> dict:
 
 def test_a_twilio_node_program_sends_schedules_fetches_and_cancels(pipeline):
     tenant, key = tenant_with_key("acme", allowed_countries=["US"])
+    sender_for(tenant, SERVICE)  # the Messaging Service it schedules through is the tenant's
     base = start_web(pipeline)
     pipeline.worker()
     pipeline.beat()

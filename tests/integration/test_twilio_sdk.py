@@ -17,7 +17,7 @@ from twilio.request_validator import RequestValidator
 
 from scheduling.facade.resources import public_id_of
 from scheduling.models import Message, Status
-from tests.factories import RECIPIENT, SENDER, messages_bulk, tenant_with_key
+from tests.factories import RECIPIENT, SENDER, messages_bulk, sender_for, tenant_with_key
 from tests.integration.conftest import start_web
 from tests.scheduling.facade.sdk_client import sdk_client
 from tests.waiting import wait_for
@@ -37,6 +37,7 @@ def _events(base: str, key: str, sid: str) -> list[str]:
 
 def test_a_twilio_program_sends_schedules_cancels_and_gets_signed_callbacks(pipeline):
     tenant, key = tenant_with_key("acme", allowed_countries=["US", "GB"])
+    sender_for(tenant, SERVICE)  # the Messaging Service it schedules through is the tenant's
     receiver = WebhookReceiver().start()
     try:
         base = start_web(pipeline, SMSGW_WEBHOOK_ALLOW_PRIVATE="1", SMSGW_WEBHOOK_ALLOW_HTTP="1")

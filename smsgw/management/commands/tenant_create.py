@@ -8,6 +8,7 @@ from scheduling import facade
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
 from smsgw.tenancy.scopes import FULL_ACCESS, UnknownScope, scopes_parse
+from smsgw.tenancy.senders import SenderError, default_senders_assign
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
@@ -20,6 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--slug", default="")
         parser.add_argument("--from", dest="default_from", default="", help="Default sender (E.164).")
         parser.add_argument("--messaging-service-sid", default="")
+        parser.add_argument(
+            "--shared",
+            action="store_true",
+            help="--from / --messaging-service-sid may be another tenant's: share it (docs/senders.md)",
+        )
         parser.add_argument("--timezone", default="UTC")
         parser.add_argument(
             "--allowed-countries",
@@ -76,6 +82,12 @@ class Command(BaseCommand):
                     default_timezone=opts["timezone"],
                     allowed_countries=countries,
                 )
+                # The tenant owns the senders it is given (smsgw.tenancy.senders): another tenant's is
+                # refused, and the whole creation with it, unless --shared.
+                try:
+                    default_senders_assign(tenant=tenant, shared=opts["shared"])
+                except SenderError as exc:
+                    raise CommandError(f"--from / --messaging-service-sid: {exc}") from exc
             key, raw = api_key_create(tenant=tenant, scopes=scopes)
         self.stderr.write(
             f"tenant {tenant.slug} (id {tenant.pk}); API key {key.prefix}… with scopes "

@@ -20,7 +20,7 @@ from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.console.roles import roles_sync
-from tests.factories import SENDER, message, recipient, tenant_with_key
+from tests.factories import SENDER, message, recipient, sender_for, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 PUBLIC = "https://sms.example.com"
@@ -128,21 +128,23 @@ def test_stop_to_a_messaging_service_suppresses_that_service_only(signed, tenant
     t, _ = tenant
     to = recipient(5)
     signed(inbound("STOP", to, to="+14155550177", MessagingServiceSid=SERVICE))
-    assert not Suppression.objects.exists()  # no tenant sends through this service: nobody's list
-    t.messaging_service_sid = SERVICE
-    t.save(update_fields=["messaging_service_sid"])
+    assert not Suppression.objects.exists()  # no tenant owns this service: nobody's list
+    sender_for(t, SERVICE)  # the operator assigns it to the tenant (smsgw.tenancy.senders)
     signed(inbound("STOP", to, to="+14155550177", MessagingServiceSid=SERVICE))
     assert Suppression.objects.get().sender == SERVICE
-    assert post_message(api, to, messaging_service_sid=SERVICE).status_code == 400
+    refused = post_message(api, to, messaging_service_sid=SERVICE)
+    assert refused.status_code == 400 and "suppression" in refused.json()["error"]["message"]
     # The same recipient has not opted out of the tenant's own number.
     assert post_message(api, to).status_code == 201
 
 
 def test_tenant_wide_entry_blocks_every_sender(tenant, api):
     t, _ = tenant
+    sender_for(t, SERVICE)
     suppression.suppression_add(tenant_id=t.pk, number=recipient(6), source="api", actor="test")
     assert post_message(api, recipient(6)).status_code == 400
-    assert post_message(api, recipient(6), messaging_service_sid=SERVICE).status_code == 400
+    refused = post_message(api, recipient(6), messaging_service_sid=SERVICE)
+    assert refused.status_code == 400 and "suppression" in refused.json()["error"]["message"]
     other, _ = tenant_with_key("other")
     assert not suppression.is_suppressed(
         tenant_id=other.pk, number=recipient(6), from_number=SENDER, messaging_service_sid=""

@@ -14,7 +14,7 @@ from delivery.routing.models import RouteLeg, RouteRule
 from delivery.routing.rules import plan
 from smsgw.console.roles import roles_sync
 from tests.delivery.routing.helpers import route_rule
-from tests.factories import tenant_with_key
+from tests.factories import sender_for, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 ADD = "/admin/delivery/routerule/add/"
@@ -32,7 +32,9 @@ def staff(role: str) -> tuple[Client, User]:
 
 @pytest.fixture
 def tenant():
-    return tenant_with_key("acme")[0]
+    tenant = tenant_with_key("acme")[0]
+    sender_for(tenant, "ACME")  # a tenant's rule sends only from the tenant's senders
+    return tenant
 
 
 def form(tenant=None, legs=(), *, existing=(), **fields) -> dict:
@@ -199,4 +201,17 @@ def test_a_provider_slower_than_the_sending_lease_is_refused_on_its_field(tenant
     response = operator.post(ADD, form(tenant, [{"provider": "twilio"}]))
     (formset,) = response.context["inline_admin_formsets"]
     assert "SMSGW_SENDING_LEASE_SECONDS" in " ".join(formset.formset.forms[0].errors["provider"])
+    assert not RouteRule.objects.exists()
+
+
+def test_a_tenants_rule_may_name_only_that_tenants_senders(tenant):
+    """Another tenant's sender (or nobody's) on a leg of a tenant's rule is refused, nothing saved."""
+    other = tenant_with_key("other", default_from="+12025550143")[0]
+    operator, _ = staff("operator")
+    for sender in (other.default_from, "NOBODYS"):
+        legs = [{"provider": "twilio", "sender": sender, "weight": "1"}]
+        response = operator.post(ADD, form(tenant, legs))
+        assert (
+            response.status_code == 200 and "is not one of acme&#x27;s senders" in response.content.decode()
+        )
     assert not RouteRule.objects.exists()

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from delivery.routing.rules import plan
 from smsgw.config.routes import parse
 from tests.delivery.routing.helpers import route_rule
-from tests.factories import tenant_with_key
+from tests.factories import sender_for, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 GB = "+447400123456"
@@ -26,6 +26,9 @@ def routes(settings, api):
         ["transactional", "bulk"],
     )
     other = tenant_with_key("other")[0]
+    # The senders the tenants' own rules name are theirs (smsgw.tenancy.senders).
+    sender_for(other, "OTHERCO")
+    sender_for(api.tenant, "ACME")
     route_rule(other, "secret", [("vonage", "", "OTHERCO", 1)], country="GB")
     route_rule(None, "gb-all", [("twilio", "", "", 1)], country="GB")
     route_rule(

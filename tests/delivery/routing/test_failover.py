@@ -19,7 +19,7 @@ from scheduling.lifecycle import transitions
 from scheduling.messages.service import message_create
 from scheduling.models import Message, Status
 from smsgw.config import routes as route_config
-from tests.factories import tenant_with_key
+from tests.factories import sender_for, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +65,9 @@ def routed(adapter, settings, vonage):
 
 @pytest.fixture
 def tenant(db):
-    return tenant_with_key("acme", allowed_countries=["US", "GB"])[0]
+    tenant = tenant_with_key("acme", allowed_countries=["US", "GB"])[0]
+    sender_for(tenant, "ACME")  # the routes' Vonage legs send from it: it must be the tenant's
+    return tenant
 
 
 def born(tenant, to: str, body: str = "hello") -> Message:

@@ -22,7 +22,7 @@ from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.models import ApiKey
 from smsgw.tenancy.auth import api_key_sid
-from tests.factories import RECIPIENT, messages_bulk, tenant_with_key
+from tests.factories import RECIPIENT, messages_bulk, sender_for, tenant_with_key
 from tests.scheduling.facade.sdk_client import sdk_in_process
 from tests.webhook_receiver import WebhookReceiver
 
@@ -32,6 +32,7 @@ SERVICE = "MG" + "a" * 32
 @pytest.fixture
 def account(db):
     tenant, key = tenant_with_key("acme", allowed_countries=["US", "GB"])
+    sender_for(tenant, SERVICE)  # the Messaging Service the scheduled sends name is the tenant's
     return tenant, key
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion, Status
 from scheduling.schedules.materialize import schedules_materialize
-from tests.factories import RECIPIENT, tenant_with_key
+from tests.factories import RECIPIENT, sender_for, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 
@@ -393,6 +393,7 @@ def test_tenant_quiet_hours_endpoint(api):
 def test_patch_of_the_sender_replaces_the_old_one_whatever_its_kind(api):
     sid = create(api, **{"from": "+14155550100"}).json()["id"]
     service = "MG" + "0" * 32
+    sender_for(api.tenant, service)  # a sender pool the operator assigned to the tenant
     resp = api.patch(f"/v1/schedules/{sid}", {"messaging_service_sid": service}, format="json")
     assert resp.status_code == 200, resp.content
     assert (resp.json()["from"], resp.json()["messaging_service_sid"]) == ("", service)

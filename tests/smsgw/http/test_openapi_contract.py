@@ -293,10 +293,10 @@ def settings_walk(c: Contract) -> None:
     c.call("put", "/v1/capacity/senders/!!", 400, data={"segments_per_second": 1})
     c.call("delete", "/v1/capacity/senders/+14155550100", 200)
     c.call("delete", "/v1/capacity/senders/!!", 400)
-    other, _ = tenant_with_key("other")
+    other, _ = tenant_with_key("other", default_from="+14155550122")  # another tenant's own sender
     from delivery.flow import capacity
 
-    capacity.sender_capacity_set(tenant=other, sender="+14155550122", segments_per_second=9)
+    capacity.sender_capacity_set(tenant=other, sender="+14155550122", segments_per_second=0.9)
     c.call("put", "/v1/capacity/senders/+14155550122", 403, data={"segments_per_second": 1})
     c.call("delete", "/v1/capacity/senders/+14155550122", 403)
 
