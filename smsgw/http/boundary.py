@@ -45,7 +45,6 @@ from smsgw.values.digits import is_ascii_digits
 MAX_JSON_DEPTH = 32
 API_PREFIXES = ("/v1/", "/receipts/", "/inbound/")
 API_ROOTS = frozenset({"/v1", "/receipts", "/inbound"})
-TWILIO_API_PREFIX = "/2010-04-01/"  # scheduling.facade: Twilio's error shape, not the envelope
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # The longest URL (path and query) the API answers: far beyond any it documents (a cursor is under 100
 # characters), below gunicorn's request-line limit (8190, smsgw.runtime.gunicorn_conf) so that the 414 is
@@ -264,27 +263,11 @@ def not_utf8_field(query_string: str) -> str | None:
     return None
 
 
-def _is_json(response: HttpResponse) -> bool:
+def is_json(response: HttpResponse) -> bool:
     return response.get("Content-Type", "").split(";")[0].strip() == "application/json"
 
 
-def _twilio_shaped(response: HttpResponse) -> HttpResponse:
-    """The Twilio-compatible API (scheduling.facade) answers its own errors in Twilio's shape; what Django
-    answers there itself (an unknown path, a 500) gets the same shape, as Twilio's SDKs parse it."""
-    if response.status_code < 400 or _is_json(response):
-        return response
-    status = response.status_code
-    code = {404: 20404, 405: 20004}.get(status, 20001 if status < 500 else 20500)
-    body = {
-        "code": code,
-        "message": _MESSAGES.get(status, "Request failed."),
-        "more_info": f"https://www.twilio.com/docs/errors/{code}",
-        "status": status,
-    }
-    return _logged_as(response, JsonResponse(body, status=status))
-
-
-def _logged_as(original: HttpResponse, replacement: HttpResponse) -> HttpResponse:
+def logged_as(original: HttpResponse, replacement: HttpResponse) -> HttpResponse:
     """Django logs an error response once (django.request); without this the replacement, which it has
     not seen, is logged a second time."""
     if getattr(original, "_has_been_logged", False):
@@ -300,13 +283,11 @@ class ApiBoundaryMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith(TWILIO_API_PREFIX):
-            return _twilio_shaped(self.get_response(request))
         if not is_api_path(request.path_info):
             return self.get_response(request)
         early = self._refuse_early(request)
         response = early if early is not None else self.get_response(request)
-        if response.status_code >= 400 and not _is_json(response):
+        if response.status_code >= 400 and not is_json(response):
             if response.status_code == 404 and is_bad_text(request.path_info):
                 return _field_error("path", NUL_OR_SURROGATE)  # no route matched the hostile path
             response = self._as_envelope(response)
@@ -362,4 +343,4 @@ class ApiBoundaryMiddleware:
         for name, value in response.headers.items():
             if name.lower() not in _BODY_HEADERS:  # Allow, Retry-After, RateLimit-*, Vary, ...
                 replacement[name] = value
-        return _logged_as(response, replacement)
+        return logged_as(response, replacement)
