@@ -248,10 +248,10 @@ def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str
             filters.append((name, q[name]))
     token = q.get("PageToken")
     if token:
-        last = ascii_int(token[2:], max_digits=19) if token.startswith("PA") else None
-        if last is None or last > _INT64_MAX:
+        before_id = ascii_int(token[2:], max_digits=19) if token.startswith("PA") else None
+        if before_id is None or before_id > _INT64_MAX:
             raise TwilioError(400, 20001, "Invalid PageToken: use the next_page_uri of a page as given")
-        qs = qs.filter(id__lt=last)
+        qs = qs.filter(id__lt=before_id)
     return qs, filters
 
 
