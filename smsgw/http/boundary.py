@@ -69,6 +69,7 @@ _CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    411: "length_required",
     413: "request_too_large",
     414: "url_too_long",
     415: "unsupported_media_type",
@@ -296,6 +297,10 @@ class ApiBoundaryMiddleware:
     def _refuse_early(self, request: HttpRequest) -> HttpResponse | None:
         if declared_length(request) is None:
             return _field_error("Content-Length", "must be a whole number of bytes")
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            # Django reads a body by its Content-Length only: a chunked one would be read as empty.
+            message = "send the body with a Content-Length (a chunked body is not read)"
+            return _field_error("Content-Length", message, 411, code="length_required")
         limit = max_body_bytes(request)
         if body_too_large(request, limit):
             return _field_error(

@@ -770,3 +770,14 @@ def test_a_url_past_8000_bytes_is_a_414_naming_url(client, existing, method, pat
     # At the limit, the URL reaches the view (which names the unknown parameter).
     at_limit = "x=" + "a" * (MAX_URL_BYTES - len(path) - 3)
     assert_envelope(client.get(f"{path}?{at_limit}"), 400, "x")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/receipts/twilio/"])
+def test_a_chunked_body_is_a_411_naming_content_length(client, existing, path):
+    # Django reads a body by its Content-Length alone: a chunked one was read as empty ("to" missing).
+    before = snapshot(client.tenant)
+    resp = client.generic(
+        "POST", path, json.dumps(MESSAGE), content_type="application/json", HTTP_TRANSFER_ENCODING="chunked"
+    )
+    assert assert_envelope(resp, 411, "Content-Length")["code"] == "length_required"
+    assert snapshot(client.tenant) == before
