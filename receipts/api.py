@@ -20,7 +20,13 @@ from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
 from receipts import lookup, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
-from smsgw.http.boundary import NUL_OR_SURROGATE, bad_text_removed, first_bad_field, is_bad_text
+from smsgw.http.boundary import (
+    NUL_OR_SURROGATE,
+    bad_text_removed,
+    body_too_large,
+    first_bad_field,
+    is_bad_text,
+)
 from smsgw.http.errors import field_error
 from smsgw.observability import events
 
@@ -52,8 +58,7 @@ def _signed_form(request: HttpRequest, provider: str):
     it (``adapter.free_text_fields``), never a 500 that the provider would retry."""
     if provider not in PROVIDERS:
         return None, None, _error(404, "provider", "unknown provider")
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.RECEIPT_MAX_BODY_BYTES:
+    if body_too_large(request, settings.RECEIPT_MAX_BODY_BYTES):  # drained first: the 413 is read
         limit = settings.RECEIPT_MAX_BODY_BYTES
         return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
     adapter = get_adapter(provider)

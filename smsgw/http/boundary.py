@@ -12,14 +12,14 @@ or value, a query parameter, a path id, a header, a signed provider callback.
   interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
 * ``ApiBoundaryMiddleware`` (the outermost middleware of both chains, smsgw.http.callback_chain): the
   same check over path ids, query parameters and headers (400 naming the parameter); a declared body
-  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything reads it (a
+  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything parses it (a
   campaign's CSV upload, multipart POST /v1/campaigns, has its own cap,
-  ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory), read and thrown away
-  first when it is not huge (``body_drain``), so that a client still sending it reads the 413 instead of
-  a reset connection; a URL longer than ``MAX_URL_BYTES`` is a 414 naming ``url``; and any error
-  response that is not already JSON (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is
-  replaced by the envelope, so a traceback is never shown and a client (or Twilio) always gets the
-  documented shape.
+  ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory), its bytes read and
+  thrown away first when it is not huge (``body_drain``), so that a client still sending it reads the 413
+  instead of a reset connection; a chunked body (Django reads none) is a 411; a URL longer than
+  ``MAX_URL_BYTES`` is a 414 naming ``url``; and any error response that is not already JSON (Django's
+  own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a traceback is never
+  shown and a client (or Twilio) always gets the documented shape.
 
 Error messages never echo the offending value (it is hostile, and may be a body or a number).
 """
