@@ -26,7 +26,7 @@ def twilio_shaped(response: HttpResponse) -> HttpResponse:
     return logged_as(response, JsonResponse(error.body(), status=status))
 
 
-class TwilioErrorsMiddleware:
+class FacadeErrorsMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
