@@ -108,7 +108,7 @@ def test_a_5000_character_cursor_is_a_400_naming_cursor(web):
     envelope(*answer, 400, "cursor")
 
 
-@pytest.mark.parametrize("length", [8100, 20_000], ids=["django", "gunicorn"])
+@pytest.mark.parametrize("length", [8100, 20_000], ids=["from-django", "from-gunicorn"])
 def test_a_url_past_the_limit_is_a_json_414_naming_url(web, length):
     port, _, key = web
     answer = request(port, "GET", "/v1/messages?x=" + "a" * length, Authorization=f"Bearer {key}")
