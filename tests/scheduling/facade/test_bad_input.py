@@ -210,3 +210,18 @@ def test_a_body_over_the_api_limit_is_a_twilio_413_before_authentication(facade,
 def test_an_unknown_path_under_the_twilio_api_is_a_twilio_404(facade, path):
     sid = facade.url.split("/")[3]
     assert_twilio_error(facade.get(path.format(sid=sid)), 404, 20404)
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["Status=canceled&Status=canceled", "Body=&Body=", "Status=%FF"],
+    ids=["Status-twice", "Body-twice", "Status-not-utf8"],
+)
+def test_an_update_with_a_repeated_or_non_utf8_parameter_is_a_400_and_changes_nothing(facade, body):
+    sid = facade.get(facade.url).json()["messages"][0]["sid"]
+    before = stored()
+    resp = facade.post(
+        facade.url.replace(".json", f"/{sid}.json"), body, content_type="application/x-www-form-urlencoded"
+    )
+    assert_twilio_error(resp, 400, 20001)
+    assert stored() == before
