@@ -148,6 +148,8 @@ def gunicorn(
         [
             str(BIN / "gunicorn"),
             "smsgw.wsgi",
+            "--config",
+            "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",

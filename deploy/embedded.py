@@ -287,6 +287,8 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     web = [
         str(venv / "gunicorn"),
         "smsgw.wsgi",
+        "--config",
+        "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
         "--no-control-socket",
         "--bind",
         f"127.0.0.1:{args.web_port}",

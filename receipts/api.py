@@ -22,7 +22,13 @@ from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
 from receipts import lookup, replay, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
-from smsgw.http.boundary import NUL_OR_SURROGATE, bad_text_removed, first_bad_field, is_bad_text
+from smsgw.http.boundary import (
+    NUL_OR_SURROGATE,
+    bad_text_removed,
+    body_too_large,
+    first_bad_field,
+    is_bad_text,
+)
 from smsgw.http.errors import field_error
 from smsgw.observability import events
 
@@ -38,9 +44,9 @@ def callback_url(request: HttpRequest) -> str:
     return request.build_absolute_uri()
 
 
-def _error(status: int, field: str, message: str) -> JsonResponse:
+def _error(status: int, field: str, message: str, code: str = "invalid") -> JsonResponse:
     return JsonResponse(
-        {"error": {"code": "invalid", "message": f"{field}: {message}", "fields": {field: [message]}}},
+        {"error": {"code": code, "message": f"{field}: {message}", "fields": {field: [message]}}},
         status=status,
     )
 
@@ -48,17 +54,23 @@ def _error(status: int, field: str, message: str) -> JsonResponse:
 def _signed_form(request: HttpRequest, provider: str):
     """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
-    403 (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be
-    stored (a NUL; PostgreSQL refuses it in jsonb) unless it is only in a free-text field, which is
-    stored without it (``adapter.free_text_fields``), never a 500 that the provider would retry. A
+    415 for a body of a type the provider does not send (``Capabilities.callback_content_types``), 403
+    (nothing written) for an unsigned or tampered request, 400 for a signed one that cannot be stored (a
+    NUL; PostgreSQL refuses it in jsonb) unless it is only in a free-text field, which is stored without
+    it (``adapter.free_text_fields``), never a 500 that the provider would retry. A
     signed callback outside its provider's timestamp window is refused 403 naming ``timestamp``."""
     if provider not in PROVIDERS:
         return None, None, _error(404, "provider", "unknown provider")
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.RECEIPT_MAX_BODY_BYTES:
+    if body_too_large(request, settings.RECEIPT_MAX_BODY_BYTES):  # drained first: the 413 is read
         limit = settings.RECEIPT_MAX_BODY_BYTES
         return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
     adapter = get_adapter(provider)
+    accepted = adapter.capabilities.callback_content_types
+    # A GET (Vonage's inbound webhook may use one) carries its fields in the query and has no body type.
+    if accepted and request.method != "GET" and request.content_type not in accepted:
+        # Not what the provider sends: refused before the body is read (a 200 to a JSON body before).
+        message = f"{provider} callbacks are {' or '.join(accepted)}"
+        return None, None, _error(415, "Content-Type", message, code="unsupported_media_type")
     params = _fields(request)
     if params is None:
         return None, None, _error(400, "body", "a JSON callback must be one object")
@@ -89,7 +101,7 @@ def _fields(request: HttpRequest) -> dict[str, str] | None:
         return {key: request.POST.get(key, "") for key in request.POST}
     try:
         data = json.loads(request.body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting exhausts json's recursion (a 500 before)
         return None
     if not isinstance(data, dict):
         return None

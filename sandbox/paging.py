@@ -73,7 +73,8 @@ def _page_token(kind: str, snapshot_us: int, upto: int, rank: tuple[int, int, in
 def _parse_page_token(token: str) -> tuple[bool, int, int, tuple[int, int, int]]:
     """(before, snapshot_us, upto, rank) of a token made by ``_page_token``."""
     parts = token[2:].split(".")
-    if token[:2] not in ("PA", "PB") or len(parts) != 5 or not all(p.isdigit() for p in parts):
+    digits = all(p.isascii() and p.isdigit() for p in parts)  # isdigit() alone takes "²", which int() refuses
+    if token[:2] not in ("PA", "PB") or len(parts) != 5 or not digits:
         raise BadRequest(20001, "Invalid PageToken")
     snapshot_us, upto, group, second, seq = (int(p) for p in parts)
     return token[:2] == "PB", snapshot_us, upto, (group, -second, -seq)

@@ -108,6 +108,7 @@ MIDDLEWARE = [
     # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
     "smsgw.http.callback_chain.CallbackChainMiddleware",
     "smsgw.http.boundary.ApiBoundaryMiddleware",  # it turns every /v1/ and /receipts/ error into JSON
+    "scheduling.facade.errors.FacadeErrorsMiddleware",  # and every facade error into the facade's shape
     "django.middleware.security.SecurityMiddleware",
     # Right after security (HTTPS redirect first): serves /static/ in every mode, DEBUG or not.
     "whitenoise.middleware.WhiteNoiseMiddleware",

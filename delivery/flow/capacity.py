@@ -37,7 +37,7 @@ LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE = (
     "messaging_service",
 )
 SENDER_TYPES = (LONG_CODE, TOLL_FREE, SHORT_CODE, ALPHANUMERIC, MESSAGING_SERVICE)
-_SHORT_CODE = re.compile(r"\d{3,8}")
+_SHORT_CODE = re.compile(r"[0-9]{3,8}")  # not \d: it matches any Unicode digit
 _ALPHANUMERIC = re.compile(r"[A-Za-z0-9 ]{1,11}")
 
 _cache: dict[tuple, tuple[float, Rate]] = {}

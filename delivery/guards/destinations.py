@@ -31,6 +31,7 @@ from django.conf import settings
 
 from scheduling.lifecycle.reasons import ReasonCode
 from smsgw.models import Tenant
+from smsgw.values.digits import is_ascii_digits
 
 SHIPPED_DENY_FILE = Path(__file__).resolve().parent.parent / "data" / "deny_prefixes.txt"
 ANY_COUNTRY = "*"
@@ -60,7 +61,7 @@ def prefixes_parse(text: str, *, source: str) -> list[str]:
         value = line.split("#", 1)[0].strip().removeprefix("+")
         if not value:
             continue
-        if not value.isdigit() or not 1 <= len(value) <= 15:
+        if not is_ascii_digits(value) or not 1 <= len(value) <= 15:  # "١٢" would never match a number
             raise DenyListError(f"{source}:{n}: {value!r} is not an E.164 prefix (digits after +)")
         out.append(value)
     return out

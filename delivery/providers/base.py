@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from smsgw.config.providers import Capabilities as Capabilities
 from smsgw.config.providers import SenderPools as SenderPools
 from smsgw.config.providers import ValidityBounds as ValidityBounds
+from smsgw.values.digits import is_ascii_digits
 from smsgw.values.phone import mask
 
 
@@ -461,7 +462,7 @@ def carrier_minute(value: str) -> datetime | None:
     """A carrier's receipt time, ``YYMMDDhhmm`` (Twilio's RawDlrDoneDate, Vonage's scts), read as UTC
     (neither provider states its zone); None when it is not one."""
     value = (value or "").strip()
-    if len(value) != 10 or not value.isdigit():
+    if len(value) != 10 or not is_ascii_digits(value):
         return None
     try:
         return datetime.strptime(value, "%y%m%d%H%M").replace(tzinfo=UTC)

@@ -85,7 +85,7 @@ def validate(params: dict[str, str]) -> int:
     if len(params.get("text", "")) > MAX_TEXT or len(params.get("client-ref", "")) > 100:
         return 3
     ttl = params.get("ttl")
-    if ttl is not None and not (ttl.isdigit() and 20000 <= int(ttl) <= 604800000):
+    if ttl is not None and not (ttl.isascii() and ttl.isdigit() and 20000 <= int(ttl) <= 604800000):
         return 16  # ttl: 20000..604800000 ms (the API reference's bounds)
     callback = params.get("callback", "")
     if callback and not callback.startswith(("http://", "https://")):

@@ -34,9 +34,16 @@ from scheduling.messages.api import (
 from scheduling.models import Campaign, CampaignTimeMode, Priority
 from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
-from smsgw.http.boundary import NUL_OR_SURROGATE, StrictJSONParser, first_bad_field
+from smsgw.http.boundary import (
+    MAX_JSON_DEPTH,
+    NUL_OR_SURROGATE,
+    StrictJSONParser,
+    first_bad_field,
+    json_problem,
+)
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
+from smsgw.values.digits import is_ascii_digits
 
 # A recipient's values as the service takes them (scheduling.campaigns.service._source_columns).
 _RECIPIENT_VALUE = {"type": ["string", "number", "null"]}
@@ -253,7 +260,7 @@ PAGE_PARAMS = frozenset(("cursor", "page_size"))
 LIST_PARAMS = PAGE_PARAMS | {"status"}
 
 
-def _form_data(request) -> tuple[dict, object]:  # noqa: C901
+def _form_data(request) -> tuple[dict, object]:
     """A multipart body as the JSON body's dict (typed values) and the uploaded file."""
     form, files = request.data, request.FILES
     field = first_bad_field(form)
@@ -270,15 +277,12 @@ def _form_data(request) -> tuple[dict, object]:  # noqa: C901
         if len(values) != 1:
             raise field_error(key[:64], "give this field once")
         value = values[0]
-        if key in _FORM_INTEGERS and value.strip().isdigit() and len(value) < 12:
+        if key in _FORM_INTEGERS and is_ascii_digits(value) and len(value) < 12:
             value = int(value)
         elif key in _FORM_BOOLEANS and value.lower() in ("true", "false"):
             value = value.lower() == "true"
         elif key in _FORM_OBJECTS:
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise field_error(key[:64], "must be a JSON object") from None
+            value = _form_object(key, value)
         data[key] = value
     if "recipients" in data:
         raise field_error("recipients", "must be an uploaded CSV file (a file part), not a text field")
@@ -288,6 +292,22 @@ def _form_data(request) -> tuple[dict, object]:  # noqa: C901
     if len(files.getlist("recipients")) != 1:
         raise field_error("recipients", "upload one file")
     return data, upload
+
+
+def _form_object(key: str, text: str):
+    """A JSON form field (metadata, quiet_hours) held to the JSON body's rules (StrictJSONParser): no
+    nesting past MAX_JSON_DEPTH (deep enough, json.loads exhausts the interpreter's recursion limit: a
+    500 before), no text PostgreSQL cannot store, no non-finite number."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise field_error(key, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise field_error(key, "must be a JSON object") from None
+    problem = json_problem({key: value})
+    if problem is not None:
+        raise field_error(key, problem[1])
+    return value
 
 
 class CampaignsApi(APIView):

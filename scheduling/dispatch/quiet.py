@@ -40,7 +40,7 @@ __all__ = [
     "tenant_quiet_window",
 ]
 
-_CLOCK_RE = re.compile(r"([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
+_CLOCK_RE = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9]))?")  # not \d: any Unicode digit
 
 
 class QuietHoursError(ValueError):

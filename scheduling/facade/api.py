@@ -21,15 +21,18 @@ from scheduling.facade.resources import TwilioError, message_resource, messages_
 from scheduling.messages import service
 from scheduling.models import Message, Status
 from smsgw.domain_errors import ConflictError, DomainError, NotFoundError
-from smsgw.http.boundary import first_bad_field
+from smsgw.http.boundary import body_too_large, first_bad_field, max_body_bytes, not_utf8_field
 from smsgw.limits import ratelimit
 from smsgw.models import ApiKey, Tenant
 from smsgw.observability import events
 from smsgw.tenancy.auth import basic_verify
 from smsgw.tenancy.scopes import scopes_grant
+from smsgw.values.digits import ascii_int
 
 MAX_PAGE_SIZE = 1000  # Twilio's PageSize ceiling
 DEFAULT_PAGE_SIZE = 50
+MAX_PAGE = 10**9  # a Page past this is no page anyone reached by next_page_uri
+_INT64_MAX = 2**63 - 1
 LIST_PARAMS = frozenset(("To", "From", "DateSent", "DateSent<", "DateSent>", "PageSize", "Page", "PageToken"))
 
 
@@ -91,17 +94,35 @@ def _message_scopes(request: HttpRequest) -> list[str]:
 
 def _params(request: HttpRequest, which: str):
     """The form body (POST) or the query string (GET), refused in Twilio's form when Django's own limits
-    on a form are passed or a value holds a NUL or an unpaired surrogate (no database column takes it)."""
+    on a form are passed, a parameter is given twice (which one was meant?), its bytes are not UTF-8
+    (Django would store U+FFFD in their place) or a value holds a NUL or an unpaired surrogate (no
+    database column takes it)."""
+    form = which == "POST" and request.content_type == "application/x-www-form-urlencoded"
     try:
+        # The raw text first: once request.POST has read a multipart body, request.body cannot be read.
+        raw = request.body.decode("iso-8859-1") if form else request.META.get("QUERY_STRING", "")
         params = request.POST if which == "POST" else request.GET
     except RequestDataTooBig:
         raise TwilioError(413, 20001, "Request body too large") from None
     except (TooManyFieldsSent, TooManyFilesSent):
         raise TwilioError(400, 20001, "Too many parameters") from None
+    bad = not_utf8_field(raw) if form or which == "GET" else None
+    if bad is not None:
+        raise TwilioError(400, 20001, f"Parameter {bad[:64]!r} is not valid UTF-8 (percent-encoded)")
+    twice = next((name for name, values in params.lists() if len(values) > 1), None)
+    if twice is not None:
+        raise TwilioError(400, 20001, f"Parameter {twice[:64]!r} is given more than once")
     bad = first_bad_field(params)
     if bad is not None:
         raise TwilioError(400, 20001, f"Parameter {bad!r} holds a NUL character or an unpaired surrogate")
     return params
+
+
+def _body_checked(request: HttpRequest) -> None:
+    """Before authentication: a body over the API's cap is a 413, read and thrown away first so that a
+    client still sending it reads the answer (smsgw.http.boundary.body_drain)."""
+    if request.method == "POST" and body_too_large(request, max_body_bytes()):
+        raise TwilioError(413, 20001, f"Request bodies are at most {max_body_bytes()} bytes")
 
 
 def _actor(key: ApiKey) -> str:
@@ -118,6 +139,7 @@ def _unknown(params, known: frozenset[str]) -> None:
 def messages(request: HttpRequest, account_sid: str) -> HttpResponse:
     """``POST`` creates (now or at ``SendAt``); ``GET`` lists, newest first, in Twilio's pages."""
     try:
+        _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
         if request.method == "POST":
             _require(key, ["messages:send"])
@@ -158,6 +180,7 @@ def _message(tenant: Tenant, sid: str, path: str) -> Message:
 def message(request: HttpRequest, account_sid: str, sid: str) -> HttpResponse:
     """``GET`` fetches; ``POST`` cancels (``Status=canceled``) or redacts (``Body=``); ``DELETE``."""
     try:
+        _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
         _require(key, _message_scopes(request))
         current = _message(tenant, sid, request.path)
@@ -215,16 +238,19 @@ def _bound(name: str, raw: str) -> tuple[datetime, datetime]:
     value = raw.strip()
     try:
         if len(value) == 10:
-            day = datetime.fromisoformat(value).replace(tzinfo=UTC)
-            return day, day + timedelta(days=1) - timedelta(microseconds=1)
-        if len(value) > 19 and value[-6] == " ":  # an unencoded "+" of "+00:00"
-            value = value[:-6] + "+" + value[-5:]
-        instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise TwilioError(400, 20001, f"Invalid {name}: {raw!r}") from None
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    return instant, instant + timedelta(seconds=1) - timedelta(microseconds=1)
+            first, span = datetime.fromisoformat(value).replace(tzinfo=UTC), timedelta(days=1)
+        else:
+            if len(value) > 19 and value[-6] == " ":  # an unencoded "+" of "+00:00"
+                value = value[:-6] + "+" + value[-5:]
+            first, span = datetime.fromisoformat(value.replace("Z", "+00:00")), timedelta(seconds=1)
+            if first.tzinfo is None:
+                first = first.replace(tzinfo=UTC)
+        # In UTC, as the database compares them: year 1 with a positive offset falls off datetime's range
+        # (an OverflowError, a 500 before), as would the day after 9999-12-31.
+        first = first.astimezone(UTC)
+        return first, first + (span - timedelta(microseconds=1))
+    except (ValueError, OverflowError):
+        raise TwilioError(400, 20001, f"Invalid {name}: {raw[:64]!r}") from None
 
 
 def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str]]]:
@@ -248,22 +274,22 @@ def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str
             filters.append((name, q[name]))
     token = q.get("PageToken")
     if token:
-        if not token.startswith("PA") or not token[2:].isdigit():
-            raise TwilioError(400, 20001, "Invalid PageToken")
-        qs = qs.filter(id__lt=int(token[2:]))
+        before_id = ascii_int(token[2:], max_digits=19) if token.startswith("PA") else None
+        if before_id is None or before_id > _INT64_MAX:
+            raise TwilioError(400, 20001, "Invalid PageToken: use the next_page_uri of a page as given")
+        qs = qs.filter(id__lt=before_id)
     return qs, filters
 
 
 def _list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     q = _params(request, "GET")
     _unknown(q, LIST_PARAMS)
-    try:
-        page_size = int(q.get("PageSize", DEFAULT_PAGE_SIZE))
-        page = int(q.get("Page", 0))
-    except ValueError:
-        raise TwilioError(400, 20001, "Invalid Page or PageSize") from None
-    if not 1 <= page_size <= MAX_PAGE_SIZE or page < 0:
-        raise TwilioError(400, 20001, f"PageSize must be between 1 and {MAX_PAGE_SIZE}")
+    page_size = ascii_int(q.get("PageSize", str(DEFAULT_PAGE_SIZE)), max_digits=4)
+    if page_size is None or not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise TwilioError(400, 20001, f"PageSize must be a whole number from 1 to {MAX_PAGE_SIZE}")
+    page = ascii_int(q.get("Page", "0"), max_digits=10)
+    if page is None or page > MAX_PAGE:
+        raise TwilioError(400, 20001, f"Page must be a whole number from 0 to {MAX_PAGE}")
     qs, filters = _filtered(tenant, q)
     rows = list(qs.order_by("-id")[: page_size + 1])
     more = len(rows) > page_size

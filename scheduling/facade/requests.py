@@ -22,6 +22,7 @@ from scheduling.facade.resources import TwilioError
 from scheduling.models import Message, Status
 from smsgw.domain_errors import DomainError, InvalidInput, QuotaExceeded
 from smsgw.models import Tenant
+from smsgw.values.digits import ascii_int
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 # Twilio's scheduling window (twilio.com/docs/api/errors/35114: "SendAt time must be between 900 seconds
@@ -94,9 +95,10 @@ def _status_callback(url: str) -> str:
 
 def _validity(raw: str, strict: bool) -> int:
     top = STRICT_MAX_VALIDITY if strict else MAX_VALIDITY
-    if not raw.isdigit() or not 1 <= int(raw) <= top:
+    seconds = ascii_int(raw, max_digits=9)
+    if seconds is None or not 1 <= seconds <= top:
         raise TwilioError(400, 21623, f"ValidityPeriod must be a whole number of seconds from 1 to {top}")
-    return int(raw)
+    return seconds
 
 
 def _send_time(params, headers, tenant: Tenant) -> tuple[str | None, str | None]:
@@ -200,7 +202,7 @@ def create_data(tenant: Tenant, params, headers) -> dict[str, Any]:
 
 
 def _to_problem(to: str) -> TwilioError:
-    return TwilioError(400, 21211, f"The 'To' number {to} is not a valid phone number.")
+    return TwilioError(400, 21211, f"The 'To' number {to[:64]} is not a valid phone number.")
 
 
 # (field, reason) -> Twilio's code and message, for the refusals that are one fixed answer.

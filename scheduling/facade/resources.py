@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw.values.digits import is_ascii_digits
 
 API_VERSION = "2010-04-01"
 MORE_INFO = "https://www.twilio.com/docs/errors/"
@@ -97,7 +98,7 @@ def error_code(m: Message) -> int | None:
         return 30036
     if m.status not in (Status.FAILED, Status.UNDELIVERED):
         return None
-    if m.error_code.isdigit():
+    if is_ascii_digits(m.error_code):  # the provider's, from a callback: "²" passes isdigit(), not int()
         return int(m.error_code)
     if m.reason_code == ReasonCode.OPTED_OUT:
         return 21610

@@ -28,7 +28,8 @@ def _instant(params, name: str):
     if raw is None:
         return None
     try:
-        value = parse_datetime(raw)
+        # ASCII: parse_datetime's fallback pattern reads any Unicode digit (\d) as int() does.
+        value = parse_datetime(raw) if raw.isascii() else None
     except ValueError:  # well formed but impossible, e.g. month 13: a 500 before
         value = None
     if value is None or value.tzinfo is None or not instant_in_range(value):

@@ -11,6 +11,8 @@ from datetime import UTC, date, datetime
 
 from dateutil import rrule as du
 
+from smsgw.values.digits import ascii_int
+
 __all__ = [
     "MAX_COUNT",
     "MAX_EXDATES",
@@ -81,11 +83,13 @@ _ORDER = [
     "COUNT",
     "UNTIL",
 ]
-_BYDAY_RE = re.compile(r"([+-]?)(\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
-_INT_RE = re.compile(r"[+-]?\d{1,4}")
-_UNTIL_UTC_RE = re.compile(r"(\d{8})T(\d{6})Z")
-_UNTIL_FLOATING_RE = re.compile(r"\d{8}T\d{6}")
-_DATE_RE = re.compile(r"\d{8}")
+# [0-9], not \d: \d matches every Unicode decimal digit (Arabic-Indic, full-width), which int() reads
+# (smsgw.values.digits).
+_BYDAY_RE = re.compile(r"([+-]?)([0-9]{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
+_INT_RE = re.compile(r"[+-]?[0-9]{1,4}")
+_UNTIL_UTC_RE = re.compile(r"([0-9]{8})T([0-9]{6})Z")
+_UNTIL_FLOATING_RE = re.compile(r"[0-9]{8}T[0-9]{6}")
+_DATE_RE = re.compile(r"[0-9]{8}")
 
 
 def _err(message: str) -> RuleError:
@@ -220,9 +224,10 @@ def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
     interval = 1
     if "INTERVAL" in values:
         v = values["INTERVAL"]
-        if not v.isdigit() or not 1 <= int(v) <= MAX_INTERVAL:
+        n = ascii_int(v, max_digits=9)
+        if n is None or not 1 <= n <= MAX_INTERVAL:
             raise _err(f"INTERVAL={v}: must be a whole number from 1 to {MAX_INTERVAL}")
-        interval = int(v)
+        interval = n
         if interval != 1:
             parts["INTERVAL"] = str(interval)
     if "COUNT" in values and "UNTIL" in values:
@@ -230,9 +235,9 @@ def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
     count = None
     if "COUNT" in values:
         v = values["COUNT"]
-        if not v.isdigit() or not 1 <= int(v) <= MAX_COUNT:
+        count = ascii_int(v, max_digits=9)
+        if count is None or not 1 <= count <= MAX_COUNT:
             raise _err(f"COUNT={v}: must be a whole number from 1 to {MAX_COUNT}")
-        count = int(v)
         parts["COUNT"] = str(count)
     until = None
     if "UNTIL" in values:
@@ -319,7 +324,7 @@ def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[
         text = raw.strip()
         if _DATE_RE.fullmatch(text):
             text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
-        elif re.fullmatch(r"\d{8}T\d{6}Z?", text):
+        elif re.fullmatch(r"[0-9]{8}T[0-9]{6}Z?", text):
             text = f"{text[:4]}-{text[4:6]}-{text[6:8]}T{text[9:11]}:{text[11:13]}:{text[13:15]}" + (
                 "Z" if text.endswith("Z") else ""
             )

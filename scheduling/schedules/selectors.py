@@ -50,7 +50,8 @@ def _preview_params(params) -> tuple[int, datetime]:
     after = timezone.now()
     if params.get("after"):
         try:
-            parsed = parse_datetime(params["after"])
+            # ASCII: parse_datetime's fallback pattern reads any Unicode digit (\d) as int() does.
+            parsed = parse_datetime(params["after"]) if params["after"].isascii() else None
         except ValueError:  # well formed but impossible, e.g. month 13
             parsed = None
         if parsed is None or parsed.tzinfo is None or not instant_in_range(parsed):

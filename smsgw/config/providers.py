@@ -69,6 +69,9 @@ class Capabilities:
     # such keys; and the setting that holds them here (both named in a 503 and its log line).
     signing_key_header: str = ""
     signing_keys_setting: str = ""
+    # The media types its callbacks (receipts, inbound messages) are posted as; another is a 415, before
+    # the signature is checked. Empty: any.
+    callback_content_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ or value, a query parameter, a path id, a header, a signed provider callback.
   interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
 * ``ApiBoundaryMiddleware`` (the outermost middleware of both chains, smsgw.http.callback_chain): the
   same check over path ids, query parameters and headers (400 naming the parameter); a declared body
-  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything reads it (a
+  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything parses it (a
   campaign's CSV upload, multipart POST /v1/campaigns, has its own cap,
-  ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory); and any error
-  response that is not already JSON (Django's own 404, 405, 400, 413, 500 pages, the debug pages) is
-  replaced by the envelope, so a traceback is never shown and a client (or Twilio) always gets the
-  documented shape.
+  ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory), its bytes read and
+  thrown away first when it is not huge (``body_drain``), so that a client still sending it reads the 413
+  instead of a reset connection; a chunked body (Django reads none) is a 411; a URL longer than
+  ``MAX_URL_BYTES`` is a 414 naming ``url``; and any error response that is not already JSON (Django's
+  own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a traceback is never
+  shown and a client (or Twilio) always gets the documented shape.
 
 Error messages never echo the offending value (it is hostile, and may be a body or a number).
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
@@ -34,6 +37,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
 
+from smsgw.values.digits import is_ascii_digits
+
 # A JSON body deeper than this is refused. Our deepest legitimate input is metadata or quiet_hours inside
 # the request object (3 levels); 32 leaves room for tenants' structured metadata and stays far below the
 # interpreter's recursion limit (DRF's JSONField and copy.deepcopy recurse too).
@@ -41,6 +46,16 @@ MAX_JSON_DEPTH = 32
 API_PREFIXES = ("/v1/", "/receipts/", "/inbound/")
 API_ROOTS = frozenset({"/v1", "/receipts", "/inbound"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# The longest URL (path and query) the API answers: far beyond any it documents (a cursor is under 100
+# characters), below gunicorn's request-line limit (8190, smsgw.runtime.gunicorn_conf) so that the 414 is
+# ours; a longer request line gets gunicorn's own 414, in the same envelope (smsgw.runtime.gunicorn_errors).
+MAX_URL_BYTES = 8000
+# A refused body is read and thrown away before the 413 leaves, up to this size and for at most this long:
+# a client that writes the whole body before reading (Python's http.client, many SDKs) otherwise meets a
+# closed connection (EPIPE or a reset) and never sees the answer. Past either bound the connection closes
+# (gunicorn's own lingering close drains 64 KiB more).
+DRAIN_MAX_BYTES = 32 * 1024 * 1024
+DRAIN_SECONDS = 5.0
 CAMPAIGN_UPLOAD_PATH = "/v1/campaigns"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -54,7 +69,10 @@ _CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    411: "length_required",
     413: "request_too_large",
+    414: "url_too_long",
+    415: "unsupported_media_type",
     500: "server_error",
 }
 _MESSAGES = {
@@ -63,6 +81,8 @@ _MESSAGES = {
     404: "No such endpoint.",
     405: "Method not allowed.",
     413: "Request body too large.",
+    414: "URL too long.",
+    415: "Unsupported Content-Type.",
     500: "Internal error. It has been logged; nothing in the request was applied.",
 }
 # Headers that describe the replaced body; every other header of the original response is kept.
@@ -175,6 +195,40 @@ def max_body_bytes(request: HttpRequest | None = None) -> int:
     return int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
 
+def declared_length(request: HttpRequest) -> int | None:
+    """The body's Content-Length as a number (0 without one); None when it is not a whole number."""
+    raw = request.META.get("CONTENT_LENGTH") or "0"
+    if len(raw) > 18 or not is_ascii_digits(raw):
+        return None
+    return int(raw)
+
+
+def body_drain(request: HttpRequest, length: int) -> None:
+    """Read and discard a refused body of ``length`` bytes, within DRAIN_MAX_BYTES and DRAIN_SECONDS."""
+    if length > DRAIN_MAX_BYTES:
+        return
+    deadline = time.monotonic() + DRAIN_SECONDS
+    left = length
+    try:
+        while left > 0 and time.monotonic() < deadline:
+            chunk = request.read(min(left, 64 * 1024))
+            if not chunk:
+                return
+            left -= len(chunk)
+    except OSError:  # UnreadablePostError: the client went away; nothing to answer
+        return
+
+
+def body_too_large(request: HttpRequest, limit: int) -> bool:
+    """The declared body is larger than ``limit``: it is drained (``body_drain``) and True is returned,
+    for the caller to answer 413 in its own shape."""
+    length = declared_length(request) or 0
+    if length <= limit:
+        return False
+    body_drain(request, length)
+    return True
+
+
 def _header_name(meta_key: str) -> str:
     return "-".join(part.capitalize() for part in meta_key.removeprefix("HTTP_").split("_"))
 
@@ -187,9 +241,10 @@ def _bad_header(meta: dict) -> str | None:
     return None
 
 
-def _not_utf8_query_field(query_string: str) -> str | None:
-    """Django decodes a query string leniently (invalid UTF-8 becomes U+FFFD, so a filter silently
-    matches nothing); the parameter whose raw bytes are not UTF-8 is named instead."""
+def not_utf8_field(query_string: str) -> str | None:
+    """Django decodes a query string (or a form body) leniently (invalid UTF-8 becomes U+FFFD, so a filter
+    silently matches nothing); the parameter whose raw bytes are not UTF-8 is named instead. The text is
+    as WSGI gives it, one character per byte received."""
     if "%" not in query_string and query_string.isascii():
         return None
     try:
@@ -209,8 +264,16 @@ def _not_utf8_query_field(query_string: str) -> str | None:
     return None
 
 
-def _is_json(response: HttpResponse) -> bool:
+def is_json(response: HttpResponse) -> bool:
     return response.get("Content-Type", "").split(";")[0].strip() == "application/json"
+
+
+def logged_as(original: HttpResponse, replacement: HttpResponse) -> HttpResponse:
+    """Django logs an error response once (django.request); without this the replacement, which it has
+    not seen, is logged a second time."""
+    if getattr(original, "_has_been_logged", False):
+        replacement._has_been_logged = True  # type: ignore[attr-defined]  # private mark, not in the stubs
+    return replacement
 
 
 class ApiBoundaryMiddleware:
@@ -225,26 +288,32 @@ class ApiBoundaryMiddleware:
             return self.get_response(request)
         early = self._refuse_early(request)
         response = early if early is not None else self.get_response(request)
-        if response.status_code >= 400 and not _is_json(response):
+        if response.status_code >= 400 and not is_json(response):
             if response.status_code == 404 and is_bad_text(request.path_info):
                 return _field_error("path", NUL_OR_SURROGATE)  # no route matched the hostile path
             response = self._as_envelope(response)
         return response
 
     def _refuse_early(self, request: HttpRequest) -> HttpResponse | None:
-        raw_length = request.META.get("CONTENT_LENGTH") or ""
-        if raw_length:
-            if not raw_length.isascii() or not raw_length.isdigit() or len(raw_length) > 18:
-                return _field_error("Content-Length", "must be a whole number of bytes")
-            limit = max_body_bytes(request)
-            if int(raw_length) > limit:
-                return _field_error(
-                    "body", f"request bodies are at most {limit} bytes", 413, code="request_too_large"
-                )
+        if declared_length(request) is None:
+            return _field_error("Content-Length", "must be a whole number of bytes")
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            # Django reads a body by its Content-Length only: a chunked one would be read as empty.
+            message = "send the body with a Content-Length (a chunked body is not read)"
+            return _field_error("Content-Length", message, 411, code="length_required")
+        limit = max_body_bytes(request)
+        if body_too_large(request, limit):
+            return _field_error(
+                "body", f"request bodies are at most {limit} bytes", 413, code="request_too_large"
+            )
+        # PEP 3333: PATH_INFO and QUERY_STRING hold one character per byte received.
+        url_bytes = len(request.META.get("PATH_INFO", "")) + 1 + len(request.META.get("QUERY_STRING", ""))
+        if url_bytes > MAX_URL_BYTES:
+            return _field_error("url", f"URLs are at most {MAX_URL_BYTES} bytes", 414, code="url_too_long")
         header = _bad_header(request.META)
         if header is not None:
             return _field_error(header, NUL_OR_SURROGATE)
-        field = _not_utf8_query_field(request.META.get("QUERY_STRING", ""))
+        field = not_utf8_field(request.META.get("QUERY_STRING", ""))
         if field is not None:
             return _field_error(field, NOT_UTF8)
         field = first_bad_field(request.GET)
@@ -273,14 +342,10 @@ class ApiBoundaryMiddleware:
             return _field_error("body", "too many form fields")
         return None
 
-    def _as_envelope(self, response: HttpResponse) -> JsonResponse:
+    def _as_envelope(self, response: HttpResponse) -> HttpResponse:
         status = response.status_code
         replacement = envelope(status, _MESSAGES.get(status, "Request failed."))
         for name, value in response.headers.items():
             if name.lower() not in _BODY_HEADERS:  # Allow, Retry-After, RateLimit-*, Vary, ...
                 replacement[name] = value
-        # Django logs an error response once (django.request); without this the replacement, which it
-        # has not seen, is logged a second time.
-        if getattr(response, "_has_been_logged", False):
-            replacement._has_been_logged = True  # type: ignore[attr-defined]  # private mark, not in the stubs
-        return replacement
+        return logged_as(response, replacement)

@@ -22,6 +22,9 @@ from smsgw.http.errors import field_error
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _INT64_MAX = 2**63 - 1
+# A cursor this code makes is under 60 characters (base64 of "o=<offset>&r=1&p=<19 digits>"); a longer one is
+# refused before it is decoded.
+MAX_CURSOR_CHARS = 200
 _TOKENS = frozenset({"o", "r", "p"})
 INVALID_CURSOR = "invalid cursor: use the next or previous link of a page as given"
 
@@ -48,6 +51,8 @@ class StrictCursorPagination(CursorPagination):
         encoded = request.query_params.get(self.cursor_query_param)
         if encoded is None:
             return None
+        if len(encoded) > MAX_CURSOR_CHARS:
+            raise field_error(self.cursor_query_param, INVALID_CURSOR)
         try:
             querystring = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
             tokens = parse.parse_qs(querystring, keep_blank_values=True, strict_parsing=True)

@@ -8,7 +8,8 @@ from its shape, so a view declares only the ones particular to it (409, 422, 403
   also stated in its description and its ``x-required-scopes`` (smsgw.tenancy.permissions);
 - 400 where there is a request body, a query parameter or a request header to get wrong;
 - 404 where the path names an object by id;
-- 413 and 415 where there is a request body.
+- 413 and 415 where there is a request body;
+- 414 on every operation (a URL past smsgw.http.boundary.MAX_URL_BYTES).
 tests/smsgw/http/test_openapi_contract.py checks real responses against the result."""
 
 from __future__ import annotations
@@ -191,6 +192,17 @@ TOO_LARGE = error(
     "The request body is larger than the API accepts. Nothing was stored.",
     _example("Too large", 413, "request_too_large", "The request body is too large."),
 )
+URL_TOO_LONG = error(
+    414,
+    "The URL (path and query) is longer than 8,000 bytes. Nothing was read or stored.",
+    _example(
+        "URL too long",
+        414,
+        "url_too_long",
+        "url: URLs are at most 8000 bytes",
+        fields={"url": ["URLs are at most 8000 bytes"]},
+    ),
+)
 UNSUPPORTED_MEDIA_TYPE = error(
     415,
     "The body is not `application/json`.",
@@ -328,6 +340,7 @@ class ApiAutoSchema(AutoSchema):
             errors[503] = DATABASE_UNAVAILABLE
         if re.search(r"\{\w*id\}", self.path):
             errors[404] = NOT_FOUND
+        errors[414] = URL_TOO_LONG
         if has_body:
             errors[413] = TOO_LARGE
             errors[415] = UNSUPPORTED_MEDIA_TYPE

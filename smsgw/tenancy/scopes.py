@@ -16,13 +16,13 @@ FULL_ACCESS = "*"
 
 # Every scope, with what it grants (the admin's choices and docs/api.md say the same).
 SCOPES: dict[str, str] = {
-    "messages:send": "send messages (POST /v1/messages, /v1/messages/batch; the Twilio API's create)",
-    "messages:read": "read messages and their timelines (and the Twilio API's fetch and list)",
+    "messages:send": "send messages (POST /v1/messages, /v1/messages/batch; the compatible API's create: /2010-04-01)",
+    "messages:read": "read messages and their timelines (and the compatible API's fetch and list: /2010-04-01)",
     # An edit can change the recipient and the body, so it is as strong as sending: a key of its own.
     "messages:write": "edit or reschedule a scheduled message (PATCH /v1/messages/{id})",
     "messages:cancel": "cancel a message (POST /v1/messages/{id}/cancel; Status=canceled)",
     # Erases content the audit trail would otherwise keep: never implied by cancel or write.
-    "messages:delete": "redact or delete a message through the Twilio-compatible API",
+    "messages:delete": "redact or delete a message through the compatible API (/2010-04-01)",
     "schedules:read": "read schedules, their versions, occurrences and messages",
     "schedules:write": "create, edit, pause, resume and cancel schedules (they send messages)",
     "campaigns:read": "read campaigns, their messages and errors",

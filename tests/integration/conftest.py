@@ -177,6 +177,8 @@ def start_web(
         [
             str(BIN / "gunicorn"),
             "smsgw.wsgi",
+            "--config",
+            "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",

@@ -3,6 +3,7 @@ duplicates and shuffles end in the furthest state with one timeline entry per di
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import timedelta
 
@@ -237,3 +238,78 @@ def test_receipt_for_an_unknown_sid_is_orphaned_after_the_wait_window(cfg, tenan
     )
     receipts_process_due()
     assert ReceiptEvent.objects.get().outcome == ReceiptOutcome.ORPHANED
+
+
+# --- content types: each provider's callbacks arrive as its provider sends them ---------------------------
+
+
+def _envelope_error(resp) -> dict:
+    assert resp["Content-Type"].startswith("application/json"), resp.content[:300]
+    return resp.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", None),  # the outside probe's case: it answered 200
+        ("text/plain", "MessageSid=SM1&MessageStatus=delivered"),
+        ("application/xml", "<MessageSid>SM1</MessageSid>"),
+    ],
+    ids=["json", "text", "xml"],
+)
+@pytest.mark.parametrize("path", ["/receipts/twilio/", "/inbound/twilio/"])
+def test_a_twilio_callback_that_is_not_a_form_is_a_415_and_stores_nothing(cfg, path, content_type, body):
+    tenant, _ = tenant_with_key()
+    msg = sent_message(tenant, "SM" + "e" * 32)
+    params = callback(msg.provider_message_id, "delivered")
+    # Signed over the same fields as a form would be: the type alone is what is refused.
+    signature = RequestValidator("receipt-test-token").compute_signature(PUBLIC + path, params)
+    resp = Client().post(
+        path,
+        json.dumps(params) if body is None else body,
+        content_type=content_type,
+        HTTP_X_TWILIO_SIGNATURE=signature,
+    )
+    assert resp.status_code == 415, resp.content
+    error = _envelope_error(resp)
+    assert error["code"] == "unsupported_media_type"
+    assert "application/x-www-form-urlencoded" in error["fields"]["Content-Type"][0]
+    assert not ReceiptEvent.objects.exists()
+    assert Message.objects.get(pk=msg.pk).status == Status.SENT
+
+
+def test_a_signed_twilio_form_still_passes_the_content_type_gate(cfg):
+    tenant, _ = tenant_with_key()
+    msg = sent_message(tenant, "SM" + "f" * 32)
+    assert signed_post(callback(msg.provider_message_id, "delivered")).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", '{"messageId": "x", "status": "delivered"}'),
+        ("application/x-www-form-urlencoded", "a=b"),
+    ],
+)
+def test_vonage_receipts_may_be_json_or_a_form(content_type, body):
+    # Both are methods of a Vonage account's receipt webhook (POST-JSON, POST): never a 415. What the
+    # signature check answers is not this test's business.
+    resp = Client().post("/receipts/vonage/", body, content_type=content_type)
+    assert resp.status_code != 415, resp.content
+
+
+def test_a_vonage_receipt_other_than_json_or_a_form_is_a_415():
+    resp = Client().post("/receipts/vonage/", "<status>delivered</status>", content_type="application/xml")
+    assert resp.status_code == 415 and _envelope_error(resp)["code"] == "unsupported_media_type"
+
+
+def test_json_nested_past_the_recursion_limit_in_a_small_vonage_receipt_is_a_400_naming_body(settings):
+    depth = 5000  # 10 kB: under the callback size cap, past json's recursion limit (a 500 before)
+    text = '{"messageId": ' + "[" * depth + "]" * depth + "}"
+    assert len(text) < settings.RECEIPT_MAX_BODY_BYTES
+    resp = Client(raise_request_exception=False).post(
+        "/receipts/vonage/", text, content_type="application/json"
+    )
+    assert resp.status_code == 400, resp.content
+    assert "body" in _envelope_error(resp)["fields"]
+    assert not ReceiptEvent.objects.exists()

@@ -27,6 +27,7 @@ from delivery.providers.base import (
     carrier_minute,
     redact_fields,
 )
+from smsgw.values.digits import ascii_int
 
 # Raw Twilio status -> ours (delivery.providers.base.RECEIPT_STATUSES).
 STATUS_MAP = {
@@ -100,10 +101,7 @@ def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
     if not raw_status or len(raw_status) > 32:
         raise CallbackInvalid("MessageStatus", "missing or too long")
     hint = (query.get(HINT_MESSAGE) or "").strip().lower()
-    attempt: int | None = None
-    raw_attempt = (query.get(HINT_ATTEMPT) or "").strip()
-    if raw_attempt.isdigit() and 0 < len(raw_attempt) <= 5:
-        attempt = int(raw_attempt)
+    attempt = ascii_int((query.get(HINT_ATTEMPT) or "").strip(), max_digits=5)
     return CallbackData(
         provider_message_id=sid,
         raw_status=raw_status,

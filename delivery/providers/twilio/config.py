@@ -39,6 +39,10 @@ CAPABILITIES = Capabilities(
     signature_schemes=("hmac-sha1-auth-token", "hmac-sha256-shared-key"),
     signing_key_header="X-Twilio-Webhooks-Signature-Settings",
     signing_keys_setting="TWILIO_WEBHOOK_SHARED_KEYS",
+    # Status callbacks and incoming-message webhooks are form posts (application/x-www-form-urlencoded):
+    # X-Twilio-Signature is computed over the URL and the form's fields. A multipart form carries the same
+    # fields (and is what test clients post); a JSON body to these endpoints is not Twilio's.
+    callback_content_types=("application/x-www-form-urlencoded", "multipart/form-data"),
 )
 
 

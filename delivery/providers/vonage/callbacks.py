@@ -41,6 +41,7 @@ from delivery.providers.base import (
     carrier_minute,
     redact_fields,
 )
+from smsgw.values.digits import ascii_int
 
 # Raw DLR status -> ours (delivery.providers.base.RECEIPT_STATUSES).
 STATUS_MAP = {
@@ -67,7 +68,7 @@ HINT_ATTEMPT = "a"
 _HINT_MESSAGE_RE = re.compile(r"[0-9a-f]{24}")
 # client-ref: "<message ref>.<attempt>" (adapter.client_ref), our hint when a receipt reaches the
 # account's webhook instead of the callback URL (no query).
-_CLIENT_REF_RE = re.compile(r"([0-9a-f]{24})\.(\d{1,5})")
+_CLIENT_REF_RE = re.compile(r"([0-9a-f]{24})\.([0-9]{1,5})")
 
 
 def client_ref(message_ref: str, attempt: int) -> str:
@@ -82,7 +83,7 @@ def _hints(params: dict, query: dict) -> tuple[str, int | None]:
     hint = str(query.get(HINT_MESSAGE) or "").strip().lower()
     raw_attempt = str(query.get(HINT_ATTEMPT) or "").strip()
     if _HINT_MESSAGE_RE.fullmatch(hint):
-        attempt = int(raw_attempt) if raw_attempt.isdigit() and 0 < len(raw_attempt) <= 5 else None
+        attempt = ascii_int(raw_attempt, max_digits=5)
         return hint, attempt
     match = _CLIENT_REF_RE.fullmatch(str(params.get("client-ref") or "").strip().lower())
     if match:

@@ -53,6 +53,9 @@ CAPABILITIES = Capabilities(
     sender_pools=None,  # a ``from`` is always given
     max_body_chars=3200,
     signature_schemes=("md5hash", "hmac-md5", "hmac-sha1", "hmac-sha256", "hmac-sha512"),
+    # The account's receipt webhook method: POST-JSON or POST (a form, urlencoded; multipart carries the
+    # same fields); GET sends no body (delivery.providers.vonage.callbacks).
+    callback_content_types=("application/json", "application/x-www-form-urlencoded", "multipart/form-data"),
 )
 
 

@@ -239,3 +239,12 @@ def test_the_tenant_form_in_the_admin_checks_countries_and_prefixes():
     )
     assert not bad.is_valid()
     assert {"country", "allowed_countries", "deny_prefixes"} <= set(bad.errors)
+
+
+@pytest.mark.parametrize("line", ["+\u0661\u0662", "\uff14\uff14", "44\u00b2", "4_4"])
+def test_a_deny_prefix_in_other_digits_than_ascii_is_refused(line):
+    # E.164 numbers are ASCII: an Arabic-Indic or full-width prefix would never match one (and "²" passes
+    # str.isdigit()), so a typo in the operator's list would silently allow the range.
+    with pytest.raises(guards.DenyListError):
+        guards.prefixes_parse(f"1\n{line}\n", source="deny.txt")
+    assert guards.prefixes_parse("+44\n1 # comment\n", source="deny.txt") == ["44", "1"]

@@ -479,6 +479,36 @@ def test_a_csv_header_without_phone_or_a_variable_is_400_and_stores_nothing(api,
     assert not Campaign.objects.exists() and not CampaignUpload.objects.exists()
 
 
+CSV = "phone,first_name,code\n+14155550123,A,1\n"
+DEEP_METADATA = '{"a":' * 40 + "1" + "}" * 40  # past MAX_JSON_DEPTH, as in a JSON body
+DEEPEST_METADATA = "[" * 100_000 + "]" * 100_000  # past json's recursion limit: a 500 before
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"validity_seconds": "\u00b2"}, "validity_seconds"),  # isdigit() True, int() raises: a 500 before
+        ({"validity_seconds": "\u0661\u0662\u0660"}, "validity_seconds"),  # int() read 120: accepted before
+        ({"validity_seconds": "\uff11\uff12\uff10"}, "validity_seconds"),
+        ({"metadata": DEEP_METADATA}, "metadata"),
+        ({"metadata": DEEPEST_METADATA}, "metadata"),
+        ({"quiet_hours": DEEPEST_METADATA}, "quiet_hours"),
+        ({"metadata": '{"n": 1e400}'}, "metadata"),
+    ],
+    ids=["superscript", "arabic-indic", "full-width", "deep", "deepest", "deepest-quiet-hours", "infinity"],
+)
+def test_an_upload_form_field_in_unicode_digits_or_nested_too_deep_is_400_naming_it(api, form, field):
+    resp = upload(api, CSV, **form)
+    assert resp.status_code == 400, resp.content
+    assert field in fields_of(resp), fields_of(resp)
+    assert not Campaign.objects.exists() and not CampaignUpload.objects.exists()
+
+
+def test_an_upload_form_with_ascii_digits_and_shallow_metadata_is_accepted(api):
+    resp = upload(api, CSV, validity_seconds="3600", metadata='{"order": {"id": "A-1"}}')
+    assert resp.status_code == 202, resp.content
+
+
 def test_a_form_without_the_file_part_is_400(api):
     resp = api.post("/v1/campaigns", {"template": "Hi {first_name}", "recipients": "x"}, format="multipart")
     assert resp.status_code == 400 and "recipients" in fields_of(resp)

@@ -497,3 +497,26 @@ def test_canonical_text_keeps_the_rule():
     assert parse_rrule("rrule:freq=weekly;byday=mo,fr;until=20270630T215959Z").text == (
         "FREQ=WEEKLY;BYDAY=MO,FR;UNTIL=20270630T215959Z"
     )
+
+
+@pytest.mark.parametrize(
+    "digit", ["\u00b2", "\u0661", "\uff11", "\u0967"], ids=["sup", "arabic", "fullwidth", "deva"]
+)
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=DAILY;INTERVAL={d}",
+        "FREQ=DAILY;COUNT={d}",
+        "FREQ=MONTHLY;BYMONTHDAY={d}",
+        "FREQ=MONTHLY;BYDAY={d}MO",
+        "FREQ=DAILY;BYHOUR={d}",
+        "FREQ=DAILY;UNTIL=2027010{d}T000000Z",
+    ],
+)
+def test_a_number_in_unicode_digits_is_a_rule_error_naming_the_part(rule, digit):
+    # int() reads Arabic-Indic and full-width digits, and "²" passes str.isdigit() but not int() (a
+    # ValueError, a 500 before): only ASCII digits are a number in a rule.
+    text = rule.format(d=digit)
+    with pytest.raises(RuleError) as refused:
+        parse_rrule(text)
+    assert text.split(";")[1].split("=")[0] in str(refused.value)

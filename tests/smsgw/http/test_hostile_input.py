@@ -686,3 +686,98 @@ def test_a_schedule_start_past_year_9000_is_a_400_and_until_forever_is_accepted(
         "/v1/schedules", {**SCHEDULE, "rrule": "FREQ=DAILY;UNTIL=99991231T235959Z"}, format="json"
     )
     assert forever.status_code == 201, forever.content
+
+
+# --- Unicode digits: int() reads them, str.isdigit() takes some int() refuses; the contract is ASCII ----
+
+UNICODE_DIGITS = {
+    "superscript": "\u00b2",  # isdigit() True, int() raises: a 500 where isdigit() was trusted
+    "arabic-indic": "\u0661",  # int() and \d read it: accepted before
+    "full-width": "\uff11",
+}
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS.values(), ids=UNICODE_DIGITS.keys())
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=DAILY;INTERVAL={d}",
+        "FREQ=DAILY;COUNT={d}",
+        "FREQ=MONTHLY;BYMONTHDAY={d}",
+        "FREQ=YEARLY;BYMONTH={d}",
+        "FREQ=MONTHLY;BYDAY={d}MO",
+        "FREQ=DAILY;UNTIL=2027{d}231T000000Z",
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "path"), [("post", "/v1/schedules"), ("patch", "/v1/schedules/{schedule}")]
+)
+def test_a_rule_part_in_unicode_digits_is_a_400_naming_rrule(client, existing, method, path, rule, digit):
+    before = snapshot(client.tenant)
+    body = (
+        {**SCHEDULE, "rrule": rule.format(d=digit)} if method == "post" else {"rrule": rule.format(d=digit)}
+    )
+    assert_envelope(send_json(client, method, path.format(**existing), json.dumps(body)), 400, "rrule")
+    assert snapshot(client.tenant) == before
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS.values(), ids=UNICODE_DIGITS.keys())
+@pytest.mark.parametrize(("path", "param"), INSTANT_PARAMS)
+def test_an_instant_in_unicode_digits_is_a_400_naming_it(client, existing, path, param, digit):
+    resp = client.get(path.format(**existing), {param: f"2026-12-01T0{digit}:00:00Z"})
+    assert_envelope(resp, 400, param)
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS.values(), ids=UNICODE_DIGITS.keys())
+@pytest.mark.parametrize("field", ["start", "end"])
+def test_a_quiet_hours_clock_in_unicode_digits_is_a_400_naming_it(client, existing, field, digit):
+    before = snapshot(client.tenant)
+    body = {"start": "21:00", "end": "08:00", field: f"0{digit}:00"}
+    assert_envelope(send_json(client, "put", "/v1/quiet-hours", json.dumps(body)), 400, field)
+    assert snapshot(client.tenant) == before
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS.values(), ids=UNICODE_DIGITS.keys())
+@pytest.mark.parametrize("path", LISTS)
+def test_a_cursor_position_in_unicode_digits_is_a_400_naming_cursor(client, existing, path, digit):
+    resp = client.get(path.format(**existing), {"cursor": b64(f"p=1{digit}")})
+    assert_envelope(resp, 400, "cursor")
+
+
+# --- long URLs: a cursor too long to be one of ours, a URL past the contract's limit ------------------------
+
+
+@pytest.mark.parametrize("path", LISTS)
+def test_a_5000_character_cursor_is_a_400_naming_cursor(client, existing, path):
+    # Valid base64 of a well-formed position, so only its length refuses it (gunicorn's HTML 414 before).
+    cursor = b64("p=" + "1" * 3700)
+    assert len(cursor) > 4900
+    assert_envelope(client.get(path.format(**existing), {"cursor": cursor}), 400, "cursor")
+
+
+@pytest.mark.parametrize(("method", "path"), [("get", "/v1/messages"), ("post", "/v1/messages")])
+def test_a_url_past_8000_bytes_is_a_414_naming_url(client, existing, method, path):
+    from smsgw.http.boundary import MAX_URL_BYTES
+
+    before = snapshot(client.tenant)
+    query = "x=" + "a" * MAX_URL_BYTES
+    resp = client.generic(
+        method.upper(), f"{path}?{query}", json.dumps(MESSAGE), content_type="application/json"
+    )
+    error = assert_envelope(resp, 414, "url")
+    assert error["code"] == "url_too_long"
+    assert snapshot(client.tenant) == before
+    # At the limit, the URL reaches the view (which names the unknown parameter).
+    at_limit = "x=" + "a" * (MAX_URL_BYTES - len(path) - 3)
+    assert_envelope(client.get(f"{path}?{at_limit}"), 400, "x")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/receipts/twilio/"])
+def test_a_chunked_body_is_a_411_naming_content_length(client, existing, path):
+    # Django reads a body by its Content-Length alone: a chunked one was read as empty ("to" missing).
+    before = snapshot(client.tenant)
+    resp = client.generic(
+        "POST", path, json.dumps(MESSAGE), content_type="application/json", HTTP_TRANSFER_ENCODING="chunked"
+    )
+    assert assert_envelope(resp, 411, "Content-Length")["code"] == "length_required"
+    assert snapshot(client.tenant) == before

@@ -113,3 +113,20 @@ def test_the_scan_sees_a_command_without_the_setting(tmp_path):
     assert not SETTING.search(found[1])
     source.write_text('ARGV = [str(BIN / "gunicorn"), "smsgw.wsgi", "--no-control-socket"]\n')
     assert SETTING.search(_argv_commands(source)[0][1])
+
+
+CONFIG = re.compile(r"--config[= ,'\"]+python:smsgw\.runtime\.gunicorn_conf\b")
+
+
+def test_every_shipped_gunicorn_command_loads_the_projects_config():
+    """Its request-line limit and its JSON error pages (smsgw.runtime.gunicorn_conf) apply wherever the
+    web role runs: a command without it answers a long URL with gunicorn's HTML page."""
+    commands = shipped_gunicorn_commands()
+    assert set(commands) >= EXPECTED, f"launchers not found by the scan: {EXPECTED - set(commands)}"
+    missing = [
+        f"{name}:{line}: {command}"
+        for name, found in commands.items()
+        for line, command in found
+        if not CONFIG.search(command)
+    ]
+    assert not missing, "gunicorn without --config python:smsgw.runtime.gunicorn_conf:\n" + "\n".join(missing)

@@ -1,0 +1,17 @@
+"""gunicorn's configuration for every way smsgw's web role is started (deploy/Procfile, the systemd
+unit, deploy/embedded.py, bench/devprocs.py, the integration tests):
+``--config python:smsgw.runtime.gunicorn_conf``. The command lines keep the settings that differ between
+them (bind, workers, worker class, logs)."""
+
+from __future__ import annotations
+
+from smsgw.runtime import gunicorn_errors
+
+# Long enough that Django sees every URL up to the API's own limit and answers it in the envelope (414
+# naming the URL past smsgw.http.boundary.MAX_URL_BYTES; a cursor too long for one a 400 naming cursor).
+limit_request_line = gunicorn_errors.LIMIT_REQUEST_LINE
+
+
+def on_starting(server) -> None:
+    """In the master, before it forks a worker: gunicorn's own refusals answer JSON, not HTML."""
+    gunicorn_errors.install()
