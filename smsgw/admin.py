@@ -17,6 +17,7 @@ from scheduling import facade
 from scheduling.messages.service import ALPHANUMERIC_SENDER
 from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
+from smsgw.console import users as admin_users  # noqa: F401  (nobody grants more than they hold)
 from smsgw.models import ApiKey, Tenant, api_key_create
 from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
 from smsgw.values.phone import PhoneNumberError, normalize_e164
