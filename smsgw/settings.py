@@ -43,6 +43,9 @@ if QUEUE_CONSUMER_STALE_SECONDS <= QUEUE_CONSUMER_HEARTBEAT_SECONDS:
         "SMSGW_QUEUE_CONSUMER_STALE_SECONDS must be longer than SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS"
     )
 QUEUE_UNCONSUMED_SECONDS = env_int("SMSGW_QUEUE_UNCONSUMED_SECONDS", 60, minimum=1)
+# /readyz asks the broker (a connection, the queue depths) at most once per this many seconds per process,
+# however many probes arrive: it needs no credentials and must not open a broker connection per request.
+READYZ_BROKER_SECONDS = env_float("SMSGW_READYZ_BROKER_SECONDS", 5.0, minimum=0.0)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
