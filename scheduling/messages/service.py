@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from scheduling.dispatch import quiet
 from scheduling.lifecycle import transitions
-from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.lifecycle.reasons import RECOUNTED_ON_NEW_RECIPIENT, ReasonCode
 from scheduling.messages import acceptance, birth
 from scheduling.models import TERMINAL_STATUSES, Message, Priority, Status
 from smsgw.config.providers import sender_pool_problem
@@ -378,6 +378,15 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     return message
 
 
+def _recount_new_recipient(message: Message, changes: dict[str, Any]) -> dict[str, Any]:
+    """A new ``to`` on a message the velocity guard already counted, released or holds: it waits again as a
+    fresh message from its due time, so the guard counts the new number and holds it over the limit
+    (else a number let through, or released after review, could be swapped for any other)."""
+    if changes.get("to", message.to) == message.to or message.reason_code not in RECOUNTED_ON_NEW_RECIPIENT:
+        return {}
+    return {"reason_code": "", "status_reason": "", "run_after": changes.get("due_at", message.due_at)}
+
+
 def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:  # noqa: C901
     message = message_get(tenant=tenant, public_id=public_id)
     if message.status != Status.SCHEDULED:
@@ -425,6 +434,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
     if not changes:
         return message
+    changes.update(_recount_new_recipient(message, changes))
     details: dict[str, Any] = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
     if "due_at" in changes:
         details.update(
