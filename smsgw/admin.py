@@ -67,6 +67,8 @@ class TenantForm(forms.ModelForm):
             "velocity_prefix_max",
             "velocity_prefix_digits",
             "velocity_new_numbers_max",
+            # The priority ceiling on the shared account (smsgw.tenancy.priority).
+            "max_priority",
             # The Twilio-compatible API (docs/coming-from-twilio.md).
             "facade_strict",
         )
@@ -79,6 +81,7 @@ class TenantForm(forms.ModelForm):
             "velocity_prefix_max": "messages per window to one prefix; empty: the default, 0 = off",
             "velocity_prefix_digits": "digits of a prefix (country code included); empty: the default (7)",
             "velocity_new_numbers_max": "messages per window to new numbers; empty: the default, 0 = off",
+            "max_priority": "bulk: requests for transactional priority are refused (400 on priority)",
         }
 
     def clean_country(self):

@@ -26,7 +26,8 @@ from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
-from smsgw.values.phone import PhoneNumberError, normalize_e164
+from smsgw.tenancy.priority import priority_for
+from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
 from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 
@@ -279,7 +280,7 @@ def message_build(
         _not_suppressed(tenant, to, from_number, service_sid)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
-    priority = data.get("priority") or Priority.TRANSACTIONAL
+    priority = priority_for(tenant, data.get("priority"), default=Priority.TRANSACTIONAL)
     time_fields.update(_quiet(tenant, data, time_fields["due_at"], priority))
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
     message = Message(
@@ -290,7 +291,7 @@ def message_build(
         segments=segments,
         from_number=from_number,
         messaging_service_sid=service_sid,
-        priority=data.get("priority") or Priority.TRANSACTIONAL,
+        priority=priority,
         metadata=data.get("metadata") or {},
         uncertain_wait_seconds=data.get("uncertain_wait_seconds"),
         status_callback=data.get("status_callback") or "",
@@ -336,7 +337,7 @@ def message_get(*, tenant: Tenant, public_id: str) -> Message:
         from scheduling.facade.resources import public_id_of
 
         public_id = public_id_of(public_id) or public_id
-    message = Message.objects.filter(tenant=tenant, public_id=public_id).first()
+    message = Message.objects.filter(tenant=tenant, public_id=public_id, deleted_at__isnull=True).first()
     if message is None:
         raise NotFoundError("No message with this id.")
     return message
@@ -414,7 +415,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
             changes.get("messaging_service_sid", message.messaging_service_sid),
         )
     if "priority" in data:
-        changes["priority"] = data["priority"]
+        changes["priority"] = priority_for(tenant, data["priority"], default=message.priority)
     if "metadata" in data:
         changes["metadata"] = data["metadata"]
     if "uncertain_wait_seconds" in data:
@@ -501,10 +502,20 @@ def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
 
 
 def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
-    """Delete a message in a final status, its timeline and attempts with it (Twilio's ``delete()``).
+    """Twilio's ``delete()`` of a message in a final status: it leaves the tenant's view (its API answers
+    404 for it, lists leave it out) and its content is erased (body and metadata blanked, the recipient
+    masked), but the row, its timeline and its attempts stay as the audit trail, with a ``deleted`` entry
+    naming who deleted it and when; operators still find it in the admin. Not a status change (the
+    lifecycle's one writer is not bypassed): a deleted message is already final and stays so.
     ConflictError before it is final: its delivery is not complete."""
     message = message_get(tenant=tenant, public_id=public_id)
-    deleted, _ = Message.objects.filter(pk=message.pk, status__in=TERMINAL_STATUSES).delete()
+    now = timezone.now()
+    with transaction.atomic():
+        deleted = Message.objects.filter(
+            pk=message.pk, status__in=TERMINAL_STATUSES, deleted_at__isnull=True
+        ).update(deleted_at=now, body="", metadata={}, to=mask(message.to)[:20], updated_at=now)
+        if deleted:
+            transitions.event_record(message.pk, kind="deleted", actor=actor, status=message.status)
     if not deleted:
         message.refresh_from_db(fields=["status"])
         raise ConflictError(

@@ -75,7 +75,8 @@ def test_the_admin_role_gives_roles_up_to_its_own_and_no_group_with_more(admin_r
     assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
     assert not bob.groups.exists()
     given = client.post(
-        f"/admin/auth/user/{bob.pk}/change/", _change_form(bob, groups=[Group.objects.get(name="operator").pk])
+        f"/admin/auth/user/{bob.pk}/change/",
+        _change_form(bob, groups=[Group.objects.get(name="operator").pk]),
     )
     assert given.status_code == 302
     assert list(bob.groups.values_list("name", flat=True)) == ["operator"]
@@ -91,7 +92,9 @@ def test_the_admin_role_cannot_take_over_a_superuser_or_someone_holding_more(adm
     special.user_permissions.add(Permission.objects.get(codename="delete_message"))
     for person in (root, special):
         assert client.get(f"/admin/auth/user/{person.pk}/change/").status_code in (200, 403)
-        change = client.post(f"/admin/auth/user/{person.pk}/change/", _change_form(person, email="x@evil.test"))
+        change = client.post(
+            f"/admin/auth/user/{person.pk}/change/", _change_form(person, email="x@evil.test")
+        )
         assert change.status_code == 403
         password = client.post(
             f"/admin/auth/user/{person.pk}/password/",
