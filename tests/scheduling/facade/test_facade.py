@@ -226,7 +226,7 @@ def test_redact_and_delete_where_twilio_allows(client):
 def test_delete_keeps_a_tombstone_with_the_timeline_and_attempts_for_the_audit(account, client):
     """The tenant's view loses the message (Twilio's 404 after a delete); the gateway keeps the row with
     its content erased, its timeline and attempts, and a `deleted` entry naming the key and the time."""
-    tenant, key = account
+    _, key = account
     m = client.messages.create(to=RECIPIENT, from_="+14155550100", body="secret code 1234")
     stored = Message.objects.get()
     _move(stored, Status.QUEUED, Status.SENDING, Status.SENT, Status.DELIVERED)

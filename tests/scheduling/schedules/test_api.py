@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion, Status
+from scheduling.schedules import service as schedule_service
 from scheduling.schedules.materialize import schedules_materialize
 from tests.factories import RECIPIENT, tenant_with_key
 
@@ -411,3 +412,14 @@ def test_a_disabled_tenant_materializes_nothing_until_enabled(api):
     assert occurrences(data["id"]).count() == 4
     Tenant.objects.filter(pk=api.tenant.pk).update(is_active=True)
     assert schedules_materialize(now=later).created >= 1
+
+
+def test_versions_show_an_operators_change_as_operator(api):
+    sid = create(api).json()["id"]
+    schedule = Schedule.objects.get(public_id=sid)
+    # What the admin's pause action does (scheduling.admin), as operator alice.
+    schedule_service.schedule_pause(tenant=schedule.tenant, public_id=sid, actor="admin:alice")
+    assert ScheduleVersion.objects.filter(schedule=schedule).latest("number").actor == "admin:alice"
+    versions = api.get(f"/v1/schedules/{sid}/versions").json()["versions"]
+    assert [v["actor"] for v in versions][-1] == "operator"
+    assert versions[0]["actor"].startswith("apikey:")
