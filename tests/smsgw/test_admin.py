@@ -93,7 +93,6 @@ def _tenant_form(**overrides) -> dict:
         "webhook_url": "",
         "quiet_hours_start": "",
         "quiet_hours_end": "",
-        "max_priority": "transactional",
     }
     return {**data, **overrides}
 

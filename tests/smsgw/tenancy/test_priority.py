@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 
 from scheduling.campaigns.make import campaign_make
 from scheduling.models import Campaign, Message, Schedule
+from smsgw.admin import TenantForm
 from tests.factories import RECIPIENT, message, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db
@@ -113,3 +114,17 @@ def test_an_uncapped_tenant_keeps_transactional_by_default():
 
 def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_an_admin_caps_a_tenant_in_the_tenant_form():
+    tenant, _ = tenant_with_key("formed")
+    base = {"name": "F", "slug": "formed", "default_from": "+14155550100", "default_timezone": "UTC"}
+    base |= {"daily_message_quota": 0, "max_pending_scheduled": 0, "send_rate_per_second": 0}
+    base |= {"quota_exceeded_policy": "defer", "allowed_countries": "[]", "deny_prefixes": "[]"}
+    base |= {"deny_exempt_prefixes": "[]"}
+    form = TenantForm(data={**base, "max_priority": "bulk"}, instance=tenant)
+    assert form.is_valid(), form.errors
+    form.save()
+    tenant.refresh_from_db()
+    assert tenant.max_priority == "bulk"
+    assert not TenantForm(data={**base, "max_priority": "urgent"}, instance=tenant).is_valid()
