@@ -31,6 +31,7 @@ from scheduling.models import Message
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.runtime.db import PgInts, is_postgres
+from smsgw.values.actors import reason_for_tenant
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ def webhook_outbox_enqueue(
                     "to": to,
                     "provider_status": provider_status,
                     "error_code": error_code,
-                    "reason": reason,
+                    "reason": reason_for_tenant(reason),  # no operator's or host's name
                     "metadata": metadata,
                 },
             },

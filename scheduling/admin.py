@@ -180,6 +180,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
                     "version",
                     "attempt_count",
                     "provider_calls",
+                    "deleted_at",
                 )
             },
         ),

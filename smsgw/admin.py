@@ -17,7 +17,9 @@ from scheduling import facade
 from scheduling.messages.service import ALPHANUMERIC_SENDER
 from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
+from smsgw.console import users as admin_users  # noqa: F401  (nobody grants more than they hold)
 from smsgw.models import ApiKey, Tenant, TenantSender, api_key_create
+from smsgw.tenancy import priority
 from smsgw.tenancy.api_keys import api_key_revoke, api_key_rotate
 from smsgw.tenancy.scopes import FULL_ACCESS, SCOPES, scopes_clean, scopes_within
 from smsgw.tenancy.senders import (
@@ -50,6 +52,13 @@ def secret_page(request, modeladmin, *, title: str, intro: str, secret: str, bac
 
 
 class TenantForm(forms.ModelForm):
+    # Not required: a form sent without it (a script, an older page) keeps today's behaviour, uncapped.
+    max_priority = forms.ChoiceField(
+        choices=priority.CHOICES,
+        required=False,
+        help_text="bulk: requests for transactional priority are refused (400 on priority)",
+    )
+
     class Meta:
         model = Tenant
         # webhook_secret is never a form field: it is made (and rotated) by receipts.webhooks, shown once.
@@ -77,6 +86,8 @@ class TenantForm(forms.ModelForm):
             "velocity_prefix_max",
             "velocity_prefix_digits",
             "velocity_new_numbers_max",
+            # The priority ceiling on the shared account (smsgw.tenancy.priority).
+            "max_priority",
             # The Twilio-compatible API (docs/coming-from-twilio.md).
             "facade_strict",
         )
@@ -90,6 +101,9 @@ class TenantForm(forms.ModelForm):
             "velocity_prefix_digits": "digits of a prefix (country code included); empty: the default (7)",
             "velocity_new_numbers_max": "messages per window to new numbers; empty: the default, 0 = off",
         }
+
+    def clean_max_priority(self):
+        return self.cleaned_data.get("max_priority") or priority.TRANSACTIONAL
 
     def clean_country(self):
         code = (self.cleaned_data.get("country") or "").strip().upper()

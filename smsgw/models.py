@@ -8,6 +8,7 @@ import secrets
 from django.db import models
 from django.db.models import F, Q
 
+from smsgw.tenancy import priority
 from smsgw.tenancy.scopes import FULL_ACCESS, scopes_clean
 
 KEY_PREFIX_LEN = 12
@@ -88,6 +89,14 @@ class Tenant(models.Model):
     velocity_prefix_max = models.PositiveIntegerField(null=True, blank=True)
     velocity_prefix_digits = models.PositiveSmallIntegerField(null=True, blank=True)
     velocity_new_numbers_max = models.PositiveIntegerField(null=True, blank=True)
+    # The highest priority its messages may have on the shared account (smsgw.tenancy.priority):
+    # transactional = no ceiling (the default), bulk = transactional is refused with a 400 on `priority`.
+    max_priority = models.CharField(
+        max_length=16,
+        choices=priority.CHOICES,
+        default=priority.TRANSACTIONAL,
+        db_default=priority.TRANSACTIONAL,
+    )
     # The Twilio-compatible Messages API (scheduling.facade, docs/coming-from-twilio.md): the account SID
     # the official SDKs are given (with one of the tenant's API keys as the auth token), strict mode (the
     # facade answers exactly Twilio's limits and errors), and the key that signs status callbacks. The

@@ -43,6 +43,9 @@ if QUEUE_CONSUMER_STALE_SECONDS <= QUEUE_CONSUMER_HEARTBEAT_SECONDS:
         "SMSGW_QUEUE_CONSUMER_STALE_SECONDS must be longer than SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS"
     )
 QUEUE_UNCONSUMED_SECONDS = env_int("SMSGW_QUEUE_UNCONSUMED_SECONDS", 60, minimum=1)
+# /readyz asks the broker (a connection, the queue depths) at most once per this many seconds per process,
+# however many probes arrive: it needs no credentials and must not open a broker connection per request.
+READYZ_BROKER_SECONDS = env_float("SMSGW_READYZ_BROKER_SECONDS", 5.0, minimum=0.0)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 EMBEDDED = not env_str("DATABASE_URL")
@@ -186,8 +189,17 @@ else:
 DB_RETRY_AFTER_SECONDS = env_int("SMSGW_DB_RETRY_AFTER_SECONDS", 5, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's standard validators: operators' passwords (createsuperuser, the admin's user and password
+# forms) are at least 12 characters, not close to the username or email, not on Django's list of 20,000
+# common passwords, and not all digits.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": env_int("SMSGW_ADMIN_PASSWORD_MIN_LENGTH", 12, minimum=8)},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -216,14 +228,20 @@ STORAGES = {
 
 # --- admin (the operator console) -----------------------------------------------------------------
 # Logins: after SMSGW_ADMIN_LOGIN_FAILURES failed attempts for one username from one address, that
-# pair is locked out for SMSGW_ADMIN_LOCKOUT_MINUTES (django-axes; a successful login resets the count).
+# pair is locked out for SMSGW_ADMIN_LOCKOUT_MINUTES (django-axes; a successful login resets the count);
+# after SMSGW_ADMIN_LOGIN_FAILURES_PER_USER failed attempts for one username from all addresses together,
+# that username is (a guess spread over many addresses; smsgw.console.login).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
 AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+ADMIN_LOGIN_FAILURES_PER_USER = env_int(
+    "SMSGW_ADMIN_LOGIN_FAILURES_PER_USER", max(20, 4 * AXES_FAILURE_LIMIT), minimum=AXES_FAILURE_LIMIT
+)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]  # in this order: LoginLockoutHandler
+AXES_HANDLER = "smsgw.console.login.LoginLockoutHandler"
 AXES_CLIENT_IP_CALLABLE = "smsgw.console.login.client_ip"  # the client's address behind the TLS proxy
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # its own log lines carry the username and address on every attempt

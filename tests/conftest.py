@@ -72,6 +72,17 @@ def _reslot_thread_closed():
 
 
 @pytest.fixture(autouse=True)
+def _readiness_broker_answer_clear():
+    """/readyz keeps the broker's answer for a few seconds per process (smsgw.http.health): a test's
+    queue depths must not be the next test's."""
+    from smsgw.http.health import broker_check
+
+    broker_check.clear()
+    yield
+    broker_check.clear()
+
+
+@pytest.fixture(autouse=True)
 def _routes_cache_clear():
     """The routing rules are cached per process for a few seconds (delivery.routing.rules); a rolled-back
     test's rules must not route the next test's messages."""

@@ -18,7 +18,8 @@ numbers in KnownNumber and returns those it did not have (the whole gate: 17-33 
 numbers, docs/benchmarks.md). Nothing per message; holding writes more, but only on the rare path.
 
 A message is counted once: when it first passes the gate as a fresh ``scheduled`` message; one that
-comes back (paced, waiting for the provider) or was released by an operator is not counted again.
+comes back (paced, waiting for the provider) or was released by an operator is not counted again, unless
+its recipient was edited since (then it is a new message here: counted, and held over the limit).
 Messages held are taken off the counter again, so the counter is what was let through.
 """
 
@@ -45,7 +46,7 @@ from delivery.guards.models import (
     VelocityCounter,
 )
 from scheduling.dispatch.release import Candidate, Decision, Park
-from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.lifecycle.reasons import PASSED_VELOCITY, ReasonCode
 from scheduling.models import Status
 from smsgw.models import Tenant
 from smsgw.runtime.db import PgInts, is_postgres
@@ -53,16 +54,9 @@ from smsgw.runtime.db import PgInts, is_postgres
 REASON_HELD = ReasonCode.HELD_FOR_REVIEW
 REASON_RELEASED = ReasonCode.REVIEW_RELEASED  # released by an operator: goes out, not counted or held again
 REASON_CANCELLED = ReasonCode.REVIEW_CANCELLED
-# Candidates seen by this gate before (they came back from a later gate or the provider's wait).
-COUNTED_BEFORE = frozenset(
-    {
-        ReasonCode.PACED,
-        ReasonCode.PROVIDER_UNAVAILABLE,
-        ReasonCode.CIRCUIT_PROBE,
-        ReasonCode.PROVIDER_HOLD,
-        REASON_RELEASED,
-    }
-)
+# Candidates seen by this gate before (they came back from a later gate or the provider's wait); an edit
+# of the recipient clears these, so a new ``to`` is counted (and held) like a new message.
+COUNTED_BEFORE = PASSED_VELOCITY
 HOLD_PARK = timedelta(days=400)  # i.e. until the message's validity ends (park_rows caps it there)
 PRUNE_EVERY_SECONDS = 60.0
 

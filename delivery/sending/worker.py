@@ -481,7 +481,9 @@ def _admission_filter(  # noqa: C901, PLR0915 (one pass over the batch: each row
                 handed.append(row)  # published again as it is: a worker of another host takes it
                 continue
             until = now + timedelta(seconds=settings.HOST_CIRCUIT_PARK_SECONDS)
-            text = f"this host ({circuit.host_id()}) cannot reach the provider; waiting"
+            # The host's name goes in the details (operators see it; the tenant's API drops it), not in
+            # the status reason a tenant reads (smsgw.values.actors).
+            text = "this host cannot reach the provider; waiting"
             park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": circuit.host_id()})
             parks.append((row, park))
             continue
@@ -542,7 +544,7 @@ def _hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) -
         kind="host_unreachable",
         set_fields={
             "reason_code": circuit.REASON_HOST,
-            "status_reason": f"this host ({host}) cannot reach the provider; handed over to another host",
+            "status_reason": "this host cannot reach the provider; handed over to another host",
         },
         details={"host": host, "handed_over": True},
         now=now,

@@ -43,6 +43,7 @@ from smsgw.http.boundary import (
 )
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
+from smsgw.values.actors import reason_for_tenant
 from smsgw.values.digits import is_ascii_digits
 
 # A recipient's values as the service takes them (scheduling.campaigns.service._source_columns).
@@ -181,7 +182,7 @@ class CampaignOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     name = serializers.CharField()
     status = serializers.CharField()
-    status_reason = serializers.CharField()
+    status_reason = serializers.SerializerMethodField()
     body = serializers.CharField(help_text="The body, or the template when is_template.")
     is_template = serializers.BooleanField()
     variables = serializers.ListField(child=serializers.CharField())
@@ -201,6 +202,9 @@ class CampaignOutput(serializers.Serializer):
         fields = super().get_fields()
         fields["from"] = serializers.CharField(source="from_number")
         return fields
+
+    def get_status_reason(self, c: Campaign) -> str:
+        return reason_for_tenant(c.status_reason) or ""  # "paused by operator", not the operator's name
 
     @extend_schema_field(CampaignTimeOutput)
     def get_time(self, c: Campaign) -> dict:

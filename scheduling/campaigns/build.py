@@ -22,6 +22,7 @@ from scheduling.campaigns.rows import (
 )
 from scheduling.dispatch import quiet
 from scheduling.models import Campaign, CampaignError, CampaignTimeMode, Status, new_public_id
+from smsgw.tenancy.priority import priority_capped
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import (
     TimeResolutionError,
@@ -148,7 +149,7 @@ class RowBuilder:
             "tenant_id": c.tenant_id,
             "from_number": c.from_number,
             "messaging_service_sid": c.messaging_service_sid,
-            "priority": c.priority,
+            "priority": priority_capped(self.tenant, c.priority),
             "metadata": c.metadata,
             "requested_send_at": c.requested_send_at,
             "dst_policy": c.dst_policy,

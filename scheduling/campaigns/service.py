@@ -40,6 +40,7 @@ from scheduling.models import Campaign, CampaignTimeMode, CampaignUpload, Priori
 from smsgw.domain_errors import IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.limits import quotas
 from smsgw.models import Tenant
+from smsgw.tenancy.priority import priority_for
 from smsgw.values.timeutil import (
     DstPolicy,
     TimeResolutionError,
@@ -161,7 +162,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str
         "variables": template.variables,
         "from_number": from_number,
         "messaging_service_sid": service_sid,
-        "priority": data.get("priority") or Priority.BULK,
+        "priority": priority_for(tenant, data.get("priority"), default=Priority.BULK),
         "validity_seconds": data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS,
         "metadata": data.get("metadata") or {},
         "time_mode": mode,

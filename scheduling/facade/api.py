@@ -170,7 +170,11 @@ def _create(request: HttpRequest, tenant: Tenant, key: ApiKey) -> HttpResponse:
 
 def _message(tenant: Tenant, sid: str, path: str) -> Message:
     public_id = public_id_of(sid)
-    message = Message.objects.filter(tenant=tenant, public_id=public_id).first() if public_id else None
+    message = (
+        Message.objects.filter(tenant=tenant, public_id=public_id, deleted_at__isnull=True).first()
+        if public_id
+        else None
+    )
     if message is None:
         raise TwilioError(404, 20404, f"The requested resource {path} was not found")
     return message
@@ -256,7 +260,7 @@ def _bound(name: str, raw: str) -> tuple[datetime, datetime]:
 def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str]]]:
     """The tenant's messages the list's filters and PageToken leave, and the filters as given (for the
     page URIs)."""
-    qs = Message.objects.filter(tenant=tenant)
+    qs = Message.objects.filter(tenant=tenant, deleted_at__isnull=True)
     filters: list[tuple[str, str]] = []
     if "To" in q:
         qs = qs.filter(to=facade.normalized_to(q["To"]))

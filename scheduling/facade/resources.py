@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw.values.actors import reason_for_tenant
 from smsgw.values.digits import is_ascii_digits
 
 API_VERSION = "2010-04-01"
@@ -108,7 +109,7 @@ def error_code(m: Message) -> int | None:
 def error_message(m: Message, code: int | None) -> str | None:
     if code is None:
         return None
-    return ERROR_TEXTS.get(code) or m.status_reason or ERROR_TEXTS[30008]
+    return ERROR_TEXTS.get(code) or reason_for_tenant(m.status_reason) or ERROR_TEXTS[30008]
 
 
 def messages_path(account_sid: str) -> str:

@@ -27,6 +27,7 @@ from smsgw.config.routes import leg_public
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import error_answer, field_error
 from smsgw.http.pagination import StrictCursorPagination
+from smsgw.values.actors import actor_for_tenant, details_for_tenant, reason_for_tenant
 
 MAX_METADATA_BYTES = 4096
 
@@ -369,7 +370,7 @@ def message_data(m: Message) -> dict:
     return {
         "id": _str(m.public_id),
         "status": _str(m.status),
-        "status_reason": _str(m.status_reason),
+        "status_reason": _str(reason_for_tenant(m.status_reason)),
         "reason_code": _str(m.reason_code),
         "to": _str(m.to),
         "body": _str(m.body),
@@ -402,9 +403,20 @@ class EventOutput(serializers.Serializer):
     kind = serializers.CharField()
     from_status = serializers.CharField()
     to_status = serializers.CharField()
-    actor = serializers.CharField()
+    actor = serializers.CharField(
+        help_text='Who acted: "apikey:<prefix>" (one of your API keys), "recipient" (a STOP reply), '
+        '"operator" (the gateway\'s staff) or "system" (the gateway itself).'
+    )
     details = serializers.DictField()
     created_at = serializers.DateTimeField()
+
+    def to_representation(self, instance):
+        # The database keeps the full actor (the admin shows an operator's name); the tenant sees its
+        # kind (smsgw.values.actors).
+        data = super().to_representation(instance)
+        data["actor"] = actor_for_tenant(data["actor"])
+        data["details"] = details_for_tenant(data["details"])
+        return data
 
 
 class MessageCursor(StrictCursorPagination):

@@ -48,7 +48,9 @@ def instant_in_range(value) -> bool:
 
 
 def message_list(*, tenant, params) -> QuerySet[Message]:
-    qs = Message.objects.filter(tenant=tenant)
+    qs = Message.objects.filter(
+        tenant=tenant, deleted_at__isnull=True
+    )  # a deleted one is gone for the tenant
     if params.get("status"):
         statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
         bad = [s for s in statuses if s not in Status.values]

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from scheduling.dispatch import quiet
 from scheduling.lifecycle import transitions
-from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.lifecycle.reasons import RECOUNTED_ON_NEW_RECIPIENT, ReasonCode
 from scheduling.messages import acceptance, birth
 from scheduling.models import TERMINAL_STATUSES, Message, Priority, Status
 from smsgw.config.providers import sender_pool_problem
@@ -26,8 +26,9 @@ from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput
 from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.tenancy.priority import priority_for
 from smsgw.tenancy.senders import OwnershipCheck
-from smsgw.values.phone import PhoneNumberError, normalize_e164
+from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
 from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 
@@ -296,7 +297,7 @@ def message_build(
         _not_suppressed(tenant, to, from_number, service_sid)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
-    priority = data.get("priority") or Priority.TRANSACTIONAL
+    priority = priority_for(tenant, data.get("priority"), default=Priority.TRANSACTIONAL)
     time_fields.update(_quiet(tenant, data, time_fields["due_at"], priority))
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
     message = Message(
@@ -307,7 +308,7 @@ def message_build(
         segments=segments,
         from_number=from_number,
         messaging_service_sid=service_sid,
-        priority=data.get("priority") or Priority.TRANSACTIONAL,
+        priority=priority,
         metadata=data.get("metadata") or {},
         uncertain_wait_seconds=data.get("uncertain_wait_seconds"),
         status_callback=data.get("status_callback") or "",
@@ -353,7 +354,7 @@ def message_get(*, tenant: Tenant, public_id: str) -> Message:
         from scheduling.facade.resources import public_id_of
 
         public_id = public_id_of(public_id) or public_id
-    message = Message.objects.filter(tenant=tenant, public_id=public_id).first()
+    message = Message.objects.filter(tenant=tenant, public_id=public_id, deleted_at__isnull=True).first()
     if message is None:
         raise NotFoundError("No message with this id.")
     return message
@@ -395,6 +396,15 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     return message
 
 
+def _recount_new_recipient(message: Message, changes: dict[str, Any]) -> dict[str, Any]:
+    """A new ``to`` on a message the velocity guard already counted, released or holds: it waits again as a
+    fresh message from its due time, so the guard counts the new number and holds it over the limit
+    (else a number let through, or released after review, could be swapped for any other)."""
+    if changes.get("to", message.to) == message.to or message.reason_code not in RECOUNTED_ON_NEW_RECIPIENT:
+        return {}
+    return {"reason_code": "", "status_reason": "", "run_after": changes.get("due_at", message.due_at)}
+
+
 def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:  # noqa: C901
     message = message_get(tenant=tenant, public_id=public_id)
     if message.status != Status.SCHEDULED:
@@ -422,7 +432,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
             changes.get("messaging_service_sid", message.messaging_service_sid),
         )
     if "priority" in data:
-        changes["priority"] = data["priority"]
+        changes["priority"] = priority_for(tenant, data["priority"], default=message.priority)
     if "metadata" in data:
         changes["metadata"] = data["metadata"]
     if "uncertain_wait_seconds" in data:
@@ -442,6 +452,7 @@ def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str
         changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
     if not changes:
         return message
+    changes.update(_recount_new_recipient(message, changes))
     details: dict[str, Any] = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
     if "due_at" in changes:
         details.update(
@@ -508,10 +519,20 @@ def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
 
 
 def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
-    """Delete a message in a final status, its timeline and attempts with it (Twilio's ``delete()``).
+    """Twilio's ``delete()`` of a message in a final status: it leaves the tenant's view (its API answers
+    404 for it, lists leave it out) and its content is erased (body and metadata blanked, the recipient
+    masked), but the row, its timeline and its attempts stay as the audit trail, with a ``deleted`` entry
+    naming who deleted it and when; operators still find it in the admin. Not a status change (the
+    lifecycle's one writer is not bypassed): a deleted message is already final and stays so.
     ConflictError before it is final: its delivery is not complete."""
     message = message_get(tenant=tenant, public_id=public_id)
-    deleted, _ = Message.objects.filter(pk=message.pk, status__in=TERMINAL_STATUSES).delete()
+    now = timezone.now()
+    with transaction.atomic():
+        deleted = Message.objects.filter(
+            pk=message.pk, status__in=TERMINAL_STATUSES, deleted_at__isnull=True
+        ).update(deleted_at=now, body="", metadata={}, to=mask(message.to)[:20], updated_at=now)
+        if deleted:
+            transitions.event_record(message.pk, kind="deleted", actor=actor, status=message.status)
     if not deleted:
         message.refresh_from_db(fields=["status"])
         raise ConflictError(

@@ -18,6 +18,7 @@ from scheduling.schedules.materialize import naive
 from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
+from smsgw.values.actors import actor_for_tenant
 
 # One definition of the strictness and metadata rules for both message and schedule input.
 _Strict = StrictSerializer
@@ -159,8 +160,16 @@ class VersionOutput(serializers.Serializer):
     status = serializers.CharField()
     changed_fields = serializers.ListField(child=serializers.CharField())
     definition = serializers.DictField()
-    actor = serializers.CharField()
+    actor = serializers.CharField(
+        help_text='Who made the change: "apikey:<prefix>" (one of your API keys), "operator" (the '
+        'gateway\'s staff) or "system".'
+    )
     created_at = serializers.DateTimeField()
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["actor"] = actor_for_tenant(data["actor"])  # the admin shows the operator's name
+        return data
 
 
 class OccurrenceMessageOutput(serializers.Serializer):

@@ -31,6 +31,7 @@ from scheduling.schedules.recurrence import ExpansionTooCostly, Occurrence, Recu
 from scheduling.schedules.rrules import parse_exdates, parse_rrule
 from smsgw.models import Tenant
 from smsgw.runtime.db import server_bound_cursor
+from smsgw.tenancy.priority import priority_capped
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class _Plan:
 
 
 def _occurrence_row(
-    schedule: Schedule, occ: Occurrence, window: QuietWindow | None, now: datetime
+    schedule: Schedule, occ: Occurrence, window: QuietWindow | None, now: datetime, priority: str
 ) -> tuple[dict, dict]:
     due = occ.due_at
     key = occurrence_key(schedule, occ.local)
@@ -154,7 +155,7 @@ def _occurrence_row(
         "body": schedule.body,
         "encoding": schedule.encoding,
         "segments": schedule.segments,
-        "priority": schedule.priority,
+        "priority": priority,
         "metadata": schedule.metadata,
         "requested_send_at": occ.local.isoformat(),
         "requested_local_time": stored(occ.local),
@@ -188,7 +189,7 @@ def _plan(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: dateti
         if occ.due_at > horizon_end or len(rows) >= MAX_OCCURRENCES_PER_CLAIM:
             cursor = occ
             break
-        rows.append(_occurrence_row(schedule, occ, window, now))
+        rows.append(_occurrence_row(schedule, occ, window, now, priority_capped(tenant, schedule.priority)))
     return _Plan(schedule, rows, cursor)
 
 

@@ -38,8 +38,8 @@ def schedule_versions(*, schedule: Schedule) -> QuerySet[ScheduleVersion]:
 
 
 def schedule_messages(*, schedule: Schedule) -> QuerySet[Message]:
-    """The occurrences made so far (any version, any status)."""
-    return Message.objects.filter(schedule=schedule, tenant_id=schedule.tenant_id)
+    """The occurrences made so far (any version, any status), but those the tenant deleted."""
+    return Message.objects.filter(schedule=schedule, tenant_id=schedule.tenant_id, deleted_at__isnull=True)
 
 
 def _preview_params(params) -> tuple[int, datetime]:

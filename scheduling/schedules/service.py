@@ -44,6 +44,7 @@ from scheduling.schedules.recurrence import ExpansionTooCostly, Recurrence, recu
 from scheduling.schedules.rrules import RuleError
 from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
 from smsgw.models import Tenant
+from smsgw.tenancy.priority import priority_for
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 # The request fields that make up a definition (and each ScheduleVersion snapshot).
@@ -135,7 +136,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Defi
     except (RuleError, QuietHoursError) as exc:
         raise InvalidInput(exc.field, str(exc)) from exc
     exdate = sorted([d.isoformat() for d in rec.exdays] + [t.isoformat() for t in rec.exdates])
-    priority = data.get("priority") or "transactional"
+    priority = priority_for(tenant, data.get("priority"), default="transactional")
     validity = data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS
     values = {
         "to": to,

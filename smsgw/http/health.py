@@ -13,10 +13,19 @@ long it has had work waiting with no consumer; ``queues.unconsumed`` names those
 SMSGW_QUEUE_UNCONSUMED_SECONDS. For the same reason as the sweep, a queue without a consumer does not make
 the web unready (the API still accepts; the missing worker is what to fix, and the SmsgwQueueUnconsumed
 alert says which); ``/readyz?queues=1`` (a deploy gate, a worker host's check) answers 503 then.
+
+/readyz needs no credentials (load balancers probe it), so it must not be a way to make the gateway open
+broker connections: the broker's answer (reachable, and each queue's depth) is kept per process for
+SMSGW_READYZ_BROKER_SECONDS and asked by one request at a time, so any number of probes per second cost
+at most one broker check per process per interval. The database parts (SELECT 1, the sweep heartbeat,
+the consumer rows) are read on every call: one pooled connection, no new one per probe.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -48,6 +57,55 @@ def _broker() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BrokerAnswer:
+    error: str | None  # None: it accepted a connection
+    depths: dict[str, int | None] | None  # each routed queue's ready messages; None while unreachable
+    url: str
+    at: float
+
+
+class BrokerCheck:
+    """The broker's last answer, asked again once it is SMSGW_READYZ_BROKER_SECONDS old, by one thread
+    while the others wait for it (a burst of probes must not open a connection each)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answer: BrokerAnswer | None = None
+        self.checks = 0  # broker checks made since the last clear (each opens at most two connections)
+
+    def answer(self) -> BrokerAnswer:
+        from smsgw.celery import app
+
+        url = str(app.conf.broker_write_url or app.conf.broker_url)
+        with self._lock:
+            current = self._answer
+            if (
+                current is None
+                or current.url != url  # reconfigured (tests point it elsewhere): not the same broker
+                or time.monotonic() - current.at >= settings.READYZ_BROKER_SECONDS
+            ):
+                current = self._answer = self._ask(url)
+            return current
+
+    def _ask(self, url: str) -> BrokerAnswer:
+        from smsgw.runtime import broker
+        from smsgw.runtime.queues import ROUTED_QUEUES
+
+        self.checks += 1
+        error = _broker()
+        depths = None if error else broker.queue_depths(list(ROUTED_QUEUES))
+        return BrokerAnswer(error, depths, url, time.monotonic())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._answer = None
+            self.checks = 0
+
+
+broker_check = BrokerCheck()
+
+
 def _sweep() -> dict:
     from smsgw.observability.state import sweep_age_seconds
 
@@ -63,11 +121,11 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 1)
 
 
-def _queues() -> dict:
+def _queues(depths: dict[str, int | None] | None) -> dict:
     from smsgw.observability.queues import queue_states_observe
 
     try:
-        states = queue_states_observe()
+        states = queue_states_observe(depths=depths)
     except Exception as exc:  # the database check reports the database
         return {"error": type(exc).__name__, "unconsumed": []}
     threshold = settings.QUEUE_UNCONSUMED_SECONDS
@@ -89,13 +147,14 @@ def _asked(request, name: str) -> bool:
 
 
 def readyz(request):
-    db_error, broker_error = _database(), _broker()
+    db_error, broker = _database(), broker_check.answer()
+    broker_error = broker.error
     body: dict[str, Any] = {
         "database": db_error or connection.vendor,
         "broker": broker_error or "ok",
         "sweep": _sweep() if db_error is None else {"stale": True},
         "queues": (
-            _queues()
+            _queues(broker.depths)
             if db_error is None and broker_error is None
             else {"error": "database" if db_error else "broker", "unconsumed": []}
         ),

@@ -96,13 +96,18 @@ def _consumers(names: list[str], now: datetime) -> tuple[Counter, dict[str, date
 
 
 def queue_states_observe(
-    *, names: Iterable[str] = ROUTED_QUEUES, now: datetime | None = None
+    *,
+    names: Iterable[str] = ROUTED_QUEUES,
+    now: datetime | None = None,
+    depths: dict[str, int | None] | None = None,
 ) -> list[QueueState]:
     """Each queue's depth, live consumers and how long it has been unconsumed; records or clears the
-    instant a queue was first seen unconsumed. The broker unreachable: depths unknown, nothing recorded."""
+    instant a queue was first seen unconsumed. The broker unreachable: depths unknown, nothing recorded.
+    ``depths``: the broker's answer already at hand (/readyz keeps one for a few seconds), else asked."""
     names = list(names)
     now = now or timezone.now()
-    depths = broker.queue_depths(names)
+    if depths is None or set(depths) < set(names):
+        depths = broker.queue_depths(names)
     live, last_seen = _consumers(names, now)
     marks = dict(UnconsumedQueue.objects.filter(queue__in=names).values_list("queue", "since"))
     states, start, clear = [], [], []

@@ -16,8 +16,8 @@ FULL_ACCESS = "*"
 
 # Every scope, with what it grants (the admin's choices and docs/api.md say the same).
 SCOPES: dict[str, str] = {
-    "messages:send": "send messages (POST /v1/messages, /v1/messages/batch; the compatible API's create: /2010-04-01)",
-    "messages:read": "read messages and their timelines (and the compatible API's fetch and list: /2010-04-01)",
+    "messages:send": "send messages (POST /v1/messages, /v1/messages/batch, /2010-04-01 create)",
+    "messages:read": "read messages and their timelines (and /2010-04-01 fetch and list)",
     # An edit can change the recipient and the body, so it is as strong as sending: a key of its own.
     "messages:write": "edit or reschedule a scheduled message (PATCH /v1/messages/{id})",
     "messages:cancel": "cancel a message (POST /v1/messages/{id}/cancel; Status=canceled)",

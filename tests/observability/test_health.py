@@ -4,6 +4,8 @@ liveness reported (and required with ?sweep=1)."""
 from __future__ import annotations
 
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -11,6 +13,7 @@ from django.utils import timezone
 
 from scheduling.dispatch import sweep
 from smsgw.celery import app
+from smsgw.http import health
 from smsgw.observability.models import Heartbeat
 
 pytestmark = pytest.mark.django_db
@@ -56,3 +59,41 @@ def test_a_readiness_probe_answered_503_writes_no_error_line(client, caplog):
     with caplog.at_level(logging.WARNING, logger="django.request"):
         assert client.get("/readyz?sweep=1").status_code == 503
     assert not [r for r in caplog.records if r.name == "django.request"]
+
+
+def test_a_burst_of_readiness_probes_asks_the_broker_once_per_interval(client, settings, monkeypatch):
+    """/readyz is unauthenticated: 50 probes in a row open the broker's connection once, not 50 times.
+    The real broker answers; the wrapper only counts the connections asked of it."""
+    settings.READYZ_BROKER_SECONDS = 60
+    opened = []
+    real = app.connection_for_write
+
+    def counted(*args, **kwargs):
+        opened.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app, "connection_for_write", counted)
+    bodies = [client.get("/readyz").json() for _ in range(50)]
+    assert all(b["status"] == "ok" and b["broker"] == "ok" for b in bodies)
+    assert all("by_queue" in b["queues"] for b in bodies), "queue depths still reported"
+    assert health.broker_check.checks == 1
+    assert len(opened) <= 2, "one check: its connection and the queue depths' one"
+
+
+def test_the_broker_is_asked_again_once_the_interval_has_passed(client, settings):
+    settings.READYZ_BROKER_SECONDS = 0.2
+    client.get("/readyz")
+    assert health.broker_check.checks == 1
+    started = time.monotonic()
+    while health.broker_check.checks < 2 and time.monotonic() - started < 10:
+        client.get("/readyz")
+    assert health.broker_check.checks == 2
+    assert time.monotonic() - started >= 0.2
+
+
+def test_probes_arriving_together_wait_for_one_broker_check(settings):
+    settings.READYZ_BROKER_SECONDS = 60
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda _: health.broker_check.answer(), range(32)))
+    assert health.broker_check.checks == 1
+    assert len({id(a) for a in answers}) == 1 and answers[0].error is None

@@ -248,3 +248,19 @@ def test_delete_removes_the_webhook_and_its_secret_and_queued_deliveries_stop(ho
     webhooks_deliver_due()
     delivery = WebhookDelivery.objects.get()
     assert delivery.last_error == "tenant has no webhook configured"
+
+
+def test_the_webhook_reason_names_no_host(hooked):
+    tenant, api = hooked
+    configure(api, "http://127.0.0.1:9/hook")
+    msg = message(tenant)
+    transitions.transition(
+        msg.pk,
+        from_statuses=[Status.SCHEDULED],
+        to_status=Status.QUEUED,
+        kind="host_unreachable",
+        set_fields={"status_reason": "this host (worker-7.dc2.internal) cannot reach the provider; waiting"},
+    )
+    assert WebhookDelivery.objects.get().payload["data"]["reason"] == (
+        "this host cannot reach the provider; waiting"
+    )

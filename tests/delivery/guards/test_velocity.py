@@ -198,3 +198,36 @@ def test_held_messages_expire_at_their_validity_unsent(adapter, sandbox, tenant)
 
     sweep.due_expire(now=later, limit=100)
     assert states(msgs) == [(Status.SENT, "")] * 3 + [(Status.EXPIRED, "expired")]
+
+
+def test_a_new_recipient_on_a_message_released_after_review_is_counted_and_held_again(
+    adapter, sandbox, tenant, api
+):
+    """An operator released a hold on one prefix; the tenant then points a released message at a prefix
+    already at its limit. The new number is counted like a new message's and held, not sent unchecked."""
+    t, _ = tenant
+    other = [message(t, to=recipient(100000 + j)) for j in range(3)]  # prefix 1415210: at its limit of 3
+    msgs = [message(t, to=recipient(70 + i)) for i in range(5)]
+    release_and_send()
+    assert states([*other, *msgs]) == [(Status.SENT, "")] * 6 + [(Status.SCHEDULED, "held_for_review")] * 2
+    assert admin_action(operator_client(), "release", ReviewHold.objects.get()).status_code == 302
+    swapped, kept = msgs[3:]
+    assert states([swapped, kept]) == [(Status.SCHEDULED, "review_released")] * 2
+
+    resp = api.patch(f"/v1/messages/{swapped.public_id}", {"to": recipient(100010)}, format="json")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["reason_code"] == ""
+    release_and_send()
+    assert states([kept, swapped]) == [(Status.SENT, ""), (Status.SCHEDULED, "held_for_review")]
+    hold = ReviewHold.objects.get(state="open")
+    assert (hold.prefix, hold.held_count) == ("1415210", 1)
+    assert sandbox.stats()["submissions"] == 7
+
+
+def test_an_edit_that_keeps_the_recipient_is_not_counted_again(tenant, api):
+    t, _ = tenant
+    m = message(t, to=recipient(80), due_in=600)
+    Message.objects.filter(pk=m.pk).update(reason_code="paced")
+    assert api.patch(f"/v1/messages/{m.public_id}", {"body": "changed"}, format="json").status_code == 200
+    assert api.patch(f"/v1/messages/{m.public_id}", {"to": recipient(80)}, format="json").status_code == 200
+    assert Message.objects.get(pk=m.pk).reason_code == "paced"

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from delivery.sending import campaign_watch
 from delivery.sending import worker as sending
@@ -25,6 +26,7 @@ from scheduling.campaigns.progress import SHARDS, progress_add, progress_read
 from scheduling.dispatch import release, sweep
 from scheduling.messages import service as services
 from scheduling.models import Campaign, Message, Status
+from smsgw.models import api_key_create
 from tests.factories import campaign_with_messages, tenant_with_key
 from tests.waiting import wait_for
 
@@ -335,3 +337,13 @@ def test_a_completed_campaign_cannot_be_paused_or_cancelled(api):
     for action in ("pause", "cancel", "resume"):
         resp = api.post(f"/v1/campaigns/{campaign.public_id}/{action}")
         assert resp.status_code == 409 and resp.json()["error"]["status"] == "completed"
+
+
+def test_a_campaign_paused_by_an_operator_says_so_without_the_operators_name(tenant):
+    campaign, _ = campaign_with_messages(tenant, 2)
+    campaign_control.campaign_pause(tenant=tenant, public_id=campaign.public_id, actor="admin:alice")
+    assert Campaign.objects.get(pk=campaign.pk).status_reason == "paused by admin:alice"  # the admin's view
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant)[1]}")
+    shown = api.get(f"/v1/campaigns/{campaign.public_id}").json()
+    assert shown["status_reason"] == "paused by operator"

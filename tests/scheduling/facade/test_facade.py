@@ -15,6 +15,7 @@ from django.utils import timezone
 from twilio.base.exceptions import TwilioException, TwilioRestException
 from twilio.request_validator import RequestValidator
 
+from delivery.models import Attempt
 from receipts.models import WebhookDelivery
 from receipts.webhooks import STATUS_CALLBACK, webhooks_deliver_due
 from scheduling.facade.resources import message_sid, public_id_of
@@ -214,10 +215,41 @@ def test_redact_and_delete_where_twilio_allows(client):
     assert redacted.body == "" and Message.objects.get().body == ""
     assert Message.objects.get().events.filter(kind="redacted").count() == 1
     assert client.messages(m.sid).delete() is True
-    assert not Message.objects.exists()
     with pytest.raises(TwilioRestException) as err:
         client.messages(m.sid).fetch()
     assert err.value.status == 404 and err.value.code == 20404
+    with pytest.raises(TwilioRestException) as err:
+        client.messages(m.sid).delete()
+    assert err.value.status == 404, "deleted once"
+    assert client.messages.list() == []
+
+
+def test_delete_keeps_a_tombstone_with_the_timeline_and_attempts_for_the_audit(account, client):
+    """The tenant's view loses the message (Twilio's 404 after a delete); the gateway keeps the row with
+    its content erased, its timeline and attempts, and a `deleted` entry naming the key and the time."""
+    _, key = account
+    m = client.messages.create(to=RECIPIENT, from_="+14155550100", body="secret code 1234")
+    stored = Message.objects.get()
+    _move(stored, Status.QUEUED, Status.SENDING, Status.SENT, Status.DELIVERED)
+    Attempt.objects.create(
+        message=stored, number=1, provider="twilio", idempotency_token="t", started_at=timezone.now()
+    )
+    before = timezone.now()
+    assert client.messages(m.sid).delete() is True
+
+    tomb = Message.objects.get()
+    assert tomb.deleted_at is not None and tomb.deleted_at >= before
+    assert tomb.status == Status.DELIVERED and tomb.body == "" and tomb.metadata == {}
+    assert RECIPIENT not in tomb.to and tomb.to.endswith(RECIPIENT[-2:])
+    kinds = list(tomb.events.order_by("id").values_list("kind", flat=True))
+    assert kinds[0] == "created" and kinds[-1] == "deleted" and "to_delivered" in kinds
+    deleted = tomb.events.get(kind="deleted")
+    assert deleted.actor == f"apikey:{ApiKey.objects.get().prefix}" and deleted.created_at >= before
+    assert tomb.attempts.count() == 1
+    v1 = _v1(key)
+    assert v1.get(f"/v1/messages/{stored.public_id}").status_code == 404
+    assert v1.get(f"/v1/messages/{stored.public_id}/events").status_code == 404
+    assert v1.get("/v1/messages").json()["results"] == []
 
 
 @pytest.mark.parametrize(

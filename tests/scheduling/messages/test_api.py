@@ -286,3 +286,34 @@ def test_bad_quiet_hours_override_is_a_400_naming_the_field(api):
     resp = post(api, {"to": RECIPIENT, "body": "x", "recipient_timezone": "Nowhere/Land"})
     assert resp.status_code == 400 and "recipient_timezone" in field_of(resp)
     assert Message.objects.count() == 0
+
+
+def test_the_timeline_shows_operators_and_the_system_by_kind_not_by_name(api):
+    """The database keeps the operator's username and the host's name (the admin shows them); the
+    tenant's API shows "operator", "system" and its own key, and no host name anywhere."""
+    resp = post(api, {"to": RECIPIENT, "body": "hi"})
+    msg = Message.objects.get(public_id=resp.json()["id"])
+    transitions.transition(
+        msg.pk,
+        from_statuses=[Status.SCHEDULED],
+        to_status=Status.QUEUED,
+        kind="host_unreachable",
+        set_fields={"status_reason": "this host (worker-7.dc2.internal) cannot reach the provider; waiting"},
+        details={"host": "worker-7.dc2.internal", "handed_over": True},
+    )
+    transitions.transition(
+        msg.pk,
+        from_statuses=[Status.QUEUED],
+        to_status=Status.CANCELLED,
+        kind="cancelled",
+        actor="admin:alice",
+    )
+    stored = list(msg.events.order_by("id").values_list("actor", flat=True))
+    assert stored == [f"apikey:{ApiKey.objects.get().prefix}", "system", "admin:alice"]
+
+    events = api.get(f"/v1/messages/{msg.public_id}/events").json()["events"]
+    assert [e["actor"] for e in events] == [f"apikey:{ApiKey.objects.get().prefix}", "system", "operator"]
+    assert events[1]["details"] == {"handed_over": True}
+    shown = api.get(f"/v1/messages/{msg.public_id}").text
+    assert "worker-7" not in shown and "alice" not in shown
+    assert "alice" not in api.get(f"/v1/messages/{msg.public_id}/events").text

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion, Status
+from scheduling.schedules import service as schedule_service
 from scheduling.schedules.materialize import schedules_materialize
 from tests.factories import RECIPIENT, sender_for, tenant_with_key
 
@@ -467,3 +468,14 @@ def test_the_materializer_ends_a_stored_costly_rule_and_goes_on_with_the_batch(a
     assert occurrences(healthy).count() > 4 and occurrences(costly).count() == 4
     # Ended: the next run does not pick it up again.
     assert schedules_materialize(now=later).schedules == 0
+
+
+def test_versions_show_an_operators_change_as_operator(api):
+    sid = create(api).json()["id"]
+    schedule = Schedule.objects.get(public_id=sid)
+    # What the admin's pause action does (scheduling.admin), as operator alice.
+    schedule_service.schedule_pause(tenant=schedule.tenant, public_id=sid, actor="admin:alice")
+    assert ScheduleVersion.objects.filter(schedule=schedule).latest("number").actor == "admin:alice"
+    versions = api.get(f"/v1/schedules/{sid}/versions").json()["versions"]
+    assert [v["actor"] for v in versions][-1] == "operator"
+    assert versions[0]["actor"].startswith("apikey:")
