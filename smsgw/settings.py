@@ -572,6 +572,11 @@ LOGGING = {
 }
 # Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.http.boundary).
 API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)
+# The same for a /v1 body that is one object (every endpoint but POST /v1/messages/batch and POST
+# /v1/campaigns). The largest valid one is about 25 KB: a 1,600-character body of characters JSON escapes
+# to 12 bytes each (a body never passes MAX_SEGMENTS segments, nor 1,600 characters), 4 KiB of metadata
+# (scheduling.messages.api.MAX_METADATA_BYTES) and the short fields; the minimum keeps that room.
+API_MAX_OBJECT_BYTES = env_int("SMSGW_API_MAX_OBJECT_BYTES", 64 * 1024, minimum=32 * 1024)
 # POST /v1/campaigns with a CSV file (multipart/form-data) only: the file is streamed to disk and then into
 # the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two
 # variables is about 40 MB).

@@ -150,13 +150,15 @@ _FAST_INPUT = (
 )
 
 
-def message_create_input(data) -> dict:
+def message_create_input(data, serializer: StrictSerializer | None = None) -> dict:
     """``MessageCreateInput(data=data)``'s validated_data, or its ValidationError.
 
     A valid request (nearly every request) is validated field by field with the declared fields' own
     ``run_validation`` (the same conversion and validators the serializer runs), without building a
     serializer, which deep-copies every declared field per request. Anything else, including every
-    invalid request, goes through the serializer itself, so errors are exactly the serializer's."""
+    invalid request, goes through the serializer itself, so errors are exactly the serializer's.
+    ``serializer``: a ``MessageCreateInput()`` to validate with, reused across a batch's items as DRF's
+    ListSerializer reuses its child (building one per invalid item was two thirds of its cost)."""
     if (
         _FAST_INPUT
         and type(data) is dict
@@ -174,9 +176,11 @@ def message_create_input(data) -> dict:
                 return validated
         except (serializers.ValidationError, DjangoValidationError):
             pass
-    serializer = MessageCreateInput(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    if serializer is not None:
+        return serializer.run_validation(data)
+    single = MessageCreateInput(data=data)
+    single.is_valid(raise_exception=True)
+    return single.validated_data
 
 
 _TIMESTAMP_FIELDS = (
@@ -601,6 +605,7 @@ def _batch_items(data) -> list[batch.Item]:
     if not isinstance(raw, list) or not 1 <= len(raw) <= limit:
         raise field_error("messages", f"must be a list of 1 to {limit} message objects")
     items = []
+    item_input = MessageCreateInput()
     for value in raw:
         if not isinstance(value, dict):
             items.append(batch.Item(None, error=field_error("item", "must be a JSON object")))
@@ -608,7 +613,7 @@ def _batch_items(data) -> list[batch.Item]:
         fields = dict(value)
         try:
             key = _idempotency_key(fields.pop("idempotency_key", None), "idempotency_key")
-            items.append(batch.Item(message_create_input(fields), key))
+            items.append(batch.Item(message_create_input(fields, item_input), key))
         except serializers.ValidationError as exc:
             items.append(batch.Item(None, error=exc))
     return items

@@ -12,8 +12,9 @@ or value, a query parameter, a path id, a header, a signed provider callback.
   interpreter's recursion limit in ``json.loads``) is a 400 naming ``body``.
 * ``ApiBoundaryMiddleware`` (the outermost middleware of both chains, smsgw.http.callback_chain): the
   same check over path ids, query parameters and headers (400 naming the parameter); a declared body
-  larger than ``SMSGW_API_MAX_BODY_BYTES`` is a 413 ``request_too_large`` before anything parses it (a
-  campaign's CSV upload, multipart POST /v1/campaigns, has its own cap,
+  larger than ``SMSGW_API_MAX_BODY_BYTES`` (``SMSGW_API_MAX_OBJECT_BYTES`` on a /v1 path that takes one
+  object, every one but the batch and campaigns: ``max_body_bytes``) is a 413 ``request_too_large``
+  before anything parses it (a campaign's CSV upload, multipart POST /v1/campaigns, has its own cap,
   ``SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES``: it is streamed to disk, not read into memory), its bytes read and
   thrown away first when it is not huge (``body_drain``), so that a client still sending it reads the 413
   instead of a reset connection; a chunked body (Django reads none) is a 411; a URL longer than
@@ -57,6 +58,12 @@ MAX_URL_BYTES = 8000
 DRAIN_MAX_BYTES = 32 * 1024 * 1024
 DRAIN_SECONDS = 5.0
 CAMPAIGN_UPLOAD_PATH = "/v1/campaigns"
+# The /v1 bodies that are lists of many objects (up to BATCH_MAX_MESSAGES items, a campaign's recipients):
+# they get SMSGW_API_MAX_BODY_BYTES. Every other /v1 body is one object, which a valid request keeps far
+# below SMSGW_API_MAX_OBJECT_BYTES; a bigger one is refused before it is parsed and walked (a 1 MB body
+# cost 74 ms of CPU to refuse after parsing, 50,000 metadata keys 100 ms: docs/benchmarks.md).
+BULK_PATHS = frozenset({"/v1/messages/batch", CAMPAIGN_UPLOAD_PATH})
+DEFAULT_MAX_OBJECT_BYTES = 64 * 1024
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogates"
@@ -184,15 +191,22 @@ def _field_error(field: str, message: str, status: int = 400, code: str = "inval
 
 
 def max_body_bytes(request: HttpRequest | None = None) -> int:
-    """The body cap; a campaign's CSV upload (multipart POST /v1/campaigns) has its own, larger one."""
+    """The body cap of ``request`` (without one: the general cap, ``SMSGW_API_MAX_BODY_BYTES``). A
+    single-object /v1 body has the smaller ``SMSGW_API_MAX_OBJECT_BYTES``; the batch and a campaign's
+    JSON the general one; a campaign's CSV upload (multipart POST /v1/campaigns) its own, larger one."""
+    general = int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    if request is None:
+        return general
+    path = request.path_info
     if (
-        request is not None
-        and request.path_info == CAMPAIGN_UPLOAD_PATH
+        path == CAMPAIGN_UPLOAD_PATH
         and request.method == "POST"
         and request.META.get("CONTENT_TYPE", "").lower().startswith("multipart/form-data")
     ):
         return int(settings.CAMPAIGN_MAX_UPLOAD_BYTES)
-    return int(getattr(settings, "API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    if path.startswith("/v1/") and path not in BULK_PATHS:
+        return min(general, int(getattr(settings, "API_MAX_OBJECT_BYTES", DEFAULT_MAX_OBJECT_BYTES)))
+    return general
 
 
 def declared_length(request: HttpRequest) -> int | None:

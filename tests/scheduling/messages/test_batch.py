@@ -4,6 +4,7 @@ item. Runs on SQLite and on PostgreSQL (the bulk insert has a statement of its o
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -228,3 +229,16 @@ def test_a_key_another_request_stores_first_is_its_replay(quota, same_body, monk
         recipient(2),
     ]
     assert MessageEvent.objects.filter(message__tenant=tenant).count() == 2
+
+
+def test_a_batch_near_the_general_body_cap_is_still_taken(api, settings):
+    # The batch keeps SMSGW_API_MAX_BODY_BYTES: only single-object bodies have the smaller
+    # SMSGW_API_MAX_OBJECT_BYTES (smsgw.http.boundary.max_body_bytes).
+    body = "x" * 900  # 6 segments
+    items = [{"to": recipient(i), "body": body} for i in range(settings.BATCH_MAX_MESSAGES)]
+    size = len(json.dumps({"messages": items}))
+    assert settings.API_MAX_OBJECT_BYTES * 10 < size <= settings.API_MAX_BODY_BYTES
+    resp = batch(api, items)
+    assert resp.status_code == 200, resp.content[:300]
+    assert resp.json()["created"] == settings.BATCH_MAX_MESSAGES
+    assert Message.objects.filter(body=body).count() == settings.BATCH_MAX_MESSAGES

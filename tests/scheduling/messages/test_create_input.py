@@ -74,3 +74,17 @@ def test_an_invalid_request_gives_the_serializers_errors(data):
     with pytest.raises(serializers.ValidationError) as err:
         api.message_create_input(data)
     assert err.value.detail == serializer.errors
+
+
+def test_one_serializer_reused_across_a_batchs_items_gives_each_items_own_answer():
+    # A batch validates its items with one MessageCreateInput (as DRF's ListSerializer reuses its child):
+    # no item's errors or data may leak into the next one's.
+    shared = api.MessageCreateInput()
+    for data in [*INVALID, *VALID, *reversed(INVALID)]:
+        single = api.MessageCreateInput(data=data)
+        if single.is_valid():
+            assert api.message_create_input(data, shared) == dict(single.validated_data)
+            continue
+        with pytest.raises(serializers.ValidationError) as err:
+            api.message_create_input(data, shared)
+        assert err.value.detail == single.errors

@@ -17,7 +17,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from receipts.models import ReceiptEvent
+from scheduling.messages.api import MAX_METADATA_BYTES
 from scheduling.models import Message, Schedule
+from smsgw.config.providers import body_max_length
+from smsgw.http.boundary import StrictJSONParser
 from smsgw.models import Tenant
 from tests.factories import RECIPIENT, SENDER, tenant_with_key
 
@@ -310,9 +313,10 @@ def test_nul_in_a_header_is_a_400_naming_it(client, existing, tenant_and_key, he
 
 # --- shapes and sizes ----------------------------------------------------------------------------------
 
+# Past json's recursion limit, and within SMSGW_API_MAX_OBJECT_BYTES (a deeper one is a 413 unparsed).
 DEEP = {
-    "array-100k": "[" * 100_000 + "]" * 100_000,
-    "object-100k": '{"a":' * 100_000 + "1" + "}" * 100_000,
+    "array-30k": "[" * 30_000 + "]" * 30_000,
+    "object-10k": '{"a":' * 10_000 + "1" + "}" * 10_000,
     "metadata-40": json.dumps({**MESSAGE, "metadata": {"a": MARK}}).replace(f'"{MARK}"', "[" * 40 + "]" * 40),
 }
 BODY_ROUTES = [
@@ -407,6 +411,37 @@ def test_a_10_mb_body_is_a_413_in_the_envelope(client, existing, method, path):
     )
     assert error["code"] == "request_too_large"
     assert snapshot(client.tenant) == before
+
+
+@pytest.mark.parametrize(("method", "path"), BODY_ROUTES)
+def test_a_single_object_body_over_its_cap_is_a_413_before_it_is_parsed(
+    client, existing, settings, method, path, monkeypatch
+):
+    # SMSGW_API_MAX_OBJECT_BYTES, not the batch's 1 MiB: a valid single object is far smaller, and a big
+    # one cost tens of ms of CPU to parse and walk before it was refused (docs/benchmarks.md).
+    before = snapshot(client.tenant)
+    monkeypatch.setattr(StrictJSONParser, "parse", lambda *a, **k: pytest.fail("the body was parsed"))
+    many_keys = {**MESSAGE, "metadata": {f"k{i}": i for i in range(50_000)}}
+    for body in ({**MESSAGE, "body": "x" * (settings.API_MAX_OBJECT_BYTES + 1)}, many_keys):
+        text = json.dumps(body)
+        assert settings.API_MAX_OBJECT_BYTES < len(text) < settings.API_MAX_BODY_BYTES
+        error = assert_envelope(send_json(client, method, path.format(**existing), text), 413, "body")
+        assert error["code"] == "request_too_large"
+        assert str(settings.API_MAX_OBJECT_BYTES) in error["message"]
+    assert snapshot(client.tenant) == before
+
+
+def test_the_largest_valid_message_fits_the_object_cap(client, settings):
+    # Every character of the body JSON-escaped (é is GSM-7: MAX_SEGMENTS segments of it, or the longest
+    # body a provider takes) and metadata at its 4,096-byte limit, itself all escapes.
+    chars = min(153 * settings.MAX_SEGMENTS, body_max_length() or 153 * settings.MAX_SEGMENTS)
+    metadata = {"note": "é" * ((MAX_METADATA_BYTES - 20) // 6)}
+    assert len(json.dumps(metadata)) <= MAX_METADATA_BYTES
+    text = json.dumps({**MESSAGE, "body": "é" * chars, "metadata": metadata, "recipient_timezone": "UTC"})
+    assert len(text) > 12_000
+    resp = send_json(client, "post", "/v1/messages", text)
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["segments"] == -(-chars // 153)
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1e3", " 12"])
