@@ -338,9 +338,12 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
         return reply
     try:
         number = normalize_e164(inbound.from_number)
-        our_number = normalize_e164(inbound.to_number)
     except PhoneNumberError as exc:
         return _error(400, inbound.from_field, str(exc))
+    try:
+        our_number = normalize_e164(inbound.to_number)
+    except PhoneNumberError as exc:
+        return _error(400, inbound.to_field, str(exc))
     service_sid = inbound.sender_pool
     sender = service_sid or our_number
     once = adapter.callback_replay_key(params)

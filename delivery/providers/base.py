@@ -250,6 +250,7 @@ class InboundMessage:
     to_number: str  # our number it was sent to
     sender_pool: str = ""  # the sender pool that number belongs to, when the provider says
     from_field: str = "from"  # the request field that carried ``from_number`` (named in a 400)
+    to_field: str = "to"  # and the one that carried ``to_number``
 
 
 # ``CallbackData.payload["source"]`` of a status the gateway looked up itself (``fetch_status``) rather

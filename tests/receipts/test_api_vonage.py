@@ -193,6 +193,14 @@ def test_an_inbound_message_without_its_sender_names_the_field(tenant):
     assert answer.status_code == 400 and list(answer.json()["error"]["fields"]) == ["msisdn"]
 
 
+def test_an_inbound_keyword_to_a_number_that_is_not_one_names_to_and_changes_nothing(tenant):
+    # An alphanumeric sender cannot be answered, so a STOP "to" one is no number of ours: the 400 names
+    # the field that is wrong, not the sender's.
+    answer = post_inbound(sign({**inbound("STOP", recipient(6)), "to": "SMSGW"}))
+    assert answer.status_code == 400 and list(answer.json()["error"]["fields"]) == ["to"]
+    assert not Suppression.objects.exists() and not SuppressionChange.objects.exists()
+
+
 def test_twilio_inbound_is_post_only():
     answer = Client().get("/inbound/twilio/?Body=STOP")
     assert answer.status_code == 405 and answer["Allow"] == "POST"

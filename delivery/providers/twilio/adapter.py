@@ -629,6 +629,7 @@ class TwilioAdapter(ProviderAdapter):
             to_number=params.get("To", ""),
             sender_pool=params.get("MessagingServiceSid", "")[:64],
             from_field="From",
+            to_field="To",
         )
 
     def inbound_reply(self) -> tuple[str, str]:

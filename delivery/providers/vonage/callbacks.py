@@ -184,4 +184,5 @@ def parse_inbound(params: dict) -> InboundMessage:
         from_number=_number(params.get("msisdn")),
         to_number=_number(params.get("to")),
         from_field="msisdn",
+        to_field="to",
     )
