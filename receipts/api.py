@@ -23,11 +23,13 @@ from receipts import lookup, replay, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery
 from smsgw.http.boundary import (
+    MAX_JSON_DEPTH,
     NUL_OR_SURROGATE,
     bad_text_removed,
     body_too_large,
     first_bad_field,
     is_bad_text,
+    json_too_deep,
 )
 from smsgw.http.errors import field_error
 from smsgw.observability import events
@@ -73,7 +75,13 @@ def _signed_form(request: HttpRequest, provider: str):
         return None, None, _error(415, "Content-Type", message, code="unsupported_media_type")
     params = _fields(request)
     if params is None:
-        return None, None, _error(400, "body", "a JSON callback must be one object")
+        return (
+            None,
+            None,
+            _error(
+                400, "body", f"a JSON callback must be one object, nested at most {MAX_JSON_DEPTH} levels"
+            ),
+        )
     try:
         verified = adapter.validate_callback(callback_url(request), params, request.headers)
     except CallbackKeyUnknown as exc:
@@ -103,7 +111,7 @@ def _fields(request: HttpRequest) -> dict[str, str] | None:
         data = json.loads(request.body or b"{}")
     except (ValueError, RecursionError):  # deep nesting exhausts json's recursion (a 500 before)
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or json_too_deep(data):
         return None
     return {
         str(key): "" if value is None else str(value)

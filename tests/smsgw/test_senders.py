@@ -197,7 +197,7 @@ def test_the_migration_gives_each_tenant_its_defaults_and_shares_a_default_two_h
     (ta, _), (tb, _) = a, b
     TenantSender.objects.all().delete()
     Tenant.objects.filter(pk=tb.pk).update(default_from=A_NUMBER, messaging_service_sid=POOL)
-    import_module("smsgw.migrations.0012_tenant_senders")._own_defaults(live_apps, None)
+    import_module("smsgw.migrations.0014_tenant_senders")._own_defaults(live_apps, None)
     rows = set(TenantSender.objects.values_list("tenant_id", "value", "kind", "shared"))
     assert rows == {
         (ta.pk, A_NUMBER, "number", True),
