@@ -262,6 +262,7 @@ REST_FRAMEWORK = {
         "smsgw.tenancy.permissions.HasRequiredScope",
     ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "smsgw.http.negotiation.JsonWhateverTheAccept",
     "DEFAULT_PARSER_CLASSES": ["smsgw.http.boundary.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "smsgw.http.errors.api_exception_handler",

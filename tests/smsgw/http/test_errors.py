@@ -18,6 +18,7 @@ EDGE_MODULES = frozenset(
         "auth",
         "boundary",
         "errors",
+        "negotiation",
         "pagination",
         "permissions",
         "ratelimit",
