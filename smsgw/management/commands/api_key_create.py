@@ -2,9 +2,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from smsgw.management.options import scopes_option
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
-from smsgw.tenancy.scopes import UnknownScope, scopes_parse
 
 
 class Command(BaseCommand):
@@ -21,12 +21,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        try:
-            scopes = scopes_parse(opts["scopes"])
-        except UnknownScope as exc:
-            raise CommandError(f"--scopes: {exc}") from exc
-        if not scopes:
-            raise CommandError("--scopes: name at least one scope (or * for full access)")
+        scopes = scopes_option(opts["scopes"])
         name = opts["name"].strip()
         if not name or len(name) > 100:
             raise CommandError("--name: 1 to 100 characters")

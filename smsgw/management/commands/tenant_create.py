@@ -5,9 +5,10 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from scheduling import facade
+from smsgw.management.options import scopes_option
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
-from smsgw.tenancy.scopes import FULL_ACCESS, UnknownScope, scopes_parse
+from smsgw.tenancy.scopes import FULL_ACCESS
 from smsgw.tenancy.senders import SenderError, default_senders_assign
 from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
@@ -59,12 +60,7 @@ class Command(BaseCommand):
                 default_from = normalize_e164(default_from)
             except PhoneNumberError as exc:
                 raise CommandError(f"--from: {exc}") from exc
-        try:
-            scopes = scopes_parse(opts["scopes"])
-        except UnknownScope as exc:
-            raise CommandError(f"--scopes: {exc}") from exc
-        if not scopes:
-            raise CommandError("--scopes: name at least one scope (or * for full access)")
+        scopes = scopes_option(opts["scopes"])
         countries = sorted({c.strip().upper() for c in opts["allowed_countries"].split(",") if c.strip()})
         bad = [c for c in countries if len(c) != 2 or not c.isalpha()]
         if bad:
