@@ -171,7 +171,13 @@ def failover(
 
 
 def _reset():
+    from smsgw.tenancy.senders import sender_assign
+
     tenant = core.bench_reset()  # the pacing state and circuits too
+    # A leg's sender carries only the messages of a tenant that owns it (smsgw.tenancy.senders): without
+    # it the standby leg is skipped and nothing fails over.
+    with transaction.atomic():
+        sender_assign(tenant=tenant, sender=STANDBY_SENDER)
     with connection.cursor() as cur:
         cur.execute("DELETE FROM delivery_duplicatesubmission")
     return tenant

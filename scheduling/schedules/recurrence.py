@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
 from dateutil.relativedelta import relativedelta
+from django.conf import settings
 
 from scheduling.schedules.rrules import ParsedRule, RuleError, parse_exdates, parse_rrule, parse_start
 from smsgw.values.timeutil import DstAdjustment, DstPolicy, ResolvedTime, TimeResolutionError, parse_timezone
@@ -77,6 +78,7 @@ def _stop_at(rule: du.rrule, last: datetime) -> du.rrule:
     # Our marker attribute and dateutil's private _freq are not in the stubs.
     rule._smsgw_stop = (last.year, 12 if rule._freq == du.YEARLY else last.month)  # type: ignore[attr-defined]
     rule._smsgw_cost_per_day = _cost_per_day(rule)  # type: ignore[attr-defined]
+    rule._smsgw_budget = expansion_budget()  # type: ignore[attr-defined]
     return rule
 
 
@@ -88,6 +90,19 @@ def _stop_at(rule: du.rrule, last: datetime) -> du.rrule:
 # that day) and per candidate period; past EXPANSION_BUDGET it stops with ExpansionTooCostly. Counted,
 # not timed, so the answer does not depend on the machine's load.
 EXPANSION_BUDGET = 50_000
+# The validation walks a rule's densest days (Recurrence.densest_day: up to DENSEST_DAYS_SAMPLED days of
+# up to SMSGW_SCHEDULE_MAX_PER_DAY instances each): an operator who allows more instances a day than the
+# budget covers has allowed that much work, so the budget grows with the setting (unchanged at its
+# default of 24 a day).
+DENSEST_DAYS_SAMPLED = 3
+
+
+def expansion_budget() -> int:
+    """The steps one expansion may take: EXPANSION_BUDGET, or what the validation of a rule at the
+    operator's per-day limit needs when that is more."""
+    return max(EXPANSION_BUDGET, (DENSEST_DAYS_SAMPLED + 1) * settings.SCHEDULE_MAX_PER_DAY)
+
+
 _UNITS_PER_DAY = {du.HOURLY: 24, du.MINUTELY: 24 * 60, du.SECONDLY: 24 * 3600}
 
 
@@ -140,7 +155,7 @@ class _BudgetedIterinfo(_IterinfoBase):
             visited = (year, month, day)
             self.smsgw_spent += per_day if visited != self.smsgw_day else 1
             self.smsgw_day = visited
-            if self.smsgw_spent > EXPANSION_BUDGET:
+            if self.smsgw_spent > self.rrule._smsgw_budget:  # type: ignore[attr-defined]
                 raise ExpansionTooCostly
         return super().ddayset(year, month, day)
 
@@ -363,7 +378,12 @@ class Recurrence:
         return next(self.after(instant), None)
 
     def densest_day(
-        self, from_local: datetime, *, stop_above: int, until_local: datetime | None = None, days: int = 3
+        self,
+        from_local: datetime,
+        *,
+        stop_above: int,
+        until_local: datetime | None = None,
+        days: int = DENSEST_DAYS_SAMPLED,
     ) -> int:
         """The most instances on one local day among the first ``days`` days that have any, from
         ``from_local``; stops early once a day exceeds ``stop_above``. A rule repeats its pattern from

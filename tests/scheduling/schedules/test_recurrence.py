@@ -77,3 +77,17 @@ def test_ordinary_rules_stay_within_the_budget(rule, first_three):
     assert times == first_three
     # A long preview of the same rule is within the budget too.
     assert sum(1 for _ in zip(rec.occurrences(), range(1000), strict=False)) > 0
+
+
+def test_a_dense_rule_the_operator_allows_a_day_is_within_the_budget_it_grows_to(settings):
+    # Every 3 s is 28,800 a day: validating it walks its densest days (3 of them, 86,400 instances),
+    # past the default budget, but an operator who allows that many a day allowed that work.
+    settings.SCHEDULE_MAX_PER_DAY = 100_000
+    rec = build("FREQ=SECONDLY;INTERVAL=3", max_per_day=100_000)
+    times = [o.local.strftime("%H:%M:%S") for o, _ in zip(rec.occurrences(), range(3), strict=False)]
+    assert times == ["08:00:00", "08:00:03", "08:00:06"]
+    # The costly rules stay refused at that setting, still in well under a second.
+    started = time.monotonic()
+    with pytest.raises(ExpansionTooCostly):
+        build(COSTLY[0], max_per_day=100_000)
+    assert time.monotonic() - started < 1.0
