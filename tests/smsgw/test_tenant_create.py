@@ -91,7 +91,7 @@ def test_a_new_tenant_starts_with_the_finite_default_quotas(settings):
     call_command("tenant_create", "Demo", stdout=io.StringIO(), stderr=io.StringIO())
     tenant = Tenant.objects.get(slug="demo")
     assert tenant.daily_message_quota == settings.TENANT_DEFAULT_DAILY_MESSAGE_QUOTA == 1_000_000
-    assert tenant.max_pending_scheduled == settings.TENANT_DEFAULT_MAX_PENDING_SCHEDULED == 1_000_000
+    assert tenant.max_pending_scheduled == settings.TENANT_DEFAULT_MAX_PENDING_SCHEDULED == 0  # see settings
     assert tenant.send_rate_per_second == settings.TENANT_DEFAULT_SEND_RATE_PER_SECOND == 1_000
     assert tenant.api_rate_per_second is None  # SMSGW_API_RATE_PER_SECOND applies (50 by default)
 
