@@ -87,15 +87,20 @@ def shipped_gunicorn_commands() -> dict[str, list[tuple[int, str]]]:
     return commands
 
 
-def test_every_shipped_gunicorn_command_sets_its_control_socket():
+def commands_without(pattern: re.Pattern[str]) -> list[str]:
+    """Every shipped gunicorn command (each launcher the scan must find) that lacks ``pattern``."""
     commands = shipped_gunicorn_commands()
     assert set(commands) >= EXPECTED, f"launchers not found by the scan: {EXPECTED - set(commands)}"
-    missing = [
+    return [
         f"{name}:{line}: {command}"
         for name, found in commands.items()
         for line, command in found
-        if not SETTING.search(command)
+        if not pattern.search(command)
     ]
+
+
+def test_every_shipped_gunicorn_command_sets_its_control_socket():
+    missing = commands_without(SETTING)
     assert not missing, (
         "gunicorn without --no-control-socket (or a --control-socket of its own):\n" + "\n".join(missing)
     )
@@ -121,12 +126,5 @@ CONFIG = re.compile(r"--config[= ,'\"]+python:smsgw\.runtime\.gunicorn_conf\b")
 def test_every_shipped_gunicorn_command_loads_the_projects_config():
     """Its request-line limit and its JSON error pages (smsgw.runtime.gunicorn_conf) apply wherever the
     web role runs: a command without it answers a long URL with gunicorn's HTML page."""
-    commands = shipped_gunicorn_commands()
-    assert set(commands) >= EXPECTED, f"launchers not found by the scan: {EXPECTED - set(commands)}"
-    missing = [
-        f"{name}:{line}: {command}"
-        for name, found in commands.items()
-        for line, command in found
-        if not CONFIG.search(command)
-    ]
+    missing = commands_without(CONFIG)
     assert not missing, "gunicorn without --config python:smsgw.runtime.gunicorn_conf:\n" + "\n".join(missing)
