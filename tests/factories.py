@@ -164,3 +164,19 @@ def campaign_with_messages(
     ]
     births = messages_birth(rows, actor="system:campaign", now=now, tenants={tenant.pk: tenant})
     return campaign, sorted(births.ids)
+
+
+HOST_REASON = "this host (worker-7.dc2.internal) cannot reach the provider; waiting"
+
+
+def queued_by_an_unreachable_host(msg_pk: int, **details) -> None:
+    """The move a send worker makes when its host cannot reach the provider: the reason names the host,
+    which tenants must never see (smsgw.values.actors)."""
+    transitions.transition(
+        msg_pk,
+        from_statuses=[Status.SCHEDULED],
+        to_status=Status.QUEUED,
+        kind="host_unreachable",
+        set_fields={"status_reason": HOST_REASON},
+        details=details or None,
+    )

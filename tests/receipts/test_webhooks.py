@@ -18,7 +18,7 @@ from receipts.models import WebhookDelivery, WebhookStatus
 from receipts.webhooks import webhook_replay, webhooks_deliver_due
 from scheduling.lifecycle import transitions
 from scheduling.models import Status
-from tests.factories import message, tenant_with_key
+from tests.factories import message, queued_by_an_unreachable_host, tenant_with_key
 from tests.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.django_db
@@ -254,13 +254,7 @@ def test_the_webhook_reason_names_no_host(hooked):
     tenant, api = hooked
     configure(api, "http://127.0.0.1:9/hook")
     msg = message(tenant)
-    transitions.transition(
-        msg.pk,
-        from_statuses=[Status.SCHEDULED],
-        to_status=Status.QUEUED,
-        kind="host_unreachable",
-        set_fields={"status_reason": "this host (worker-7.dc2.internal) cannot reach the provider; waiting"},
-    )
+    queued_by_an_unreachable_host(msg.pk)
     assert WebhookDelivery.objects.get().payload["data"]["reason"] == (
         "this host cannot reach the provider; waiting"
     )

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.models import ApiKey
-from tests.factories import RECIPIENT, tenant_with_key
+from tests.factories import RECIPIENT, queued_by_an_unreachable_host, tenant_with_key
 
 pytestmark = pytest.mark.django_db
 
@@ -293,14 +293,7 @@ def test_the_timeline_shows_operators_and_the_system_by_kind_not_by_name(api):
     tenant's API shows "operator", "system" and its own key, and no host name anywhere."""
     resp = post(api, {"to": RECIPIENT, "body": "hi"})
     msg = Message.objects.get(public_id=resp.json()["id"])
-    transitions.transition(
-        msg.pk,
-        from_statuses=[Status.SCHEDULED],
-        to_status=Status.QUEUED,
-        kind="host_unreachable",
-        set_fields={"status_reason": "this host (worker-7.dc2.internal) cannot reach the provider; waiting"},
-        details={"host": "worker-7.dc2.internal", "handed_over": True},
-    )
+    queued_by_an_unreachable_host(msg.pk, host="worker-7.dc2.internal", handed_over=True)
     transitions.transition(
         msg.pk,
         from_statuses=[Status.QUEUED],
