@@ -3,16 +3,17 @@ tests and the benchmark. Each writes to a log file; SIGKILL reaches the whole pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from sandbox.process import unused_port
 from smsgw.runtime.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,22 +23,38 @@ SEND_QUEUES = ",".join((SEND_TRANSACTIONAL, SEND_BULK, RECONCILE))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unused_port()  # sandbox.process: honours a parallel test worker's own port range
 
 
 class Proc:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], ready_marker: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        ready_marker: str | None = None,
+        *,
+        wait: bool = True,
+    ):
+        """``wait=False``: return once the process is started; ``ready()`` waits for ``ready_marker`` (so
+        several processes start at once, then are waited for together)."""
         self.name = name
+        self.ready_marker = ready_marker
+        self._ready = False
         self.log_path = Path(tempfile.mkstemp(prefix=f"smsgw-{name}-", suffix=".log")[1])
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         # Own process group: SIGKILL reaches the celery parent and its pool children together.
         self.popen = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        if ready_marker:
-            self.wait_for(ready_marker)
+        if wait:
+            self.ready()
+
+    def ready(self, timeout: float = 60) -> None:
+        """Wait until the log shows the ready marker (at once without one)."""
+        if self.ready_marker and not self._ready:
+            self.wait_for(self.ready_marker, timeout)
+        self._ready = True
 
     @property
     def pid(self) -> int:
@@ -61,16 +78,32 @@ class Proc:
         self.popen.wait(10)
 
     def stop(self, timeout: float = 20) -> None:
+        stop_all([self], timeout)
+
+    def _terminate(self) -> None:
         if self.popen.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
+
+    def _finish(self, timeout: float) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(10)
-            except ProcessLookupError:
-                pass
+            self.popen.wait(10)
         self._log.close()
+
+
+def stop_all(procs: list[Proc], timeout: float = 20) -> None:
+    """SIGTERM to every process group at once, then wait for them together: the processes of one test (or
+    one benchmark) stop in the time the slowest takes, not in the sum of their times. One still running
+    after ``timeout`` is killed (SIGKILL)."""
+    for proc in procs:
+        proc._terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc._finish(max(0.0, deadline - time.monotonic()))
 
 
 def celery_worker(
@@ -81,6 +114,7 @@ def celery_worker(
     concurrency: int | None = None,
     pool: str = "prefork",
     wrap: tuple[str, ...] = (),
+    wait: bool = True,
 ) -> Proc:
     """``wrap``: a command the worker runs under (e.g. ``nsenter --net=...``: on a network of its own).
     ``concurrency`` defaults to 2, or 4 for a worker on every queue: the sweep, receipts and webhooks
@@ -111,10 +145,11 @@ def celery_worker(
         ],
         env,
         ready_marker="ready.",
+        wait=wait,
     )
 
 
-def celery_beat(name: str, env: dict[str, str]) -> Proc:
+def celery_beat(name: str, env: dict[str, str], *, wait: bool = True) -> Proc:
     schedule_dir = tempfile.mkdtemp(prefix=f"smsgw-beat-{name}-")
     return Proc(
         f"beat-{name}",
@@ -132,6 +167,7 @@ def celery_beat(name: str, env: dict[str, str]) -> Proc:
         ],
         env,
         ready_marker="beat: Starting",
+        wait=wait,
     )
 
 

@@ -40,11 +40,9 @@ FINAL = ("delivered", "undelivered", "failed", "cancelled", "expired")
 
 
 def free_port() -> int:
-    import socket
+    from sandbox.process import unused_port  # honours a parallel test worker's own port range
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unused_port()
 
 
 def recipient(i: int) -> str:
@@ -229,8 +227,8 @@ def hogs_stop(hogs: list[subprocess.Popen]) -> None:
 
 
 class Sender(threading.Thread):
-    """POSTs ``rate`` messages a second for ``seconds`` on a fixed timetable (a late one is sent at once,
-    not skipped), each to its own recipient."""
+    """POSTs ``rate`` messages a second for ``seconds`` (or until ``stop()``) on a fixed timetable (a late
+    one is sent at once, not skipped), each to its own recipient."""
 
     def __init__(self, run: EmbeddedRun, rate: float, seconds: float, senders: int, first: int = 0) -> None:
         super().__init__(daemon=True)
@@ -239,12 +237,19 @@ class Sender(threading.Thread):
         self.accepted: list[dict] = []
         self.post_seconds: list[float] = []
         self.error: BaseException | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """No message after the one being sent (its POST is answered first)."""
+        self._stop.set()
 
     def run(self) -> None:
         try:
             start = time.monotonic()
             n = round(self.rate * self.seconds)
             for i in range(n):
+                if self._stop.is_set():
+                    return
                 due = start + i / self.rate
                 if (wait := due - time.monotonic()) > 0:
                     time.sleep(wait)

@@ -1,9 +1,46 @@
 #!/usr/bin/env bash
-# Install everything and run the whole suite: unit and API tests, integration tests with real
-# `celery worker` / `celery beat` processes and the sandbox on PostgreSQL + Redis, and the embedded
-# mode's smoke test (SQLite + filesystem transport). Extra arguments go to pytest.
+# Install everything and run the whole suite: the static checks, then the tests in two halves, each in
+# parallel (pytest-xdist) with a serial group after it:
+#   1. SQLite + the embedded broker: every test that touches no database (they run once, here), the tests
+#      about SQLite and the embedded mode, and the embedded run itself;
+#   2. PostgreSQL + Redis: every test that uses the database, and the integration tests with real
+#      `celery worker` / `celery beat` processes and the sandboxes.
+# tests/isolation.py says how the tests are split and isolated. Options (the rest go to pytest):
+#   --long          also run the long tier (production-scale variants, tests marked `long`)
+#   --workers N     parallel workers per half (default: SMSGW_TEST_WORKERS, else 3)
+# Every phase's wall-clock and CPU time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+LONG=() WORKERS="${SMSGW_TEST_WORKERS:-3}" PYTEST_ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --long) LONG=(--long); shift ;;
+    --workers) WORKERS="$2"; shift 2 ;;
+    *) PYTEST_ARGS+=("$1"); shift ;;
+  esac
+done
+
+# One line per phase at the end: wall-clock seconds, and the CPU seconds of the phase's processes and
+# their children (bash's `times`: user + system, read before and after).
+TIMINGS=() FAILED=()
+phase() {
+  local name="$1" status t0 c0
+  shift
+  t0=$(date +%s.%N) c0=$(children_cpu)
+  # In a subshell of its own with -e on (a function called from an `||` list would run with -e off).
+  set +e
+  (set -e; "$@")
+  status=$?
+  set -e
+  TIMINGS+=("$(awk -v n="$name" -v w="$(date +%s.%N)" -v t0="$t0" -v c="$(children_cpu)" -v c0="$c0" -v s="$status" \
+    'BEGIN { printf "timing: %-16s %7.1f s wall %8.1f s CPU%s", n, w - t0, c - c0, (s ? "  FAILED" : "") }')")
+  [ "$status" = 0 ] || FAILED+=("$name")
+}
+children_cpu() {
+  # The second line of `times` is the children's user and system time, as "XmY.YYYs XmY.YYYs".
+  times | sed -n 2p | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); n += p[1] * 60 + p[2] } print n }'
+}
 ./deploy/bootstrap.sh
 ./deploy/services.sh postgres redis rabbitmq
 
@@ -19,50 +56,76 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
-.venv/bin/ruff check --quiet .
-.venv/bin/ruff format --check --quiet .
-# The layers point one way (pyproject.toml, [tool.importlinter]).
-.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
-# Types of the app packages (pyproject.toml, [tool.mypy]: the stubs, the strict modules, the ignore list).
-DJANGO_SECRET_KEY=type-check-only .venv/bin/mypy
-.venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
-DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+static_checks() {
+  .venv/bin/ruff check --quiet .
+  .venv/bin/ruff format --check --quiet .
+  # The layers point one way (pyproject.toml, [tool.importlinter]).
+  .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+  # Types of the app packages (pyproject.toml, [tool.mypy]: the stubs, the strict modules, the ignore list).
+  DJANGO_SECRET_KEY=type-check-only .venv/bin/mypy
+  .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
+  DJANGO_SECRET_KEY=test-only-secret .venv/bin/python manage.py spectacular --validate --fail-on-warn --file /dev/null
 
-# The docs site (docs/, mkdocs.yml) builds with every link and anchor resolved: strict turns each warning
-# into a failure. Built into a temporary folder, with no network (no fonts or plugins fetched). Not with
-# --quiet: it hides the warnings, and then strict has none to fail on; the log is shown when it fails.
-DOCS_SITE="$(mktemp -d)"
-if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$DOCS_SITE/site" >"$DOCS_SITE/build.log" 2>&1; then
-  cat "$DOCS_SITE/build.log" >&2
-  exit 1
-fi
-rm -rf "$DOCS_SITE"
+  # The docs site (docs/, mkdocs.yml) builds with every link and anchor resolved: strict turns each warning
+  # into a failure. Built into a temporary folder, with no network (no fonts or plugins fetched). Not with
+  # --quiet: it hides the warnings, and then strict has none to fail on; the log is shown when it fails.
+  DOCS_SITE="$(mktemp -d)"
+  if ! NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d "$DOCS_SITE/site" >"$DOCS_SITE/build.log" 2>&1; then
+    cat "$DOCS_SITE/build.log" >&2
+    exit 1
+  fi
+  rm -rf "$DOCS_SITE"
 
-# Production settings pass Django's deployment checklist (TLS behind a proxy, HSTS, secure cookies) and
-# every other system check without a warning. Nothing connects to these; they only load the settings.
-SMSGW_ENV=production DATABASE_URL=postgres://postgres@127.0.0.1:5432/smsgw \
-  DJANGO_SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
-  TWILIO_ACCOUNT_SID="AC$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')" \
-  TWILIO_AUTH_TOKEN="$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')" \
-  .venv/bin/python manage.py check --deploy --fail-level WARNING
+  # Production settings pass Django's deployment checklist (TLS behind a proxy, HSTS, secure cookies) and
+  # every other system check without a warning. Nothing connects to these; they only load the settings.
+  SMSGW_ENV=production DATABASE_URL=postgres://postgres@127.0.0.1:5432/smsgw \
+    DJANGO_SECRET_KEY="$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+    TWILIO_ACCOUNT_SID="AC$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')" \
+    TWILIO_AUTH_TOKEN="$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(16))')" \
+    .venv/bin/python manage.py check --deploy --fail-level WARNING
 
-# The systemd units parse, and every ExecStart exists in this checkout's .venv.
-./deploy/verify-units.sh >/dev/null
+  # The systemd units parse, and every ExecStart exists in this checkout's .venv.
+  ./deploy/verify-units.sh >/dev/null
 
-# The Prometheus alert rules parse and fire as their unit tests say (promtool is in Debian's
-# `prometheus` package; installed here when missing).
-if ! command -v promtool >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get install -y -q prometheus >/dev/null; else sudo apt-get install -y -q prometheus >/dev/null; fi
-fi
-promtool check rules deploy/prometheus/alerts.yml
-(cd deploy/prometheus && promtool test rules alerts.test.yml)
+  # The Prometheus alert rules parse and fire as their unit tests say (promtool is in Debian's
+  # `prometheus` package; installed here when missing).
+  if ! command -v promtool >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then apt-get install -y -q prometheus >/dev/null; else sudo apt-get install -y -q prometheus >/dev/null; fi
+  fi
+  promtool check rules deploy/prometheus/alerts.yml
+  (cd deploy/prometheus && promtool test rules alerts.test.yml)
+}
+phase static static_checks
 
-# 1. Embedded mode's database: everything that does not span processes, on SQLite (WAL).
-env -u DATABASE_URL -u CELERY_BROKER_URL SMSGW_VAR_DIR="$(mktemp -d)" \
-  .venv/bin/python -m pytest -q -m "not integration" -p no:cacheprovider
+# The tests. --dist load hands each worker the next test as it finishes one, in the order of
+# tests/durations.json (longest first); a hang fails its test at the timeout (pyproject.toml).
+run_tests() { .venv/bin/python -m pytest -p no:cacheprovider "${LONG[@]}" "$@" "${PYTEST_ARGS[@]}"; }
+# pytest's exit status 5 is "no test selected": a half's serial group may be empty, and so may a phase
+# that extra arguments (-k, a path) narrow to nothing.
+selected_or_none() {
+  local status=0
+  "$@" || status=$?
+  [ "$status" = 0 ] || { [ "$status" = 5 ] && [ "$ALLOW_NONE" = 1 ]; }
+}
+parallel() { ALLOW_NONE=$((${#PYTEST_ARGS[@]} > 0)) selected_or_none run_tests -n "$WORKERS" --dist load --group parallel "$@"; }
+serial() { ALLOW_NONE=1 selected_or_none run_tests --group serial "$@"; }
 
-# 2. The whole suite on PostgreSQL + Redis, real worker/beat/sandbox processes included.
+# 1. Embedded mode's database and broker: SQLite (WAL) and the filesystem transport, in a fresh var folder
+# (each parallel worker takes a folder of its own inside it).
+export SMSGW_VAR_DIR="${SMSGW_TEST_VAR_DIR:-$(mktemp -d)}"
+on_sqlite() { unset DATABASE_URL CELERY_BROKER_URL; "$@"; }
+phase sqlite on_sqlite parallel --half sqlite
+phase sqlite-serial on_sqlite serial --half sqlite
+
+# 2. PostgreSQL + Redis, real worker/beat/sandbox processes included.
 export DATABASE_URL="${SMSGW_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/smsgw}"
 export CELERY_BROKER_URL="${SMSGW_TEST_BROKER_URL:-redis://127.0.0.1:6379/9}"
 export DJANGO_SECRET_KEY="test-only-secret" SMSGW_ENV=test
-exec .venv/bin/python -m pytest "$@"
+phase postgres parallel --half postgres
+phase postgres-serial serial --half postgres
+
+printf '%s\n' "${TIMINGS[@]}"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "failed: ${FAILED[*]}" >&2
+  exit 1
+fi

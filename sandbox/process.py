@@ -38,11 +38,33 @@ DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
 _LISTENING = re.compile(r"sandbox listening on (http://\S+)(?: control (http://\S+))?")
 
 
+_next_port: int | None = None
+
+
 def unused_port() -> int:
-    """A port nothing listens on (bound then released; nothing else is expected to take it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on (bound then released; nothing else is expected to take it).
+
+    With SMSGW_TEST_PORTS=low-high (set per parallel test worker by tests/isolation.py) the port comes
+    from that range, walked in order: two workers never pick the same port, and one process does not pick
+    a port again until it has handed out the whole range, so a port picked for a server that has not bound
+    it yet is not picked twice. Without it, the kernel picks an ephemeral port."""
+    span = os.environ.get("SMSGW_TEST_PORTS", "")
+    if not span:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    low, high = (int(part) for part in span.split("-"))
+    global _next_port
+    for _ in range(high - low + 1):
+        port = _next_port if _next_port is not None and low <= _next_port <= high else low
+        _next_port = low if port >= high else port + 1
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken (a server of this worker, or a connection still in TIME_WAIT)
+            return port
+    raise RuntimeError(f"no free port in SMSGW_TEST_PORTS={span}")
 
 
 class SandboxProcess:

@@ -388,6 +388,8 @@ QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=
 # TASK_LOST_AFTER (scheduling.dispatch.recovery).
 REPUBLISH_MAX_WAIT_SECONDS = env_int("SMSGW_REPUBLISH_MAX_WAIT_SECONDS", 600, minimum=1)
 TASK_LOST_AFTER_SECONDS = env_int("SMSGW_TASK_LOST_AFTER_SECONDS", 10, minimum=1)
+# A disabled tenant's due messages wait (`tenant_disabled`) and are looked at again this often.
+DISABLED_TENANT_RECHECK_SECONDS = env_int("SMSGW_DISABLED_TENANT_RECHECK_SECONDS", 30, minimum=1)
 SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
 # On a route with another leg after this one, a message moves on after this many transient answers on its

@@ -8,7 +8,7 @@ import os
 from django.conf import settings
 from django.db import connection
 
-from bench.devprocs import ALL_QUEUES, ROOT, Proc, celery_beat, celery_worker, free_port
+from bench.devprocs import ALL_QUEUES, ROOT, Proc, celery_beat, celery_worker, free_port, stop_all
 
 __all__ = [
     "ALL_QUEUES",
@@ -19,6 +19,7 @@ __all__ = [
     "celery_worker",
     "free_port",
     "process_env",
+    "stop_all",
 ]
 
 

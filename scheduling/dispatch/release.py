@@ -49,7 +49,6 @@ PACED = ReasonCode.PACED
 # open parks the message once more, without a second timeline entry).
 KEEP_ON_RELEASE = frozenset({ReasonCode.PROVIDER_HOLD})
 REASON_QUIET = ReasonCode.QUIET_HOURS
-DISABLED_WAIT_SECONDS = 30  # a disabled tenant's due messages are looked at again this often
 PRIORITIES = ("transactional", "bulk")
 # Under a backlog: other tenants with due work get this many of their oldest claimed per pass, and at
 # most this many tenants are looked at (the rest on later passes: the walk starts after the last one).
@@ -298,7 +297,7 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         candidates: list[Candidate] = []
         for r in rows:
             if r["tenant_id"] in inactive:
-                until = now + timedelta(seconds=DISABLED_WAIT_SECONDS)
+                until = now + timedelta(seconds=settings.DISABLED_TENANT_RECHECK_SECONDS)
                 text = "tenant disabled: waiting until it is enabled again"
                 parks.append((r, Park(until, REASON_DISABLED, text, "tenant_disabled", {})))
                 continue

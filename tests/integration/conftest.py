@@ -58,20 +58,28 @@ class Pipeline:
             **FAST,
         )
 
+    # Workers and beats start without waiting for each other: the next wait (wait_until, wait_all_final,
+    # ready) first waits until every one started so far is ready, so a test's processes start together.
     def worker(self, name: str = "w1", **kw) -> processes.Proc:
-        proc = processes.celery_worker(name, self.env, **kw)
+        proc = processes.celery_worker(name, self.env, wait=False, **kw)
         self.procs.append(proc)
         return proc
 
     def beat(self, name: str = "b1") -> processes.Proc:
-        proc = processes.celery_beat(name, self.env)
+        proc = processes.celery_beat(name, self.env, wait=False)
         self.procs.append(proc)
         return proc
+
+    def ready(self) -> None:
+        """Every process started so far is ready (its log says so)."""
+        for proc in self.procs:
+            proc.ready()
 
     def submissions_by_recipient(self) -> Counter:
         return Counter(m.to for m in self.sandbox.list_messages())
 
     def wait_until(self, predicate, timeout: float, what: str) -> None:
+        self.ready()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
@@ -101,8 +109,7 @@ class Pipeline:
         )
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.stop()
+        processes.stop_all(self.procs)
 
 
 # The signature secret both sides share in the Vonage pipeline: the sandbox signs its receipts (and checks

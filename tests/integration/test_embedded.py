@@ -20,7 +20,8 @@ import pytest
 from tests.processes import ROOT, free_port
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+# The embedded mode runs in its own processes on SQLite and the filesystem broker: the SQLite half's.
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 
 def _http(

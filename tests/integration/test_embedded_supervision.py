@@ -20,7 +20,8 @@ from bench.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
 from smsgw.runtime.queues import ROUTED_QUEUES
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+# The embedded mode runs in its own processes on SQLite and the filesystem broker: the SQLite half's.
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 # Recovery windows short enough for a test (production's are minutes to an hour): a task a killed worker
 # held is published again after 5 s, a submission whose answer it never read is looked up after a few
@@ -67,30 +68,48 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-def test_embedded_run_under_cpu_load_on_every_core_delivers_every_message_once_and_no_process_exits(
-    embedded,
-):
-    """kombu#1551 stopped the worker (and with it the whole run) within minutes on a loaded machine: a
-    message file opened while still empty. Here every core is kept busy by other processes and a message
-    is sent every second for 2.5 minutes."""
+def _under_cpu_load(embedded, seconds: int) -> None:
     hogs = hogs_start(os.cpu_count() or 2)
     try:
         run = embedded()
         pids = {name: c["pid"] for name, c in run.status()["children"].items()}
-        sender = Sender(run, rate=2, seconds=150, senders=4)
+        sender = Sender(run, rate=2, seconds=seconds, senders=4)
         sender.start()
-        sender.join(400)
+        sender.join(seconds + 250)
         assert not sender.is_alive() and sender.error is None, sender.error
     finally:
         hogs_stop(hogs)
     result = outcome(run, sender.accepted, settle_seconds=180)
-    assert result["accepted"] == 300
+    assert result["accepted"] == 2 * seconds
     _assert_each_delivered_once(run, result)
     assert run.restarts() == {"sandbox": 0, "vonage-sandbox": 0, "web": 0, "worker": 0, "beat": 0}, run.log()[
         -6000:
     ]
     assert all(_alive(pid) for pid in pids.values()), pids
     assert "Unrecoverable error" not in run.log()
+
+
+HOGS = "keeps every core busy on purpose: a neighbour's timing would be its doing"
+
+
+@pytest.mark.serial(reason=HOGS)
+def test_embedded_run_under_cpu_load_on_every_core_delivers_every_message_once_and_no_process_exits(
+    embedded,
+):
+    """kombu#1551 stopped the worker (and with it the whole run) within minutes on a loaded machine: a
+    message file opened while still empty. Here every core is kept busy by other processes and a message
+    is sent every half second for 40 s (80 messages, each read from a file the worker found while the
+    cores were busy); the long tier runs the same for 2.5 minutes. Final state: every message delivered,
+    each submitted once, no child restarted or exited."""
+    _under_cpu_load(embedded, seconds=40)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+@pytest.mark.serial(reason=HOGS)
+def test_long_embedded_run_under_cpu_load_for_two_and_a_half_minutes(embedded):
+    """The production-scale version of the test above: 300 messages over 150 s under the hogs."""
+    _under_cpu_load(embedded, seconds=150)
 
 
 def test_bad_files_in_the_embedded_broker_folder_are_set_aside_and_the_worker_sends_the_next_message(
@@ -126,32 +145,48 @@ def test_bad_files_in_the_embedded_broker_folder_are_set_aside_and_the_worker_se
     assert "Unrecoverable error" not in log
 
 
-@pytest.mark.parametrize("child", ["worker", "sandbox", "beat", "web"])
-def test_an_embedded_child_killed_with_sigkill_is_restarted_and_every_message_is_delivered_once(
-    embedded, child
-):
+CHILDREN = ("sandbox", "vonage-sandbox", "web", "worker", "beat")
+
+
+def test_each_embedded_child_killed_with_sigkill_is_restarted_and_every_message_is_delivered_once(embedded):
+    """One run, four kills: the worker, the Twilio sandbox, beat and gunicorn are each killed with SIGKILL
+    (their whole process group, pool children included) while messages keep arriving. Each kill is its own
+    fault, as in a run of its own: it comes once 20 more messages were accepted and every message accepted
+    before it was delivered, and the next comes once the killed child is back and the same holds again.
+    Each is restarted once by the supervisor, and nothing else is. Final state: all messages accepted
+    before, between and after the kills delivered, each submitted once (by Twilio, or by Vonage for one
+    Twilio was proved never to have got); then Ctrl-C (SIGTERM to the group) stops every process within
+    30 s."""
     run = embedded(FAST)
-    before = run.status()["children"][child]["pid"]
-    sender = Sender(run, rate=4, seconds=30, senders=8)
+    sender = Sender(run, rate=4, seconds=600, senders=8)
     sender.start()
-    wait_for(lambda: len(sender.accepted) >= 40, 120, "40 messages accepted before the kill")
-    os.killpg(before, signal.SIGKILL)
+    for child in ("worker", "sandbox", "beat", "web"):
+        seen = len(sender.accepted)
+        wait_for(
+            lambda n=seen: len(sender.accepted) >= n + 20, 120, f"20 messages accepted before {child}'s kill"
+        )
+        # the previous kill's messages settled: each fault starts from a run with nothing left to recover
+        _assert_each_delivered_once(run, outcome(run, list(sender.accepted), settle_seconds=240))
+        before = run.status()["children"][child]["pid"]
+        os.killpg(before, signal.SIGKILL)
 
-    def restarted() -> int | None:
-        c = run.status()["children"][child]
-        return c["pid"] if c["restarts"] == 1 and c["pid"] != before and _alive(c["pid"]) else None
+        def restarted(child=child, before=before) -> int | None:
+            c = run.status()["children"][child]
+            return c["pid"] if c["restarts"] == 1 and c["pid"] != before and _alive(c["pid"]) else None
 
-    after = wait_for(restarted, 120, f"{child} to be started again")
-    assert f"{child} exited (signal 9)" in run.log()
-    sender.join(300)
+        wait_for(restarted, 120, f"{child} to be started again")
+        assert f"{child} exited (signal 9)" in run.log()
+    seen = len(sender.accepted)
+    wait_for(lambda: len(sender.accepted) >= seen + 20, 120, "20 messages accepted after the last kill")
+    sender.stop()
+    sender.join(150)
     assert not sender.is_alive() and sender.error is None, sender.error
     result = outcome(run, sender.accepted, settle_seconds=240)
-    assert result["accepted"] == 120
+    assert result["accepted"] >= 100
     _assert_each_delivered_once(run, result)
-    # only the killed child was restarted, once
-    children = ("sandbox", "vonage-sandbox", "web", "worker", "beat")
-    assert run.restarts() == {n: (1 if n == child else 0) for n in children}
-    assert _alive(after)
+    # each killed child was restarted once, and nothing else
+    assert run.restarts() == {n: (0 if n == "vonage-sandbox" else 1) for n in CHILDREN}
+    assert all(_alive(c["pid"]) for c in run.status()["children"].values())
     tree = [psutil.Process(run.proc.pid), *psutil.Process(run.proc.pid).children(recursive=True)]
     # Ctrl-C (SIGTERM to the group) still stops every process, pool children included, within 30 s.
     assert run.stop(timeout=30) < 30

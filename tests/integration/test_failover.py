@@ -141,29 +141,30 @@ def test_us_numbers_go_to_twilio_and_gb_numbers_to_vonage_each_once(two_provider
     assert gb_sender == {VONAGE_SENDER}
 
 
-def test_twilio_503_for_60s_mid_burst_fails_over_to_vonage_none_twice_none_failed(two_providers):
-    """2,000 messages; after the first few hundred reach Twilio, every Twilio call answers 503 for 60 s
-    (nothing stored). The circuit opens; what waits moves to Vonage at once; the submissions answered 503
-    (uncertain: a 503 may follow a stored message) move only once reconciliation proved them absent.
-    Then Twilio recovers, and new messages go to Twilio again (each message starts on its first leg)."""
-    pipeline = two_providers
+def _twilio_outage_mid_burst(
+    pipeline, n: int, before: int, outage_seconds: float
+) -> tuple[object, list[int]]:
+    """n routed messages; once ``before`` of them reached Twilio, every Twilio call answers 503 (nothing
+    stored) for ``outage_seconds``; then Twilio answers again. Returns the tenant and the messages, all
+    final."""
     pipeline.sandbox.config(callbacks_enabled=False)
     pipeline.env.update(SMSGW_CIRCUIT_MIN_FAILURES="5")
-    n = 2000
     tenant, _ = tenant_with_key("acme")
     pks = routed_bulk(tenant, n)
     connection.close()
     pipeline.worker()
     pipeline.beat()
     pipeline.wait_until(
-        lambda: pipeline.sandbox.stats()["submissions"] >= 300, 60, "300 submissions at Twilio"
+        lambda: pipeline.sandbox.stats()["submissions"] >= before, 60, f"{before} submissions at Twilio"
     )
     pipeline.sandbox.config(outage="503")
     outage_started = timezone.now()
     pipeline.wait_until(lambda: len(pipeline.vonage.messages()) > 0, 60, "a first Vonage submission")
     first_vonage = timezone.now()
     pipeline.wait_until(
-        lambda: (timezone.now() - outage_started).total_seconds() >= 60, 90, "the end of the 60 s outage"
+        lambda: (timezone.now() - outage_started).total_seconds() >= outage_seconds,
+        outage_seconds + 30,
+        f"the end of the {outage_seconds:g} s outage",
     )
     pipeline.sandbox.config(outage="none")
     try:
@@ -171,10 +172,31 @@ def test_twilio_503_for_60s_mid_burst_fails_over_to_vonage_none_twice_none_faile
     except AssertionError:
         print(list(ProviderCircuit.objects.values()))
         raise
+    assert (first_vonage - outage_started).total_seconds() < 30
+    return tenant, pks
 
+
+def test_twilio_503_for_12s_mid_burst_fails_over_to_vonage_none_twice_none_failed(two_providers):
+    """400 messages; after the first 60 reach Twilio, every Twilio call answers 503 for 12 s (nothing
+    stored): longer than the circuit takes to open (5 failures) and than reconciliation takes to prove a
+    503'd submission absent (absent grace 3 s, list lag 2 s), so every path of the 2,000-message, 60-s
+    long-tier version below is taken. The circuit opens; what waits moves to Vonage at once; the submissions
+    answered 503 (uncertain: a 503 may follow a stored message) move only once reconciliation proved them
+    absent. Then Twilio recovers, and new messages go to Twilio again (each message starts on its first
+    leg). Final state: all sent, each held once across both providers, none failed."""
+    _failover_holds(two_providers, *_twilio_outage_mid_burst(two_providers, 400, 60, 12))
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_long_twilio_503_for_60s_mid_burst_of_2000_fails_over_to_vonage_none_twice_none_failed(two_providers):
+    """The production-scale version: 2,000 messages, the outage after 300, for 60 s."""
+    _failover_holds(two_providers, *_twilio_outage_mid_burst(two_providers, 2000, 300, 60))
+
+
+def _failover_holds(pipeline, tenant, pks: list[int]) -> None:
     _, vonage = once_across_both(pipeline, pks)
     assert vonage, "nothing failed over"
-    assert (first_vonage - outage_started).total_seconds() < 30
     assert Message.objects.filter(pk__in=pks, status=Status.FAILED).count() == 0
     # Every message at Vonage got there by a failover whose reason proves Twilio did not take it.
     moved = MessageEvent.objects.filter(message_id__in=pks, kind="failover")

@@ -111,21 +111,42 @@ def test_cancel_racing_the_sweep_ends_cancelled_and_unseen_or_sent_once(pipeline
     assert sum(submitted.values()) == sum(1 for s in final.values() if s == Status.SENT)
 
 
-def test_two_sweeps_and_two_workers_over_2000_same_second_messages_submit_each_once(pipeline):
+def _same_second_burst(pipeline, n: int, **batches: str) -> tuple[list[int], object]:
+    pipeline.env.update(batches)
     tenant, _ = tenant_with_key("acme")
     due = timezone.now() + timedelta(seconds=3)
-    pks = messages_bulk(tenant, 2000, due_at=due)
+    pks = messages_bulk(tenant, n, due_at=due)
     connection.close()
     pipeline.worker("w1")
     pipeline.worker("w2")
     pipeline.beat("b1")
     pipeline.beat("b2")
     pipeline.wait_all_final(pks, timeout=120)
+    return pks, due
 
-    assert handed_over(pks) == {Status.SENT: 2000}
+
+def test_two_sweeps_and_two_workers_over_600_same_second_messages_submit_each_once(pipeline):
+    """600 messages due in the same second, two beats (two sweeps each second) and two workers claiming
+    them at once. The batches are scaled with the messages (sweep 150, send 50 rows: four sweep batches and
+    twelve send batches, as 2,000 messages make with the defaults 1,000 and 250 and more), so sweeps race
+    for the same rows as at full scale. Final state: all 600 sent, each submitted once, one taking attempt
+    and one `queued` event each, none before its due time. The long tier runs 2,000 with the defaults."""
+    burst = _same_second_burst(pipeline, 600, SMSGW_SWEEP_BATCH_SIZE="150", SMSGW_SEND_BATCH_SIZE="50")
+    _each_once(pipeline, 600, *burst)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_long_two_sweeps_and_two_workers_over_2000_same_second_messages_submit_each_once(pipeline):
+    """The production-scale version: 2,000 messages."""
+    _each_once(pipeline, 2000, *_same_second_burst(pipeline, 2000))
+
+
+def _each_once(pipeline, n: int, pks: list[int], due) -> None:
+    assert handed_over(pks) == {Status.SENT: n}
     submitted = pipeline.submissions_by_recipient()
-    assert sum(submitted.values()) == 2000 and set(submitted.values()) == {1}
-    assert pipeline.sandbox.stats()["submissions"] == 2000
+    assert sum(submitted.values()) == n and set(submitted.values()) == {1}
+    assert pipeline.sandbox.stats()["submissions"] == n
     # One attempt per message reached the provider. On a loaded machine some requests time out: those
     # are reconciled, and an attempt proven absent is sent again, so more attempts may exist, but none
     # of the others was taken by the provider.
@@ -133,8 +154,8 @@ def test_two_sweeps_and_two_workers_over_2000_same_second_messages_submit_each_o
     per_message = Counter(
         Attempt.objects.filter(message_id__in=pks, outcome__in=taken).values_list("message_id", flat=True)
     )
-    assert len(per_message) == 2000 and set(per_message.values()) == {1}
-    assert MessageEvent.objects.filter(message_id__in=pks, kind="queued").count() == 2000
+    assert len(per_message) == n and set(per_message.values()) == {1}
+    assert MessageEvent.objects.filter(message_id__in=pks, kind="queued").count() == n
     assert not Message.objects.filter(pk__in=pks, sent_at__lt=due).exists()
 
 

@@ -15,7 +15,6 @@ from django.utils import timezone
 from bench.devprocs import SEND_QUEUES
 from delivery.models import AccountCapacity, Attempt, AttemptOutcome, ProviderCircuit, SenderCapacity
 from scheduling.dispatch.quiet import QuietWindow
-from scheduling.dispatch.release import DISABLED_WAIT_SECONDS
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.models import Tenant
@@ -355,10 +354,16 @@ def test_a_tenants_backlog_does_not_delay_another_tenants_messages(pipeline):
 
 
 # --- 4. a disabled tenant ---------------------------------------------------------------------------
+RECHECK = 3
+
+
 def test_a_disabled_tenant_sends_nothing_and_resumes_when_enabled(pipeline):
     """A disabled tenant's 20 due messages stay ``scheduled``, reason ``tenant_disabled`` (one timeline
-    entry each), and the provider gets none of them. Enabled again, they are released at the next look
-    (every DISABLED_WAIT_SECONDS). Final state: all 20 ``sent``, each submitted once, reason cleared."""
+    entry each, however often they are looked at again), and the provider gets none of them. Enabled again,
+    they are released at the next look: every 3 s here (SMSGW_DISABLED_TENANT_RECHECK_SECONDS; 30 in
+    production), so a few looks happen while the tenant is disabled. Final state: all 20 ``sent``, each
+    submitted once, reason cleared."""
+    pipeline.env["SMSGW_DISABLED_TENANT_RECHECK_SECONDS"] = str(RECHECK)
     tenant, _ = tenant_with_key("acme", is_active=False)
     pks = messages_bulk(tenant, 20, due_at=timezone.now())
     connection.close()
@@ -372,12 +377,19 @@ def test_a_disabled_tenant_sends_nothing_and_resumes_when_enabled(pipeline):
         60,
         "every message waiting as tenant_disabled",
     )
+    # Looked at again while still disabled: still waiting, no second timeline entry.
+    first_look = max(Message.objects.filter(pk__in=pks).values_list("run_after", flat=True))
+    pipeline.wait_until(
+        lambda: min(Message.objects.filter(pk__in=pks).values_list("run_after", flat=True)) > first_look,
+        30,
+        "every message looked at again",
+    )
     assert pipeline.sandbox.submissions() == []
     assert Counter(events_per_message(pks, "tenant_disabled").values()) == {1: 20}
 
     Tenant.objects.filter(pk=tenant.pk).update(is_active=True)
     connection.close()
-    pipeline.wait_all_final(pks, timeout=DISABLED_WAIT_SECONDS + 30)
+    pipeline.wait_all_final(pks, timeout=RECHECK + 30)
     sent_once_each(pipeline, pks)
     assert set(Message.objects.filter(pk__in=pks).values_list("reason_code", flat=True)) == {""}
     assert Counter(events_per_message(pks, "tenant_disabled").values()) == {1: 20}

@@ -19,6 +19,7 @@ from tests.factories import recipient, tenant_with_key
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.serial(reason="the local RabbitMQ's smsgw vhost, user and queues are one broker-wide state"),
     pytest.mark.skipif(not shutil.which("rabbitmqctl"), reason="RabbitMQ is not installed here"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +27,10 @@ DEFINITIONS = ROOT / "deploy" / "rabbitmq" / "definitions.json"
 TASK_QUEUES = ("sweep", "send.transactional", "send.bulk", "receipts", "webhooks", "reconcile", "default")
 
 
-def _ctl(*args: str) -> str:
-    out = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=120)
+def _ctl(*args: str, stdin: str | None = None) -> str:
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -36,7 +39,10 @@ def _ctl(*args: str) -> str:
 def rabbit_url():
     """Load the shipped definitions into the local RabbitMQ, as an operator would, and give the
     passwordless smsgw user a password (docs/deploy.md: rabbitmqctl change_password)."""
-    _ctl("import_definitions", str(DEFINITIONS))
+    # On standard input: a path is read by the broker's own user, and the clone may live in a folder only
+    # its owner can read (mktemp -d makes them 0700). No path argument: RabbitMQ 3.10's CLI (Debian 12)
+    # takes "-" for a file name; without a path it reads standard input, in the --format given.
+    _ctl("import_definitions", "--format", "json", stdin=DEFINITIONS.read_text())
     password = secrets.token_hex(12)
     _ctl("change_password", "smsgw", password)
     for q in TASK_QUEUES:

@@ -77,13 +77,14 @@ def copies(pipeline, to: str) -> list[dict]:
 
 
 # --- 1. stored, then answered 500 / 503 ---------------------------------------------------------------
-@pytest.mark.parametrize("answer", ["500", "503"])
-def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, answer):
-    """2,000 messages, 1% of creates stored by Twilio and then answered 500 (or 503). Callbacks are off:
-    each uncertain one is found by the Messages list alone, recorded sent under the stored sid, and never
-    submitted again."""
-    n = 2000
-    pipeline.sandbox.config(**{f"store_then_{answer}_rate": 0.01}, callbacks_enabled=False)
+def _stored_then_5xx(pipeline, answer: str, n: int, rate: float) -> list[int]:
+    """n messages, a share ``rate`` of creates stored by Twilio and then answered ``answer`` (two of them
+    whatever the rate draws); returns the messages, all final."""
+    pipeline.sandbox.config(
+        **{f"store_then_{answer}_rate": rate},
+        callbacks_enabled=False,
+        rules=[{"to": recipient(i), "action": f"store_then_{answer}", "times": 1} for i in (7, n // 2 + 7)],
+    )
     # A request timeout well above a loaded machine's latency: the uncertain attempts are the injected
     # ones, not our own timeouts (with FAST's 2 s, a busy 2-CPU host times out dozens of the 2,000).
     pipeline.env.update(
@@ -97,7 +98,27 @@ def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, a
     pipeline.worker()
     pipeline.beat()
     pipeline.wait_all_final(pks, timeout=240, final=FINAL)
+    return pks
 
+
+@pytest.mark.parametrize("answer", ["500", "503"])
+def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, answer):
+    """400 messages, 1% of creates (and two chosen ones, whatever the rate draws) stored by Twilio and
+    then answered 500 (or 503). Callbacks are off: each uncertain one is found by the Messages list alone,
+    recorded sent under the stored sid, and never submitted again. Final state: all 400 sent, each held
+    once. The long tier runs 2,000 messages."""
+    _each_submitted_once(pipeline, answer, _stored_then_5xx(pipeline, answer, 400, 0.01), 400)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("answer", ["500", "503"])
+def test_long_stored_then_5xx_at_one_percent_of_2000_every_message_submitted_once(pipeline, answer):
+    """The production-scale version: 2,000 messages."""
+    _each_submitted_once(pipeline, answer, _stored_then_5xx(pipeline, answer, 2000, 0.01), 2000)
+
+
+def _each_submitted_once(pipeline, answer: str, pks: list[int], n: int) -> None:
     outcomes = held_once_each(pipeline, pks)
     injected = pipeline.sandbox.stats()["by_outcome"].get(f"store_then_{answer}", 0)
     assert injected > 0, "no create was stored-then-failed: the test proves nothing"
@@ -131,21 +152,17 @@ def test_stored_then_5xx_at_one_percent_every_message_submitted_once(pipeline, a
 
 
 # --- 2. stored but unanswered, and never stored, behind a lagging list ---------------------------------
-def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_lag_bound(pipeline):
-    """300 messages; the Messages list hides a message for its first 120 s. Some creates are stored and
-    their connection dropped unanswered, some are never stored (a timeout). The stored ones are found
-    once they show in the list (after 120 s), and the absent ones are resent once, only after the
-    list-lag bound (timeout + grace + SMSGW_RECONCILE_LIST_LAG_SECONDS=125) has passed since their
-    attempt began. No message is submitted twice."""
-    n = 300
+def _behind_a_lagging_list(pipeline, n: int, list_lag: int, lag: int) -> list[int]:
+    """n messages; the Messages list hides a message for its first ``list_lag`` seconds, the gateway's
+    bound is ``lag``; 1% of creates (and two chosen ones each) stored and dropped unanswered, 1% (and two)
+    never stored. Returns the messages, all final, with the list showing everything again."""
     dropped_to = [recipient(i) for i in (10, 110)]
     timeout_to = [recipient(i) for i in (20, 120)]
-    lag = 125
     pipeline.sandbox.config(
         store_then_drop_rate=0.01,
         timeout_rate=0.01,
         timeout_hang_seconds=TIMEOUT + 2,
-        list_lag_seconds=120,
+        list_lag_seconds=list_lag,
         callbacks_enabled=False,
         # at least two of each, whatever the rates draw
         rules=[{"to": to, "action": "store_then_drop", "times": 1} for to in dropped_to]
@@ -168,7 +185,30 @@ def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_la
     )  # ~lag + 10 s unless a resend timed out too
     # Every message is final: the list may now show the whole store, the last minutes included.
     pipeline.sandbox.config(list_lag_seconds=0)
+    return pks
 
+
+def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_lag_bound(pipeline):
+    """300 messages; the Messages list hides a message for its first 20 s (Twilio's list lags; the long
+    tier runs 120 s). Some creates are stored and their connection dropped unanswered, some are never
+    stored (a timeout). The stored ones are found once they show in the list (after 20 s), and the absent
+    ones are resent once, only after the list-lag bound (timeout + grace +
+    SMSGW_RECONCILE_LIST_LAG_SECONDS=25) has passed since their attempt began: the bound is above the lag
+    by the same 5 s as at production scale, so a message still hidden is never declared absent. No message
+    is submitted twice."""
+    _found_or_resent_once(pipeline, _behind_a_lagging_list(pipeline, 300, 20, 25), 300, 25)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_long_lagging_list_of_120_s_unanswered_found_and_never_stored_resent_once(pipeline):
+    """The production-scale version: the list lags 120 s, the bound is 125 s."""
+    _found_or_resent_once(pipeline, _behind_a_lagging_list(pipeline, 300, 120, 125), 300, 125)
+
+
+def _found_or_resent_once(pipeline, pks: list[int], n: int, lag: int) -> None:
+    dropped_to = [recipient(i) for i in (10, 110)]
+    timeout_to = [recipient(i) for i in (20, 120)]
     stats = pipeline.sandbox.stats()["by_outcome"]
     dropped, timed_out = stats.get("store_then_drop", 0), stats.get("timeout", 0)
     assert dropped >= 2 and timed_out >= 2

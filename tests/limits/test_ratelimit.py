@@ -14,7 +14,8 @@ from smsgw.models import Tenant
 from tests.factories import recipient, tenant_with_key
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: the rate limit's database backend is the embedded mode's.
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy")
 

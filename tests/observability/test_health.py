@@ -16,7 +16,8 @@ from smsgw.celery import app
 from smsgw.http import health
 from smsgw.observability.models import Heartbeat
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: the embedded mode's readiness checks (SQLite, filesystem broker).
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 
 def test_healthz_answers_without_the_database(client):

@@ -290,7 +290,7 @@ def test_an_open_circuit_parks_everything_probes_with_one_message_and_releases_o
     assert set(Message.objects.filter(pk__in=pks).values_list("attempt_count", flat=True)) == {0}
 
 
-def test_a_disabled_tenant_sends_nothing_and_resumes_when_enabled(adapter, api):
+def test_a_disabled_tenant_sends_nothing_and_resumes_when_enabled(adapter, api, settings):
     Tenant.objects.filter(pk=api.tenant.pk).update(is_active=False)
     t0 = timezone.now()
     pks = messages_bulk(api.tenant, 10, due_at=t0 - timedelta(seconds=1))
@@ -300,7 +300,7 @@ def test_a_disabled_tenant_sends_nothing_and_resumes_when_enabled(adapter, api):
         "tenant_disabled"
     }
     Tenant.objects.filter(pk=api.tenant.pk).update(is_active=True)
-    release.due_release(now=t0 + timedelta(seconds=release.DISABLED_WAIT_SECONDS + 1))
+    release.due_release(now=t0 + timedelta(seconds=settings.DISABLED_TENANT_RECHECK_SECONDS + 1))
     assert statuses(pks) == {Status.QUEUED: 10}
 
 

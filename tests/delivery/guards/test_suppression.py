@@ -22,7 +22,8 @@ from scheduling.models import Message, Status
 from smsgw.console.roles import roles_sync
 from tests.factories import SENDER, message, recipient, sender_for, tenant_with_key
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: suppression's upsert has a SQLite form.
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 PUBLIC = "https://sms.example.com"
 INBOUND = f"{PUBLIC}/inbound/twilio/"
 SERVICE = "MG" + "a" * 32

@@ -15,7 +15,8 @@ from scheduling.lifecycle.transitions import TransitionNotAllowed
 from scheduling.models import Campaign, CampaignStatus
 from tests.factories import campaign_with_messages, tenant_with_key
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: the transitions' SQL has a SQLite form.
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 C = CampaignStatus
 
 

@@ -14,7 +14,8 @@ from scheduling.models import Schedule, ScheduleStatus
 from scheduling.schedules.materialize import schedules_materialize
 from tests.factories import RECIPIENT
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: the transitions' SQL has a SQLite form.
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 S = ScheduleStatus
 
 

@@ -8,6 +8,9 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import message
 
+# SQLite half too: the transitions' SQL has a SQLite form (RETURNING, no row locks).
+pytestmark = pytest.mark.sqlite
+
 
 @pytest.fixture
 def tenant(tenant_and_key):

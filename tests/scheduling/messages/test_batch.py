@@ -18,7 +18,8 @@ from scheduling.messages import service as services
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import RECIPIENT, SENDER, recipient, tenant_with_key
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: a message's birth writes differently on SQLite (scheduling.messages.birth).
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 UK = "+442079460123"  # Ofcom drama range (fictional), valid for libphonenumber
 
 

@@ -18,7 +18,8 @@ from scheduling.schedules import service as schedule_service
 from scheduling.schedules.materialize import schedules_materialize
 from tests.factories import RECIPIENT, sender_for, tenant_with_key
 
-pytestmark = pytest.mark.django_db
+# SQLite half too: the materializer claims schedules differently on SQLite (no SKIP LOCKED).
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 
 def utc(*args) -> datetime:

@@ -21,7 +21,8 @@ from tests.factories import RECIPIENT, message, tenant_with_key
 from tests.processes import free_port
 from tests.smsgw.http.test_openapi_contract import Contract, served_schema
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# SQLite half too: a locked SQLite database answers 503, as an unreachable PostgreSQL does.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 
 @contextlib.contextmanager

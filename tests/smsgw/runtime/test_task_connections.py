@@ -11,7 +11,8 @@ from django.db import InterfaceError, OperationalError, connection, connections
 from receipts.tasks import process
 from smsgw.celery import _task_connections, app
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# SQLite half too: SQLite connections are not kept between tasks.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 
 def backend_pid() -> int:

@@ -149,6 +149,8 @@ def test_payload_decode_names_why_a_payload_is_not_a_message():
 redis_only = pytest.mark.skipif(
     not settings.CELERY_BROKER_URL.startswith("redis"), reason="needs the Redis broker (CELERY_BROKER_URL)"
 )
+# The embedded broker's tests run in the SQLite half, the Redis broker's in the PostgreSQL half.
+pytestmark = [pytest.mark.sqlite, pytest.mark.redis]
 
 
 @redis_only
