@@ -21,21 +21,26 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# One line per phase at the end: wall-clock seconds, and the CPU seconds of the phase's processes and
-# their children (bash's `times`: user + system, read before and after).
-TIMINGS=() FAILED=()
+# One line per phase at the end: wall-clock seconds, and the CPU seconds (user + system) of the phase's
+# processes and their children, as bash's `times` reports them when the phase's subshell ends.
+TIMINGS=() FAILED=() STARTED=$(date +%s.%N)
 phase() {
-  local name="$1" status t0 c0
+  local name="$1" status t0 cpu
   shift
-  t0=$(date +%s.%N) c0=$(children_cpu)
-  # In a subshell of its own with -e on (a function called from an `||` list would run with -e off).
+  t0=$(date +%s.%N) cpu=$(mktemp)
+  # In a subshell of its own with -e on (a function called from an `||` list would run with -e off); the
+  # subshell writes the CPU time of its processes as it exits (only its own: the static checks run beside).
   set +e
-  (set -e; "$@")
+  (trap 'children_cpu >"$cpu"' EXIT; set -e; "$@")
   status=$?
   set -e
-  TIMINGS+=("$(awk -v n="$name" -v w="$(date +%s.%N)" -v t0="$t0" -v c="$(children_cpu)" -v c0="$c0" -v s="$status" \
-    'BEGIN { printf "timing: %-16s %7.1f s wall %8.1f s CPU%s", n, w - t0, c - c0, (s ? "  FAILED" : "") }')")
-  [ "$status" = 0 ] || FAILED+=("$name")
+  record "$name" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(cat "$cpu")" "$status"
+  rm -f "$cpu"
+}
+record() { # name, wall seconds, CPU seconds, exit status
+  TIMINGS+=("$(awk -v n="$1" -v w="$2" -v c="$3" -v s="$4" \
+    'BEGIN { printf "timing: %-16s %7.1f s wall %8.1f s CPU%s", n, w, c, (s ? "  FAILED" : "") }')")
+  [ "$4" = 0 ] || FAILED+=("$1")
 }
 children_cpu() {
   # The second line of `times` is the children's user and system time, as "XmY.YYYs XmY.YYYs".
@@ -95,7 +100,24 @@ static_checks() {
   promtool check rules deploy/prometheus/alerts.yml
   (cd deploy/prometheus && promtool test rules alerts.test.yml)
 }
-phase static static_checks
+# The static checks run beside the SQLite half's parallel tests, which leave a core idle much of the time
+# (the embedded runs wait on their own processes); their output is shown after those tests.
+STATIC="$(mktemp -d)"
+(
+  t0=$(date +%s.%N)
+  set +e
+  (set -e; static_checks) >"$STATIC/log" 2>&1
+  echo "$? $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }') $(children_cpu)" >"$STATIC/result"
+) &
+STATIC_PID=$!
+static_done() {
+  local status wall cpu
+  wait "$STATIC_PID" || true
+  read -r status wall cpu <"$STATIC/result"
+  cat "$STATIC/log"
+  record static "$wall" "$cpu" "$status"
+  rm -rf "$STATIC"
+}
 
 # The tests. --dist load hands each worker the next test as it finishes one, in the order of
 # tests/durations.json (longest first); a hang fails its test at the timeout (pyproject.toml).
@@ -115,6 +137,7 @@ serial() { ALLOW_NONE=1 selected_or_none run_tests --group serial "$@"; }
 export SMSGW_VAR_DIR="${SMSGW_TEST_VAR_DIR:-$(mktemp -d)}"
 on_sqlite() { unset DATABASE_URL CELERY_BROKER_URL; "$@"; }
 phase sqlite on_sqlite parallel --half sqlite
+static_done
 phase sqlite-serial on_sqlite serial --half sqlite
 
 # 2. PostgreSQL + Redis, real worker/beat/sandbox processes included.
@@ -124,6 +147,7 @@ export DJANGO_SECRET_KEY="test-only-secret" SMSGW_ENV=test
 phase postgres parallel --half postgres
 phase postgres-serial serial --half postgres
 
+record total "$(awk -v a="$STARTED" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(children_cpu)" 0
 printf '%s\n' "${TIMINGS[@]}"
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "failed: ${FAILED[*]}" >&2

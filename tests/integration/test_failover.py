@@ -142,13 +142,16 @@ def test_us_numbers_go_to_twilio_and_gb_numbers_to_vonage_each_once(two_provider
 
 
 def _twilio_outage_mid_burst(
-    pipeline, n: int, before: int, outage_seconds: float
+    pipeline, n: int, before: int, outage_seconds: float, rate: int | None = None
 ) -> tuple[object, list[int]]:
     """n routed messages; once ``before`` of them reached Twilio, every Twilio call answers 503 (nothing
-    stored) for ``outage_seconds``; then Twilio answers again. Returns the tenant and the messages, all
-    final."""
+    stored) for ``outage_seconds``; then Twilio answers again. ``rate``: the Twilio sender's messages per
+    second (unlimited when None), so that, as with 2,000 messages at full speed, most of the burst still
+    waits when the outage starts. Returns the tenant and the messages, all final."""
     pipeline.sandbox.config(callbacks_enabled=False)
     pipeline.env.update(SMSGW_CIRCUIT_MIN_FAILURES="5")
+    if rate is not None:
+        pipeline.env.update(SMSGW_RATE_LONG_CODE=str(rate))
     tenant, _ = tenant_with_key("acme")
     pks = routed_bulk(tenant, n)
     connection.close()
@@ -177,14 +180,15 @@ def _twilio_outage_mid_burst(
 
 
 def test_twilio_503_for_12s_mid_burst_fails_over_to_vonage_none_twice_none_failed(two_providers):
-    """400 messages; after the first 60 reach Twilio, every Twilio call answers 503 for 12 s (nothing
-    stored): longer than the circuit takes to open (5 failures) and than reconciliation takes to prove a
+    """400 messages, paced at 40/s on the Twilio sender (unpaced, the worker would have every one of them in
+    flight at once, where 2,000 keep a backlog waiting); after the first 60 reach Twilio, every Twilio call
+    answers 503 for 12 s (nothing stored): longer than the circuit takes to open (5 failures) and than reconciliation takes to prove a
     503'd submission absent (absent grace 3 s, list lag 2 s), so every path of the 2,000-message, 60-s
     long-tier version below is taken. The circuit opens; what waits moves to Vonage at once; the submissions
     answered 503 (uncertain: a 503 may follow a stored message) move only once reconciliation proved them
     absent. Then Twilio recovers, and new messages go to Twilio again (each message starts on its first
     leg). Final state: all sent, each held once across both providers, none failed."""
-    _failover_holds(two_providers, *_twilio_outage_mid_burst(two_providers, 400, 60, 12))
+    _failover_holds(two_providers, *_twilio_outage_mid_burst(two_providers, 400, 60, 12, rate=40))
 
 
 @pytest.mark.long

@@ -23,7 +23,14 @@ from tests import processes
 from tests.integration.db_proxy import DatabaseProxy
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    # Each stop is timed against a deadline, and a process starved of CPU by a neighbour's stops late.
+    pytest.mark.serial(
+        reason="times each stop against its deadline: a neighbour's CPU load would be timed too"
+    ),
+]
 
 STOP_DEADLINE_S = 30
 BEAT_STOPS = 10

@@ -50,7 +50,8 @@ def test_production_is_the_default_with_a_database_url_and_starts_with_strong_se
         ("", "is not set"),
         ("bench", "5 characters long"),
         ("test-only-secret", "16 characters long"),
-        ("django-insecure-" + secrets.token_urlsafe(50), "django-insecure-"),
+        # a fresh key each run, under a fixed id: every parallel worker collects the same test ids
+        pytest.param("django-insecure-" + secrets.token_urlsafe(50), "django-insecure-", id="django-insecure"),
         ("ab" * 40, "distinct characters"),
     ],
 )
@@ -206,7 +207,8 @@ def test_the_same_settings_without_placeholders_start():
         ("TWILIO_AUTH_TOKEN", "sandbox-auth-token"),
         ("VONAGE_API_KEY", "abcd1234"),  # the Vonage sandbox's (docs/vonage.md)
         ("VONAGE_API_SECRET", "sandbox-api-secret"),
-        ("DJANGO_SECRET_KEY", "replace-me-" + secrets.token_urlsafe(50)),
+        # a fresh key each run, under a fixed id: every parallel worker collects the same test ids
+        pytest.param("DJANGO_SECRET_KEY", "replace-me-" + secrets.token_urlsafe(50), id="DJANGO_SECRET_KEY"),
     ],
 )
 def test_a_sandbox_or_placeholder_credential_stops_start_up(name, value):
