@@ -31,10 +31,10 @@ phase() {
   # In a subshell of its own with -e on (a function called from an `||` list would run with -e off); the
   # subshell writes the CPU time of its processes as it exits (only its own: the static checks run beside).
   set +e
-  (trap 'children_cpu >"$cpu"' EXIT; set -e; "$@")
+  (trap 'times >"$cpu"' EXIT; set -e; "$@")
   status=$?
   set -e
-  record "$name" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(cat "$cpu")" "$status"
+  record "$name" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(children_cpu "$cpu")" "$status"
   rm -f "$cpu"
 }
 record() { # name, wall seconds, CPU seconds, exit status
@@ -43,8 +43,9 @@ record() { # name, wall seconds, CPU seconds, exit status
   [ "$4" = 0 ] || FAILED+=("$1")
 }
 children_cpu() {
-  # The second line of `times` is the children's user and system time, as "XmY.YYYs XmY.YYYs".
-  times | sed -n 2p | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); n += p[1] * 60 + p[2] } print n }'
+  # The file holds what `times` printed (run in the shell itself: in a pipe or $(...) it would report a
+  # subshell's); its second line is the children's user and system time, as "XmY.YYYs XmY.YYYs".
+  sed -n 2p "$1" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); n += p[1] * 60 + p[2] } print n }'
 }
 ./deploy/bootstrap.sh
 ./deploy/services.sh postgres redis rabbitmq
@@ -107,7 +108,10 @@ STATIC="$(mktemp -d)"
   t0=$(date +%s.%N)
   set +e
   (set -e; static_checks) >"$STATIC/log" 2>&1
-  echo "$? $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }') $(children_cpu)" >"$STATIC/result"
+  status=$?
+  times >"$STATIC/times"
+  echo "$status $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }') $(children_cpu "$STATIC/times")" \
+    >"$STATIC/result"
 ) &
 STATIC_PID=$!
 static_done() {
@@ -119,8 +123,11 @@ static_done() {
   rm -rf "$STATIC"
 }
 
-# The tests. --dist load hands each worker the next test as it finishes one, in the order of
-# tests/durations.json (longest first); a hang fails its test at the timeout (pyproject.toml).
+# The tests. --dist load with --maxschedchunk 1 keeps two tests queued per worker and hands each worker the
+# next one as it finishes one, in the order of tests/durations.json (longest first): the long tests spread
+# over every worker, and the run ends on short ones. (Without it, xdist's first hand-out gives each worker a
+# quarter of its share as one consecutive block: the first worker would get all the longest tests.) A hang
+# fails its test at the timeout (pyproject.toml).
 run_tests() { .venv/bin/python -m pytest -p no:cacheprovider "${LONG[@]}" "$@" "${PYTEST_ARGS[@]}"; }
 # pytest's exit status 5 is "no test selected": a half's serial group may be empty, and so may a phase
 # that extra arguments (-k, a path) narrow to nothing.
@@ -129,7 +136,10 @@ selected_or_none() {
   "$@" || status=$?
   [ "$status" = 0 ] || { [ "$status" = 5 ] && [ "$ALLOW_NONE" = 1 ]; }
 }
-parallel() { ALLOW_NONE=$((${#PYTEST_ARGS[@]} > 0)) selected_or_none run_tests -n "$WORKERS" --dist load --group parallel "$@"; }
+parallel() {
+  ALLOW_NONE=$((${#PYTEST_ARGS[@]} > 0)) selected_or_none run_tests -n "$WORKERS" --dist load --maxschedchunk 1 \
+    --group parallel "$@"
+}
 serial() { ALLOW_NONE=1 selected_or_none run_tests --group serial "$@"; }
 
 # 1. Embedded mode's database and broker: SQLite (WAL) and the filesystem transport, in a fresh var folder
@@ -147,7 +157,10 @@ export DJANGO_SECRET_KEY="test-only-secret" SMSGW_ENV=test
 phase postgres parallel --half postgres
 phase postgres-serial serial --half postgres
 
-record total "$(awk -v a="$STARTED" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(children_cpu)" 0
+TOTAL_TIMES="$(mktemp)"
+times >"$TOTAL_TIMES"
+record total "$(awk -v a="$STARTED" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$(children_cpu "$TOTAL_TIMES")" 0
+rm -f "$TOTAL_TIMES"
 printf '%s\n' "${TIMINGS[@]}"
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "failed: ${FAILED[*]}" >&2

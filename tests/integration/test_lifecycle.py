@@ -170,7 +170,8 @@ def test_worker_killed_with_sigkill_mid_batch_loses_nothing_and_duplicates_nothi
     pipeline.wait_until(
         lambda: Message.objects.filter(pk__in=pks, status=Status.SENDING).count() >= 50, 60, "sends in flight"
     )
-    time.sleep(0.5)  # let some of the in-flight requests reach the sandbox
+    # some of the in-flight requests reached the sandbox (stored after its latency), the rest are on their way
+    pipeline.wait_until(lambda: pipeline.sandbox.stats()["submissions"] >= 1, 30, "a first submission stored")
     victim.kill9()
     in_flight = Message.objects.filter(pk__in=pks, status=Status.SENDING).count()
     assert in_flight > 0, "the kill did not land mid-batch"

@@ -20,6 +20,7 @@ from bench.schedules import schedules_load
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, Status
 from tests import processes
 from tests.factories import RECIPIENT, tenant_with_key
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -88,6 +89,14 @@ def test_two_materializers_at_once_make_each_occurrence_once():
     assert not horizon_passed.exists()
 
 
+def _only_this_session() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] == 0
+
+
 def test_a_materializer_killed_mid_run_and_restarted_makes_no_extra_occurrence():
     expected, first_due = _load(800)
     victim = _materializer("materialize-victim", "--batch-size", "10")
@@ -96,8 +105,9 @@ def test_a_materializer_killed_mid_run_and_restarted_makes_no_extra_occurrence()
         assert time.monotonic() < deadline and victim.popen.poll() is None, victim.log()[-3000:]
         time.sleep(0.02)
     victim.kill9()
-    # A COMMIT the server received just before the kill still completes; let it land before counting.
-    time.sleep(1)
+    # A COMMIT the server received just before the kill still completes: count once the victim's session
+    # has ended at the server.
+    wait_for(_only_this_session, 30, "the killed materializer's session to end")
     connection.close()
     made_before = Message.objects.count()
     assert 0 < made_before < expected, "the kill did not land mid-run"
@@ -124,6 +134,16 @@ def test_a_materializer_killed_mid_run_and_restarted_makes_no_extra_occurrence()
         again.stop()
     assert totals["created"] == 0 and totals["existing"] == expected
     _assert_each_occurrence_once(expected)
+
+
+def _materializer_passes(pipeline) -> int:
+    """Materializer runs the pipeline's workers finished so far (Celery logs each task's success)."""
+    return sum(
+        line.count("scheduling.materialize[")
+        for p in pipeline.procs
+        for line in p.log().splitlines()
+        if "succeeded" in line
+    )
 
 
 def test_pausing_between_materialization_and_sending_stops_the_pending_occurrences(pipeline, settings):
@@ -172,7 +192,9 @@ def test_pausing_between_materialization_and_sending_stops_the_pending_occurrenc
         30,
         "in-flight occurrences to finish",
     )
-    time.sleep(3)
+    # Three more materializer passes (every second here) after the pause, and nothing new was made.
+    passes = _materializer_passes(pipeline)
+    pipeline.wait_until(lambda: _materializer_passes(pipeline) >= passes + 3, 30, "three materializer passes")
     assert not mine.filter(created_at__gt=paused_at).exists()
     final = dict(mine.values_list("public_id", "status"))
     assert set(final.values()) <= {Status.SENT, Status.CANCELLED}

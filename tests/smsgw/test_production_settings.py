@@ -51,7 +51,9 @@ def test_production_is_the_default_with_a_database_url_and_starts_with_strong_se
         ("bench", "5 characters long"),
         ("test-only-secret", "16 characters long"),
         # a fresh key each run, under a fixed id: every parallel worker collects the same test ids
-        pytest.param("django-insecure-" + secrets.token_urlsafe(50), "django-insecure-", id="django-insecure"),
+        pytest.param(
+            "django-insecure-" + secrets.token_urlsafe(50), "django-insecure-", id="django-insecure"
+        ),
         ("ab" * 40, "distinct characters"),
     ],
 )
