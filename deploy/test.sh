@@ -7,12 +7,13 @@
 #      `celery worker` / `celery beat` processes and the sandboxes.
 # tests/isolation.py says how the tests are split and isolated. Options (the rest go to pytest):
 #   --long          also run the long tier (production-scale variants, tests marked `long`)
-#   --workers N     parallel workers per half (default: SMSGW_TEST_WORKERS, else 3)
+#   --workers N     parallel workers of the PostgreSQL half (default: SMSGW_TEST_WORKERS, else 3; the SQLite
+#                   half, which runs beside it, takes SMSGW_TEST_SQLITE_WORKERS, else 2)
 # Every phase's wall-clock and CPU time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-LONG=() WORKERS="${SMSGW_TEST_WORKERS:-3}" PYTEST_ARGS=()
+LONG=() WORKERS="${SMSGW_TEST_WORKERS:-3}" SQLITE_WORKERS="${SMSGW_TEST_SQLITE_WORKERS:-2}" PYTEST_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --long) LONG=(--long); shift ;;
@@ -101,26 +102,31 @@ static_checks() {
   promtool check rules deploy/prometheus/alerts.yml
   (cd deploy/prometheus && promtool test rules alerts.test.yml)
 }
-# The static checks run beside the SQLite half's parallel tests, which leave a core idle much of the time
-# (the embedded runs wait on their own processes); their output is shown after those tests.
-STATIC="$(mktemp -d)"
-(
-  t0=$(date +%s.%N)
-  set +e
-  (set -e; static_checks) >"$STATIC/log" 2>&1
-  status=$?
-  times >"$STATIC/times"
-  echo "$status $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }') $(children_cpu "$STATIC/times")" \
-    >"$STATIC/result"
-) &
-STATIC_PID=$!
-static_done() {
-  local status wall cpu
-  wait "$STATIC_PID" || true
-  read -r status wall cpu <"$STATIC/result"
-  cat "$STATIC/log"
-  record static "$wall" "$cpu" "$status"
-  rm -rf "$STATIC"
+# A phase in the background: its output goes to a file, shown (and its timing recorded) by `collect`.
+declare -A BACKGROUND=()
+background() {
+  local name="$1" dir
+  shift
+  dir="$(mktemp -d)"
+  BACKGROUND[$name]="$dir"
+  (
+    t0=$(date +%s.%N)
+    set +e
+    (set -e; "$@") >"$dir/log" 2>&1
+    status=$?
+    times >"$dir/times"
+    echo "$status $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }') $(children_cpu "$dir/times")" \
+      >"$dir/result"
+  ) &
+  echo $! >"$dir/pid"
+}
+collect() {
+  local name="$1" dir="${BACKGROUND[$1]}" status wall cpu
+  wait "$(cat "$dir/pid")" || true
+  read -r status wall cpu <"$dir/result"
+  cat "$dir/log"
+  record "$name" "$wall" "$cpu" "$status"
+  rm -rf "$dir"
 }
 
 # The tests. --dist load with --maxschedchunk 1 keeps two tests queued per worker and hands each worker the
@@ -142,19 +148,34 @@ parallel() {
 }
 serial() { ALLOW_NONE=1 selected_or_none run_tests --group serial "$@"; }
 
-# 1. Embedded mode's database and broker: SQLite (WAL) and the filesystem transport, in a fresh var folder
-# (each parallel worker takes a folder of its own inside it).
-export SMSGW_VAR_DIR="${SMSGW_TEST_VAR_DIR:-$(mktemp -d)}"
-on_sqlite() { unset DATABASE_URL CELERY_BROKER_URL; "$@"; }
-phase sqlite on_sqlite parallel --half sqlite
-static_done
-phase sqlite-serial on_sqlite serial --half sqlite
+# The halves' parallel runs go at once: the PostgreSQL half's integration tests spend much of their time
+# waiting on their processes, and the SQLite half's tests and the static checks take that CPU. Each half
+# has its own var folder and its own range of ports (tests/isolation.py); only the PostgreSQL half uses the
+# database server and Redis. The serial groups run after, alone.
+#
+# 1. Embedded mode's database and broker: SQLite (WAL) and the filesystem transport.
+on_sqlite() {
+  unset DATABASE_URL CELERY_BROKER_URL DJANGO_SECRET_KEY SMSGW_ENV
+  export SMSGW_VAR_DIR="$SQLITE_VAR" SMSGW_TEST_PORT_BASE=26000
+  "$@"
+}
+SQLITE_VAR="${SMSGW_TEST_VAR_DIR:-$(mktemp -d)}/sqlite"
+mkdir -p "$SQLITE_VAR"
+background static static_checks
+WORKERS="$SQLITE_WORKERS" background sqlite on_sqlite parallel --half sqlite
 
 # 2. PostgreSQL + Redis, real worker/beat/sandbox processes included.
+export SMSGW_VAR_DIR="${SMSGW_TEST_VAR_DIR:-$(mktemp -d)}/postgres" SMSGW_TEST_PORT_BASE=20000
+mkdir -p "$SMSGW_VAR_DIR"
 export DATABASE_URL="${SMSGW_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/smsgw}"
 export CELERY_BROKER_URL="${SMSGW_TEST_BROKER_URL:-redis://127.0.0.1:6379/9}"
 export DJANGO_SECRET_KEY="test-only-secret" SMSGW_ENV=test
 phase postgres parallel --half postgres
+collect sqlite
+collect static
+
+# The serial groups, one test at a time with nothing else running.
+phase sqlite-serial on_sqlite serial --half sqlite
 phase postgres-serial serial --half postgres
 
 TOTAL_TIMES="$(mktemp)"

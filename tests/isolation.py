@@ -8,7 +8,8 @@ gw1, …) gets, before Django's settings are read:
   folders, the receipt spool and the Prometheus multiprocess metrics folder;
 - its own Redis database: the PostgreSQL half's broker URL ``redis://…/9`` becomes ``/10`` for gw0, ``/11``
   for gw1, … (tests flush their broker database before each test);
-- its own range of local ports (``SMSGW_TEST_PORTS``, read by ``sandbox.process.unused_port``);
+- its own range of local ports (``SMSGW_TEST_PORTS``, read by ``sandbox.process.unused_port``), from
+  ``SMSGW_TEST_PORT_BASE`` (20000 unless set);
 - its own test database (pytest-django suffixes the name with the worker id).
 
 Processes a test starts inherit all of it through the environment. A serial run (no xdist) keeps the base
@@ -42,14 +43,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
-PORTS_FIRST, PORTS_PER_WORKER = 20000, 1500  # below the kernel's ephemeral range (32768-60999)
+# Below the kernel's ephemeral range (32768-60999). Two sessions at once (deploy/test.sh runs the halves
+# side by side) each set a base of their own: SMSGW_TEST_PORT_BASE, 20000 and 26000.
+PORTS_PER_WORKER = 1000
 REDIS_DATABASES = 16  # Redis's default `databases`
 
 
 def _isolate_worker() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     slot = int(worker[2:]) + 1 if worker.startswith("gw") else 0
-    low = PORTS_FIRST + slot * PORTS_PER_WORKER
+    low = int(os.environ.get("SMSGW_TEST_PORT_BASE", "20000")) + slot * PORTS_PER_WORKER
     os.environ["SMSGW_TEST_PORTS"] = f"{low}-{low + PORTS_PER_WORKER - 1}"
     if not slot:
         return
