@@ -128,7 +128,7 @@ def celery_worker(
             *wrap,
             str(BIN / "celery"),
             "-A",
-            "smsgw",
+            "config",
             "worker",
             "-Q",
             queues,
@@ -156,7 +156,7 @@ def celery_beat(name: str, env: dict[str, str], *, wait: bool = True) -> Proc:
         [
             str(BIN / "celery"),
             "-A",
-            "smsgw",
+            "config",
             "beat",
             "-l",
             "INFO",
@@ -183,7 +183,7 @@ def gunicorn(
         "web",
         [
             str(BIN / "gunicorn"),
-            "smsgw.wsgi",
+            "config.wsgi",
             "--config",
             "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
             "--bind",

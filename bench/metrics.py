@@ -16,7 +16,7 @@ from django.utils import timezone
 from prometheus_client import generate_latest
 
 from bench.core import _say, bench_reset, messages_load
-from smsgw.observability.views import registry_build
+from reporting.views import registry_build
 
 CHUNK = 250_000
 

@@ -4,5 +4,5 @@ from django.apps import AppConfig
 class DeliveryConfig(AppConfig):
     name = "delivery"
     verbose_name = "Delivery: attempts and providers"
-    # The sweep's release gates and per-pass ticks (velocity, pacing, circuit) are listed, in their
-    # order, in scheduling.dispatch.release.RELEASE_GATES and RELEASE_TICKS.
+    # The sweep's release gates and per-pass ticks (velocity, pacing, circuit), the router and the checks
+    # at acceptance are handed to scheduling by the composition root (config.wiring).

@@ -286,7 +286,7 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     # gunicorn on the host would take it over).
     web = [
         str(venv / "gunicorn"),
-        "smsgw.wsgi",
+        "config.wsgi",
         "--config",
         "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
         "--no-control-socket",
@@ -303,12 +303,12 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     ]
     # Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second
     # (they poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
-    worker = [str(venv / "celery"), "-A", "smsgw", "worker", "--loglevel", "INFO", "--concurrency", "4"]
+    worker = [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "4"]
     worker += ["--hostname", "embedded@%h", "--without-gossip", "--without-mingle", "-Q", args.queues]
     beat = [
         str(venv / "celery"),
         "-A",
-        "smsgw",
+        "config",
         "beat",
         "--loglevel",
         "INFO",

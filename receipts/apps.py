@@ -4,9 +4,5 @@ from django.apps import AppConfig
 class ReceiptsConfig(AppConfig):
     name = "receipts"
     verbose_name = "Receipts and tenant webhooks"
-
-    def ready(self) -> None:
-        from receipts.webhooks import webhook_outbox_enqueue
-        from scheduling.lifecycle.transitions import status_listener_register
-
-        status_listener_register(webhook_outbox_enqueue)
+    # Its webhook outbox listens to every status change, and its intake takes the reconciler's found
+    # copies: both handed over by the composition root (config.wiring).

@@ -1,3 +1,2 @@
-from smsgw.celery import app as celery_app
-
-__all__ = ("celery_app",)
+"""The kernel: values, tenancy, the HTTP boundary, the runtime, settings declarations and the domain errors,
+which every app may import and which import no app."""

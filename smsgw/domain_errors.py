@@ -65,7 +65,7 @@ class InvalidInput(DomainError):
 
 
 class QuotaExceeded(DomainError):
-    """A tenant quota would be passed (smsgw.limits.quotas); ``retry_after`` in seconds when waiting
+    """A tenant quota would be passed (scheduling.limits.quotas); ``retry_after`` in seconds when waiting
     helps, else None; ``extra`` names the quota, its limit and use."""
 
     code = "quota_exceeded"
@@ -76,7 +76,7 @@ class QuotaExceeded(DomainError):
 
 
 class RateLimited(DomainError):
-    """Too many requests for an API key (smsgw.limits.ratelimit); retry in ``retry_after`` seconds."""
+    """Too many requests for an API key (scheduling.limits.ratelimit); retry in ``retry_after`` seconds."""
 
     code = "rate_limited"
 

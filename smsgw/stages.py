@@ -14,7 +14,7 @@ the ``config`` app: every entry point does, through ``INSTALLED_APPS``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -65,7 +65,7 @@ class Decision:
 
 
 class Gate(Protocol):
-    """"May these messages go now?": given what the gate before released, at ``now``."""
+    """ "May these messages go now?": given what the gate before released, at ``now``."""
 
     def __call__(self, candidates: list[Candidate], now: datetime, /) -> Decision: ...
 
@@ -73,7 +73,7 @@ class Gate(Protocol):
 class Tick(Protocol):
     """Once per sweep pass, database work only (the circuit's probe, the velocity counters' prune)."""
 
-    def __call__(self, now: datetime, /) -> None: ...
+    def __call__(self, now: datetime, /) -> object: ...
 
 
 class Router(Protocol):
@@ -84,8 +84,11 @@ class Router(Protocol):
 
 
 class Refusal(Protocol):
-    code: str
-    message: str
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
 
 
 class AcceptanceChecks(Protocol):
@@ -99,13 +102,15 @@ class AcceptanceChecks(Protocol):
         self, *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
     ) -> set[str]: ...
 
-    def destination_refusals(self, tenant: Tenant, numbers: list[str]) -> dict[str, Refusal]: ...
+    def destination_refusals(self, tenant: Tenant, numbers: list[str]) -> Mapping[str, Refusal]: ...
 
 
 class StatusListener(Protocol):
     """Told of every status change, inside the transaction that makes it (ids, from, to, kind, when)."""
 
-    def __call__(self, ids: list[int], from_status: str, to_status: str, kind: str, now: datetime, /) -> None: ...
+    def __call__(
+        self, ids: list[int], from_status: str, to_status: str, kind: str, now: datetime, /
+    ) -> None: ...
 
 
 class ReceiptIntake(Protocol):
@@ -137,7 +142,9 @@ class Slot[T]:
 
     def __call__(self) -> T:
         if not self._filled:
-            raise ImproperlyConfigured(f"stage slot {self.name!r} is empty: the 'config' app fills it when Django is ready")
+            raise ImproperlyConfigured(
+                f"stage slot {self.name!r} is empty: the 'config' app fills it when Django is ready"
+            )
         return self._value  # type: ignore[return-value]
 
 

@@ -9,7 +9,7 @@ from tests.factories import tenant_with_key
 def _fast_password_hasher():
     """A test-only fast password hasher: Django's PBKDF2 default spends about a third of a second of CPU
     on each password a test sets or checks (console users, admin logins, lockouts). Production keeps
-    Django's default (smsgw.settings sets none); what is tested is who may log in, not the hash's cost.
+    Django's default (config.settings sets none); what is tested is who may log in, not the hash's cost.
     Processes a test starts (gunicorn, the embedded run) keep the default, so a test that logs in through
     one creates its user there."""
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):

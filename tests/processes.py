@@ -53,7 +53,7 @@ def broker_purge() -> None:
 
         redis.Redis.from_url(url).flushdb()
     else:
-        from smsgw.celery import app
+        from config.celery import app
 
         with app.connection_for_write() as conn:
             for queue in ALL_QUEUES.split(","):

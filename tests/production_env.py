@@ -17,7 +17,7 @@ def production_env(**overrides: str | None) -> dict[str, str]:
     }
     env.update(
         DATABASE_URL="postgres://postgres@127.0.0.1:5432/smsgw_unused",
-        DJANGO_SETTINGS_MODULE="smsgw.settings",
+        DJANGO_SETTINGS_MODULE="config.settings",
         SMSGW_VAR_DIR=os.environ.get("SMSGW_VAR_DIR", str(ROOT / ".var")),
         SMSGW_ENV="production",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),

@@ -219,7 +219,7 @@ def tenant_capacity_view(tenant) -> dict:
     from delivery.flow import circuit
     from delivery.models import RateBucket
     from delivery.providers import get_adapter
-    from smsgw.limits import quotas
+    from scheduling.limits import quotas
 
     adapter = get_adapter()
     provider, account = adapter.name, adapter.account

@@ -290,7 +290,7 @@ def _probe_message(provider: str, account: str, now: datetime) -> str:
             row = waiting[0]
             recovery = now + timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
             # A probe skips the release gates, the daily quota's among them: not stamped as released, so
-            # a later cancel gives back no released segments it never took (smsgw.limits.execution).
+            # a later cancel gives back no released segments it never took (scheduling.limits.execution).
             unreleased = {"queued_at": None} if status == Status.SCHEDULED else {}
             moved = transitions.transition_versioned(
                 [(row["id"], row["version"], {"run_after": recovery, "published_at": now})],
@@ -307,9 +307,9 @@ def _probe_message(provider: str, account: str, now: datetime) -> str:
                 now=now,
             )
             if moved:
-                from scheduling.dispatch.release import publish_after_commit
+                from smsgw import stages
 
-                publish_after_commit(row["priority"], moved, provider=provider)
+                stages.publish_after_commit()(row["priority"], moved, provider=provider)
                 return "message"
     return "nothing_waiting"
 

@@ -59,10 +59,10 @@ from delivery.models import RateBucket
 from delivery.providers import get_adapter
 from delivery.routing import failover
 from delivery.sending import delays
-from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import ReasonCode
 from smsgw.models import Tenant
 from smsgw.runtime.db import is_postgres
+from smsgw.stages import Candidate, Decision, Park
 
 log = logging.getLogger(__name__)
 

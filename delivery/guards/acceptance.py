@@ -1,6 +1,6 @@
 """What scheduling's acceptance port (scheduling.messages.acceptance) asks, answered by the suppression list
 and
-the destination guards. Named by ``settings.ACCEPTANCE_CHECKS``."""
+the destination guards. Handed to scheduling by the composition root (config.wiring)."""
 
 from delivery.guards.destinations import destination_refusals
 from delivery.guards.suppression import is_suppressed, suppressed_numbers

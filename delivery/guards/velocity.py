@@ -45,11 +45,11 @@ from delivery.guards.models import (
     ReviewState,
     VelocityCounter,
 )
-from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import PASSED_VELOCITY, ReasonCode
 from scheduling.models import Status
 from smsgw.models import Tenant
 from smsgw.runtime.db import PgInts, is_postgres
+from smsgw.stages import Candidate, Decision, Park
 
 REASON_HELD = ReasonCode.HELD_FOR_REVIEW
 REASON_RELEASED = ReasonCode.REVIEW_RELEASED  # released by an operator: goes out, not counted or held again
@@ -248,8 +248,7 @@ def _tenant_decide(tenant_id: int, group: list[Candidate], limits: Limits, now, 
 
 
 def velocity_gate(candidates: list[Candidate], now: datetime) -> Decision:
-    """The first release gate (scheduling.dispatch.release.RELEASE_GATES): which candidates go on to pacing
-    and quotas,
+    """The first release gate (the order is config.wiring's): which candidates go on to pacing and quotas,
     and which wait for review."""
     decision = Decision()
     if not settings.GUARDS_ENABLED or not candidates:

@@ -8,7 +8,7 @@ here. ``get_adapter(name)`` returns this process's adapter for a provider name, 
 
 Only modules under this package import a provider SDK or name a provider; callers see
 ``delivery.providers.base`` types, ``Capabilities`` and ``ProviderQueryError``. This module imports no
-package's adapter until it is asked for one: ``smsgw.settings`` imports it (``declare_all``).
+package's adapter until it is asked for one: ``config.settings`` imports it (``declare_all``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _declare(name: str, package: ModuleType, production: bool) -> dict[str, Any]
 
 def declare_all(production: bool) -> dict[str, Any]:
     """Read every registered package's settings from the environment and declare its capabilities
-    (``smsgw.config.providers``); returns the Django settings they contribute (``smsgw.settings``)."""
+    (``smsgw.config.providers``); returns the Django settings they contribute (``config.settings``)."""
     _named()
     values: dict[str, Any] = {}
     for name, factory in PROVIDERS.items():

@@ -3,7 +3,7 @@ start (smsgw.config.routes: a registered provider, weights from 0 to 1000, at le
 above 0, no leg twice), and what only a running process can tell:
 
 - the provider answers, or gives up, well inside a sending lease (its request timeout below
-  ``SENDING_LEASE_SECONDS``, as smsgw.settings requires of the providers the settings route to): the
+  ``SENDING_LEASE_SECONDS``, as config.settings requires of the providers the settings route to): the
   reconciler must never look a message up while its worker may still be waiting on that provider;
 - in production, the provider has its credentials and its callback-signing secret (its package's
   ``problem``, what start-up requires of the providers the settings route to): a route must not make a

@@ -58,10 +58,10 @@ from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage, Scope
 from delivery.routing import failover
 from delivery.sending.delays import retry_decide
-from receipts.ingest import receipt_ingest
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw import stages
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +400,9 @@ def _found(
     )
     if won and normalized:
         # What the provider says of its copy is applied as a receipt at once (retry, fail or hold by the
-        # error table; a delivered copy completes the message), not at the hourly status look-up.
-        receipt_ingest(
+        # error table; a delivered copy completes the message), not at the hourly status look-up. Through
+        # the same intake as a provider's callback (smsgw.stages: delivery never imports receipts).
+        stages.receipt_intake()(
             provider=adapter.name,
             callback=CallbackData(
                 provider_message_id=found.provider_message_id,

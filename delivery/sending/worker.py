@@ -55,13 +55,13 @@ from delivery.sending.attempts import attempts_finish, attempts_start
 from delivery.sending.late import reslotter
 from delivery.sending.outcomes import Delay, provider_failure, unanswered
 from scheduling.campaigns import gate as campaign_gate
-from scheduling.dispatch import release
-from scheduling.dispatch.release import Park
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw import stages
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.stages import Park
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def send_batch(
                 now,
                 host=(adapter.name, adapter.account) if host_open else None,
             )
-            release.park_rows(parks, now)
+            stages.park_rows()(parks, now)
             report.held = len(parks)
             report.failed_over = len(failover.failover_rows(moves, now=now)) if moves else 0
         # The CAS that makes duplicate tasks harmless: a re-published or redelivered batch finds its
@@ -348,7 +348,7 @@ def _halted_skipped(ids: set[int], now: datetime) -> None:
         return
     until = campaign_gate.pause_until(now)
     park = Park(until, campaign_gate.REASON_PAUSED, campaign_gate.PAUSED_TEXT, "campaign_paused", {})
-    release.park_rows([(r, park) for r in rows if halted.get(r["campaign_id"]) == "paused"], now)
+    stages.park_rows()([(r, park) for r in rows if halted.get(r["campaign_id"]) == "paused"], now)
     campaign_gate.cancel_rows([r for r in rows if halted.get(r["campaign_id"]) == "cancelled"], now)
 
 
@@ -553,7 +553,7 @@ def _hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) -
     for r in rows:
         by_priority[r["priority"]].append(r["id"])
     for priority, ids in by_priority.items():
-        release.publish_after_commit(priority, ids, provider=provider)
+        stages.publish_after_commit()(priority, ids, provider=provider)
 
 
 def _reason(res: SubmitResult) -> str:

@@ -179,7 +179,7 @@ def _move(campaign: Campaign, *, to_status: str, set_fields: dict, now: datetime
 
 
 def _enqueue(task: str, campaign_id: int) -> None:
-    from smsgw.celery import app
+    from celery import current_app as app  # config.celery's app, current once loaded
 
     transaction.on_commit(lambda: app.send_task(task, args=[campaign_id], queue="reconcile"))
 

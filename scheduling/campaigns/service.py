@@ -35,10 +35,10 @@ from scheduling.campaigns.rows import (
     template_parse,
 )
 from scheduling.dispatch import quiet
+from scheduling.limits import quotas
 from scheduling.messages import service as services
 from scheduling.models import Campaign, CampaignTimeMode, CampaignUpload, Priority
 from smsgw.domain_errors import IdempotencyMismatch, InvalidInput, NotFoundError
-from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.tenancy.priority import priority_for
 from smsgw.values.timeutil import (

@@ -12,17 +12,17 @@ goes through the same steps in one transaction:
    messages wait (``tenant_disabled``) until it is enabled;
 3. quiet hours, checked against the clock now (a message made due late, or a retry, must not go out at
    night): inside the window it waits for the window's end;
-4. the release gates, in the order ``RELEASE_GATES`` lists them (velocity review, then capacity,
-   fairness and circuit breaker, then the daily quota): they say which go now and until when the others
-   wait (``scheduling`` knows nothing of providers: the gates are named by dotted path);
+4. the release gates, in the order the composition root lists them (config.wiring: velocity review,
+   then capacity, fairness and circuit breaker, then the daily quota): they say which go now and until
+   when the others wait (``scheduling`` knows nothing of providers: the gates reach it through
+   ``smsgw.stages``);
 5. the released ones move to ``queued`` and are published after commit; the others stay where they are
    with ``run_after`` at their expected time and the reason, and a timeline entry the first time.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,7 +31,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.dispatch import recovery
@@ -40,8 +39,10 @@ from scheduling.dispatch.recovery import send_queue
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
+from smsgw import stages
 from smsgw.models import Tenant
 from smsgw.runtime.db import is_postgres
+from smsgw.stages import Candidate, Decision, Gate, Park
 
 REASON_DISABLED = ReasonCode.TENANT_DISABLED
 PACED = ReasonCode.PACED
@@ -81,80 +82,14 @@ _COLUMNS = (
 )
 
 
-@dataclass
-class Candidate:
-    id: int
-    version: int
-    status: str
-    tenant_id: int
-    priority: str
-    sender: str
-    segments: int
-    run_after: datetime
-    reason_code: str
-    expires_at: datetime | None = None
-    provider: str = ""  # the message's provider key: the gate resolves its account, limits and circuit
-    to: str = ""  # the recipient: the velocity gate counts destinations (delivery.guards.velocity)
-
-
-@dataclass
-class Park:
-    until: datetime
-    reason_code: str
-    status_reason: str
-    kind: str  # the timeline entry written the first time a message waits for this reason
-    details: dict
-
-
-@dataclass
-class Decision:
-    release: list[Candidate] = field(default_factory=list)
-    park: list[tuple[Candidate, Park]] = field(default_factory=list)
-    probes: set[int] = field(default_factory=set)
-    # Released messages' slots (epoch seconds): each is submitted at that instant, not before.
-    not_before: dict[int, float] = field(default_factory=dict)
-
-
-Gate = Callable[[list[Candidate], datetime], Decision]
-
-# "May this message go now?": after the steps of ``due_release`` itself (claimed; the campaign's and the
-# tenant's state; quiet hours), these gates, in this order, each given what the one before released. By
-# dotted path, resolved on first use: scheduling knows nothing of providers or limits.
-RELEASE_GATES: tuple[str, ...] = (
-    # The velocity guard (held for review): first, so it takes no capacity or quota from what goes.
-    "delivery.guards.velocity.velocity_gate",
-    # Capacity, fairness and the circuit breaker, per provider account (pacing slots).
-    "delivery.flow.pacing.release_gate",
-    # The tenant's daily quota: last, it sees exactly the messages about to be handed to the send queues.
-    "smsgw.limits.execution.quota_gate",
-)
-# A gate a setting turns off: SMSGW_PACING=0 releases every due message at once (to measure pacing).
-GATE_SWITCHES = {"delivery.flow.pacing.release_gate": "PACING_ENABLED"}
-# Called once per sweep pass, in this order (database work only): the circuit breaker's probe, the
-# velocity counters' prune.
-RELEASE_TICKS: tuple[str, ...] = (
-    "delivery.flow.circuit.circuit_tick",
-    "delivery.guards.velocity.counters_prune",
-)
-
-
-@functools.cache
-def _resolve(path: str) -> Callable:
-    return import_string(path)
-
-
 def release_gates() -> list[Gate]:
-    """The gates in force, in their order."""
-    return [
-        _resolve(path)
-        for path in RELEASE_GATES
-        if path not in GATE_SWITCHES or getattr(settings, GATE_SWITCHES[path])
-    ]
+    """The gates in force, in their order (the composition root lists them: config.wiring)."""
+    return [g.gate for g in stages.release_gates() if g.switch is None or getattr(settings, g.switch)]
 
 
 def release_ticks(now: datetime) -> None:
-    for path in RELEASE_TICKS:
-        _resolve(path)(now)
+    for tick in stages.release_ticks():
+        tick(now)
 
 
 @dataclass
@@ -495,7 +430,7 @@ def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[in
 
 
 def _publish(queue: str, ids: list[int], provider: str, not_before: dict[int, float]) -> None:
-    from smsgw.celery import app
+    from celery import current_app as app  # config.celery's app, current once loaded
 
     for batch, slots in _batches(ids, not_before):
         kwargs: dict = {"provider": provider}

@@ -58,7 +58,7 @@ class SweepReport:
 
 
 def _publish(task: str, queue: str, ids: list[int]) -> None:
-    from smsgw.celery import app
+    from celery import current_app as app  # config.celery's app, current once loaded
 
     size = settings.SEND_BATCH_SIZE
     for start in range(0, len(ids), size):

@@ -18,11 +18,11 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from scheduling.facade import requests as facade
 from scheduling.facade.resources import TwilioError, message_resource, messages_path, public_id_of
+from scheduling.limits import ratelimit
 from scheduling.messages import service
 from scheduling.models import Message, Status
 from smsgw.domain_errors import ConflictError, DomainError, NotFoundError
 from smsgw.http.boundary import body_too_large, first_bad_field, max_body_bytes, not_utf8_field
-from smsgw.limits import ratelimit
 from smsgw.models import ApiKey, Tenant
 from smsgw.observability import events
 from smsgw.tenancy.auth import basic_verify

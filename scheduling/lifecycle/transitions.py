@@ -17,7 +17,7 @@ CAS condition, version bump and event.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling.campaigns.progress import progress_add
 from scheduling.lifecycle.reasons import REASON_CODES
 from scheduling.models import Message, MessageEvent, Status
+from smsgw import stages
 from smsgw.runtime.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
 
 S = Status
@@ -139,18 +140,6 @@ EVENT_TABLE = MessageEvent._meta.db_table
 # the receipt batch's `sent` -> `delivered` move read every `sent` row for 100 receipts
 # (tests/scheduling/lifecycle/test_transition_plans.py).
 EXPECTED_STATUS = f'("{TABLE}"."status" || \'\') = %s'
-
-
-# Called inside the transaction of every status change (ids, from_status, to_status, kind, now). The
-# receipts app registers the tenant-webhook outbox here, so the notification row commits or rolls back
-# with the change it reports, without scheduling importing receipts.
-StatusListener = Callable[[list[int], str, str, str, datetime], None]
-STATUS_LISTENERS: list[StatusListener] = []
-
-
-def status_listener_register(listener: StatusListener) -> None:
-    if listener not in STATUS_LISTENERS:
-        STATUS_LISTENERS.append(listener)
 
 
 class TransitionNotAllowed(Exception):
@@ -287,7 +276,9 @@ def _events(
         ids, kind=kind, from_status=from_status, to_status=to_status, actor=actor, details=details, now=now
     )
     if from_status != to_status:
-        for listener in STATUS_LISTENERS:
+        # Inside this transaction (smsgw.stages.status_listeners): the tenant-webhook outbox commits or
+        # rolls back with the change it reports, without scheduling importing receipts.
+        for listener in stages.status_listeners():
             listener(ids, from_status, to_status, kind, now)
 
 

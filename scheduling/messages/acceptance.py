@@ -2,44 +2,25 @@
 this sender, and may the tenant send to this destination at all (allowed countries, denied ranges).
 
 Scheduling asks them through this port and never imports the app that answers: the implementation is
-the module named by ``settings.ACCEPTANCE_CHECKS`` (the composition root, smsgw/settings.py; today
-delivery's guards). A refusal is a 400 naming ``to`` for one message and a skipped recipient for a
-campaign; nothing is stored for it either way.
+the one the composition root hands it (config.wiring, through smsgw.stages; today delivery's guards).
+A refusal is a 400 naming ``to`` for one message and a skipped recipient for a campaign; nothing is
+stored for it either way.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import import_module
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from django.conf import settings
+from smsgw import stages
+from smsgw.stages import AcceptanceChecks, Refusal
 
 if TYPE_CHECKING:
     from smsgw.models import Tenant
 
 
-class Refusal(Protocol):
-    code: str
-    message: str
-
-
-class AcceptanceChecks(Protocol):
-    def is_suppressed(
-        self, *, tenant_id: int, number: str, from_number: str, messaging_service_sid: str
-    ) -> bool: ...
-
-    def suppressed_numbers(
-        self, *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
-    ) -> set[str]: ...
-
-    def destination_refusals(self, tenant: Tenant, numbers: list[str]) -> dict[str, Refusal]: ...
-
-
-@cache
 def _checks() -> AcceptanceChecks:
-    module: AcceptanceChecks = import_module(settings.ACCEPTANCE_CHECKS)
-    return module
+    return stages.acceptance_checks()
 
 
 def is_suppressed(*, tenant_id: int, number: str, from_number: str, messaging_service_sid: str) -> bool:
@@ -62,7 +43,7 @@ def suppressed_numbers(
     )
 
 
-def destination_refusals(tenant: Tenant, numbers: list[str]) -> dict[str, Refusal]:
+def destination_refusals(tenant: Tenant, numbers: list[str]) -> Mapping[str, Refusal]:
     return _checks().destination_refusals(tenant, numbers)
 
 

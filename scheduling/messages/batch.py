@@ -22,11 +22,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.limits import quotas
 from scheduling.messages import acceptance, birth
 from scheduling.messages import service as services
 from scheduling.models import Message
 from smsgw.domain_errors import DomainError, InvalidInput
-from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.tenancy.senders import OwnershipCheck
 from smsgw.values.timeutil import ResolvedTime

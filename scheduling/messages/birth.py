@@ -24,11 +24,11 @@ from typing import cast
 
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import JSONField
-from django.utils.module_loading import import_string
 
 from scheduling.campaigns import progress as campaign_progress
+from scheduling.limits import quotas
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.limits import quotas
+from smsgw import stages
 from smsgw.models import Tenant
 from smsgw.runtime.db import fetchone_prepared, server_bound_cursor
 
@@ -62,14 +62,16 @@ def messages_birth(
     as a Message gets its primary key set when it went in.
 
     Quota: every message that went in is booked in the daily window of the day it is due
-    (smsgw.limits.quotas) and counts toward max_pending_scheduled like any pending message.
+    (scheduling.limits.quotas) and counts toward max_pending_scheduled like any pending message.
     ``refuse_over_quota`` (a message the API accepts on its own): a message that does not fit either
     quota is refused with QuotaExceeded; the pending count is taken first, with the tenant's row
     locked, and a refused booking rolls the insert back with the caller's transaction. Otherwise (a
     schedule's occurrences, a campaign's recipients: accepted and checked as a whole) every message is
     booked, even beyond the quota, and one due over it is deferred or failed at execution by the
     tenant's policy (limits.execution)."""
-    _router()(rows)
+    # Each row's route (provider, sender, the legs to fail over to): scheduling knows nothing of providers
+    # or routes; the composition root hands it delivery's router (smsgw.stages).
+    stages.router()(rows)
     facts = [_facts(r) for r, _ in rows]
     if refuse_over_quota:
         _pending_check(facts, tenants)
@@ -93,16 +95,6 @@ def messages_birth(
     _quota_book(inserted, tenants, now, refuse_over_quota)
     _progress_add(inserted)
     return result
-
-
-# Gives each row its route (provider, sender, the legs to fail over to), by dotted path: scheduling knows
-# nothing of providers or routes (delivery.routing.birth).
-ROUTER = "delivery.routing.birth.rows_route"
-
-
-@cache
-def _router():
-    return import_string(ROUTER)
 
 
 def _facts(row: dict | Message) -> dict:

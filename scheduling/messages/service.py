@@ -19,11 +19,11 @@ from django.utils import timezone
 from scheduling.dispatch import quiet
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import RECOUNTED_ON_NEW_RECIPIENT, ReasonCode
+from scheduling.limits import quotas
 from scheduling.messages import acceptance, birth
 from scheduling.models import TERMINAL_STATUSES, Message, Priority, Status
 from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
-from smsgw.limits import quotas
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.tenancy.priority import priority_for

@@ -6,7 +6,7 @@ provider package declares, in its ``__init__`` (which imports neither Django set
 - ``CAPABILITIES``: a ``Capabilities`` (what the core may ask of it: look-up by recipient, fetch by id,
   validity-period bounds, per-part ids, sender pools and their id pattern, signature schemes);
 - ``load_settings(production) -> ProviderSettings``: its Django settings read from the environment
-  (``smsgw.settings`` merges them), the problem that stops it running in production, its request
+  (``config.settings`` merges them), the problem that stops it running in production, its request
   timeout, and which of its settings are secrets (never logged);
 - ``create_adapter(name)``: the ``delivery.providers.base.ProviderAdapter`` for a provider key.
 

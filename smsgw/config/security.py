@@ -2,7 +2,7 @@
 with a message naming the variable to set, instead of running and failing later (403 on every provider
 callback, session cookies signed with a guessable key). A provider's own credentials are checked by its
 package (``ProviderSettings.problem``, e.g. ``delivery.providers.<name>.config``), for every provider a
-route can reach (smsgw.settings).
+route can reach (config.settings).
 
 A value copied from a shipped example (``deploy/systemd/smsgw.env.example``, the docs, the sandboxes'
 defaults) is refused like a missing one: it is public, so it signs nothing (``placeholder_problem``)."""

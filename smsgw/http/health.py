@@ -47,7 +47,7 @@ def _database() -> str | None:
 
 
 def _broker() -> str | None:
-    from smsgw.celery import app
+    from celery import current_app as app  # config.celery's app, current once loaded
 
     try:
         with app.connection_for_write() as conn:
@@ -75,7 +75,7 @@ class BrokerCheck:
         self.checks = 0  # broker checks made since the last clear (each opens at most two connections)
 
     def answer(self) -> BrokerAnswer:
-        from smsgw.celery import app
+        from celery import current_app as app  # config.celery's app, current once loaded
 
         url = str(app.conf.broker_write_url or app.conf.broker_url)
         with self._lock:
@@ -107,7 +107,7 @@ broker_check = BrokerCheck()
 
 
 def _sweep() -> dict:
-    from smsgw.observability.state import sweep_age_seconds
+    from smsgw.observability.heartbeat import sweep_age_seconds
 
     try:
         age = sweep_age_seconds()

@@ -10,7 +10,7 @@ SMSGW_LOG_REPEAT_WINDOW (smsgw.runtime.logs.RepeatLimit counts the rest).
 Two doors lead here. DRF views (the tenant API: authentication, the rate limiter's database bucket, the
 view itself) go through ``smsgw.http.errors.api_exception_handler``, which answers ``DatabaseUnavailable`` in
 place of the database error. Everything else (plain views such as /inbound/ and /metrics, the admin,
-middleware) ends in Django's ``handler500`` (smsgw.urls): ``convert_exception_to_response`` wraps every
+middleware) ends in Django's ``handler500`` (config.urls): ``convert_exception_to_response`` wraps every
 middleware and the view, and turns an exception into ``handle_uncaught_exception``, which calls it with
 the exception still being handled (django/core/handlers/exception.py). Provider status callbacks do not
 come here: they are spooled to disk and answered as stored (receipts.spool).

@@ -1,6 +1,6 @@
 """Each Celery worker's main process says, every SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS, which queues it
 consumes (smsgw.observability.queues reads it for /readyz and /metrics). Registered as a worker bootstep
-on the app (smsgw.celery), so every ``celery -A smsgw worker`` records it, whatever starts it (systemd,
+on the app (config.celery), so every ``celery -A config worker`` records it, whatever starts it (systemd,
 the Procfile, the embedded run, the tests).
 
 The write runs in a daemon thread, not on Celery's timer: the timer runs in the consumer's event loop,

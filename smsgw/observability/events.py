@@ -7,7 +7,7 @@ included (a counter never goes backwards when a worker child is recycled). The d
 a host that runs only workers exposes its files with ``manage.py metrics_serve``.
 
 Figures that describe state (how many messages wait, how old the oldest is) are not here: they are read
-from the database at scrape time (smsgw.observability.state), the same answer from whichever host.
+from the database at scrape time (reporting.state), the same answer from whichever host.
 
 Recording never raises into the code that sends: a metrics failure costs a figure, not a message.
 """

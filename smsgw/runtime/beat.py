@@ -1,4 +1,4 @@
-"""``celery -A smsgw beat`` as Celery runs it, except for how it stops (smsgw.celery.App.Beat selects this).
+"""``celery -A config beat`` as Celery runs it, except for how it stops (config.celery.App.Beat selects this).
 
 Celery's beat installs a SIGTERM/SIGINT handler that saves the schedule *inside the handler*
 (celery/apps/beat.py, ``Beat.install_sync_handler``: ``service.sync()`` then ``raise SystemExit``). Python

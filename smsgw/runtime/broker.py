@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def queue_depths(names: list[str]) -> dict[str, int | None]:
     """Ready messages per queue; 0 for a queue the broker does not have (never declared, or the broker
     restarted empty); None for all when the broker cannot be reached (the caller decides nothing then)."""
-    from smsgw.celery import app
+    from celery import current_app as app  # config.celery's app, current once loaded
 
     depths: dict[str, int | None] = {}
     try:

@@ -6,7 +6,7 @@ Every line is also redacted (``Redact``, below): no message body, full phone num
 secret, including in formatted exceptions.
 
 Installed on every handler of the root logger: by ``LOGGING`` in the web processes, and through Celery's
-``after_setup_logger`` signal in workers and beat (smsgw.celery).
+``after_setup_logger`` signal in workers and beat (config.celery).
 """
 
 from __future__ import annotations
@@ -19,22 +19,11 @@ import time
 
 from smsgw.config import providers as provider_declarations
 
-# Beat's periodic tasks (settings.CELERY_BEAT_SCHEDULE): their "received", "succeeded", "Sending due task"
-# and "Discarding revoked task" lines are dropped at INFO (a tick that waited past its expiry is discarded
-# by design, a newer one covers the same work: a worker on every queue discarded several a second idle).
-# SMSGW_LOG_TICKS=1 keeps them (debugging, and a test that counts runs).
-TICK_TASKS = frozenset(
-    {
-        "scheduling.sweep",
-        "scheduling.materialize",
-        "receipts.process",
-        "receipts.deliver_webhooks",
-        "delivery.holds_probe",
-        "delivery.circuit_probe",
-        "receipts.status_lookup",
-        "scheduling.campaigns_tick",
-    }
-)
+# Beat's ticks (the jobs table's ``tick`` column, config.settings.jobs: settings.SMSGW_TICK_TASKS): their
+# "received", "succeeded", "Sending due task" and "Discarding revoked task" lines are dropped at INFO (a
+# tick that waited past its expiry is discarded by design, a newer one covers the same work: a worker on
+# every queue discarded several a second idle). SMSGW_LOG_TICKS=1 keeps them (debugging, and a test that
+# counts runs).
 _TICK_LOGGERS = frozenset(
     {"celery.app.trace", "celery.worker.strategy", "celery.worker.request", "celery.beat"}
 )
@@ -49,12 +38,15 @@ class QuietTicks(logging.Filter):
         if not self.enabled or record.levelno != logging.INFO or record.name not in _TICK_LOGGERS:
             return True
         args = record.args
+        from django.conf import settings
+
+        ticks = settings.SMSGW_TICK_TASKS
         if isinstance(args, dict):  # celery.app.trace / strategy: {"name": task, "id": ...}
-            return args.get("name") not in TICK_TASKS
+            return args.get("name") not in ticks
         if isinstance(args, tuple) and len(args) == 2 and str(record.msg).startswith("Scheduler: Sending"):
-            return args[1] not in TICK_TASKS
+            return args[1] not in ticks
         if isinstance(args, tuple) and len(args) == 2 and str(record.msg).startswith("Discarding revoked"):
-            return args[0] not in TICK_TASKS  # celery.worker.request: (task name, id)
+            return args[0] not in ticks  # celery.worker.request: (task name, id)
         return True
 
 

@@ -1,12 +1,13 @@
-"""The Celery queues smsgw publishes to, in one list.
+"""The Celery queues smsgw publishes to: their names here, and the list of them (``ROUTED_QUEUES``) derived
+from the composition root's jobs table (config.settings.jobs), where each task names its queue.
 
 Every process that must run for the gateway to work is a worker on some of these queues, so the list is
-what the deploy examples are held to: tests/smsgw/runtime/test_queues.py fails when a task route, a beat entry
-or
-a literal ``queue=`` in a publish names a queue that is not here, and when docs/deploy.md's production block,
-deploy/Procfile or the systemd instance examples start no worker for one of them (a queue with no worker
-is silent: its tasks wait for ever, e.g. every campaign stays ``creating``). Readiness and /metrics report
-each of them (smsgw.observability.queues). No Django import: the settings read it.
+what the deploy examples are held to: tests/smsgw/runtime/test_queues.py fails when a task route, a beat
+entry or a literal ``queue=`` in a publish names a queue that is not here, and when docs/deploy.md's
+production block, deploy/Procfile or the systemd instance examples start no worker for one of them (a
+queue with no worker is silent: its tasks wait for ever, e.g. every campaign stays ``creating``).
+Readiness and /metrics report each of them (smsgw.observability.queues). The names import nothing: the
+settings read them.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ RECEIPTS = "receipts"
 WEBHOOKS = "webhooks"
 CAMPAIGNS = "campaigns"  # campaign creation jobs (making a campaign's messages)
 
-ROUTED_QUEUES: tuple[str, ...] = (
-    SWEEP,
-    SEND_TRANSACTIONAL,
-    SEND_BULK,
-    RECONCILE,
-    RECEIPTS,
-    WEBHOOKS,
-    CAMPAIGNS,
-)
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # ``ROUTED_QUEUES``: every queue, in order, derived from the jobs table (config.settings.jobs:
+    # SMSGW_QUEUES), read when first asked for, once the settings are configured.
+    if name == "ROUTED_QUEUES":
+        from django.conf import settings
+
+        return tuple(settings.SMSGW_QUEUES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """What each kind of process needs from its host's configuration, checked when it starts.
 
-Settings that every process needs are checked when the settings load (smsgw.settings, smsgw.config.security).
+Settings that every process needs are checked when the settings load (config.settings, smsgw.config.security).
 Some are needed only by one role, and a host that runs only that role is where they go missing: a send
 worker on a host without ``SMSGW_PUBLIC_BASE_URL`` submits messages with no StatusCallback, so the
 provider never reports back and every message stays ``sent`` with nothing logged. A web process needs it

@@ -25,7 +25,7 @@ A message that *is* a kombu message but not a task we know (an unknown task name
 decode) is Celery's to judge: ``smsgw.worker.Consumer`` logs it without its contents, counts it and
 rejects it without requeue (RabbitMQ then dead-letters it; deploy/rabbitmq/definitions.json).
 
-``transports_register()`` points kombu's scheme aliases at these classes; it runs when ``smsgw.celery`` is
+``transports_register()`` points kombu's scheme aliases at these classes; it runs when ``config.celery`` is
 imported, before any connection is made, in every process (web, workers, beat, management commands).
 """
 

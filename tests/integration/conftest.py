@@ -183,7 +183,7 @@ def start_web(
         "web",
         [
             str(BIN / "gunicorn"),
-            "smsgw.wsgi",
+            "config.wsgi",
             "--config",
             "python:smsgw.runtime.gunicorn_conf",  # limits and JSON error pages
             "--bind",

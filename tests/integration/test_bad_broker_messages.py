@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
+from config.celery import app
 from scheduling.models import Message, Status
-from smsgw.celery import app
 from tests.factories import recipient, tenant_with_key
 from tests.metrics import TOKEN, scrape, value
 from tests.waiting import wait_for

@@ -31,7 +31,7 @@ def web(transactional_db):
         "web",
         [
             str(BIN / "gunicorn"),
-            "smsgw.wsgi",
+            "config.wsgi",
             "--config",
             "python:smsgw.runtime.gunicorn_conf",
             "--bind",

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 
+from scheduling.limits.models import QuotaWindow
 from scheduling.models import Message, MessageEvent
-from smsgw.limits.models import QuotaWindow
 from tests.factories import recipient, tenant_with_key
 from tests.integration.conftest import start_web
 

@@ -25,7 +25,7 @@ from tests.integration.split_host import SplitHost, split_host_unavailable
 pytestmark = pytest.mark.integration
 
 CUT_SECONDS = 30
-# How soon a worker notices the dead peer, from smsgw.settings: a PostgreSQL query sent into the cut fails
+# How soon a worker notices the dead peer, from config.settings: a PostgreSQL query sent into the cut fails
 # by TCP_USER_TIMEOUT (15 s), one waiting on its answer by keepalives (5 s idle, then probes every 2 s,
 # given up at the 15-s user timeout); the error is logged once the cleanup's own reconnect has given up
 # too (connect_timeout, 5 s): 20 s. 5 s more for a loaded machine. (A busy worker has stopped reading
@@ -38,7 +38,7 @@ NOTICE_WITHIN = 25
 # follows. About 15 s (15-24 s measured on a loaded 2-core machine); the limit is the 30 s.
 # Without the socket options the worker waited for the next TCP retransmission (about 21 s after a 30-s
 # cut, and more the longer the cut: minutes); and before kombu's Redis ack was made to free its prefetch
-# slot on a failed ack (smsgw.celery), a worker whose task ended during the cut never fetched again.
+# slot on a failed ack (config.celery), a worker whose task ended during the cut never fetched again.
 RECOVER_WITHIN = 30
 
 DB_ERROR = re.compile(r"OperationalError|connection timeout expired|server closed the connection")

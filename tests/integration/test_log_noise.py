@@ -16,8 +16,8 @@ import redis
 from django.db import connection
 
 from bench.devprocs import RedisServer
+from config.celery import app
 from scheduling.models import Message, Status
-from smsgw.celery import app
 from tests import processes
 from tests.factories import RECIPIENT, message, tenant_with_key
 

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from config.celery import app
 from scheduling.models import Status
-from smsgw.celery import app
 from tests.factories import messages_bulk, tenant_with_key
 from tests.metrics import TOKEN, scrape, value
 

@@ -47,7 +47,7 @@ def _alive(proc: psutil.Process) -> bool:
 
 def sigterm_group_and_time(proc: processes.Proc) -> float:
     """Seconds from SIGTERM to ``proc``'s process group until it and every process it had started have
-    exited (Celery's pool children leave the group, smsgw.celery: they must be gone too)."""
+    exited (Celery's pool children leave the group, config.celery: they must be gone too)."""
     root = psutil.Process(proc.pid)
     tree = root.children(recursive=True)
     started = time.monotonic()
@@ -220,7 +220,7 @@ def test_worker_stops_within_30s_of_sigterm_while_its_task_waits_on_the_database
     """A warm shutdown waits for running tasks without a limit, and a task whose query never returns (here:
     the sweep's, behind a lock the test holds until the worker is gone; in production a server that
     accepts packets and never answers) held it until the service manager's SIGKILL. After
-    SMSGW_WORKER_STOP_SECONDS the worker shuts down cold (smsgw.celery)."""
+    SMSGW_WORKER_STOP_SECONDS the worker shuts down cold (config.celery)."""
     import psycopg
 
     _postgres_only()

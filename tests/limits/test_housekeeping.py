@@ -9,8 +9,8 @@ from datetime import date, timedelta
 import pytest
 from rest_framework.test import APIClient
 
-from smsgw.limits.housekeeping import QUOTA_WINDOW_KEEP_DAYS, limits_prune
-from smsgw.limits.models import ApiRateBucket, QuotaWindow
+from scheduling.limits.housekeeping import QUOTA_WINDOW_KEEP_DAYS, limits_prune
+from scheduling.limits.models import ApiRateBucket, QuotaWindow
 from tests.factories import tenant_with_key
 
 pytestmark = pytest.mark.django_db

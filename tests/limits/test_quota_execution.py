@@ -14,8 +14,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.dispatch import sweep
+from scheduling.limits.models import QuotaWindow
 from scheduling.models import Message, Status
-from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from tests.factories import recipient, tenant_with_key
 

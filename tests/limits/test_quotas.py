@@ -12,8 +12,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.lifecycle import transitions
+from scheduling.limits.models import QuotaWindow
 from scheduling.models import Message, MessageEvent, Status
-from smsgw.limits.models import QuotaWindow
 from tests.factories import recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
-from smsgw.limits.models import ApiRateBucket
+from scheduling.limits.models import ApiRateBucket
 from smsgw.models import Tenant
 from tests.factories import recipient, tenant_with_key
 from tests.waiting import wait_for
@@ -141,7 +141,7 @@ def test_the_database_backend_keeps_one_row_per_key(settings):
 
 
 def test_an_unreachable_redis_lets_requests_through_without_headers(settings, monkeypatch):
-    from smsgw.limits import ratelimit
+    from scheduling.limits import ratelimit
 
     monkeypatch.setattr(ratelimit, "_redis_down_until", 0.0)
     settings.RATELIMIT_URL = "redis://127.0.0.1:1/0"  # nothing listens there

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from config.celery import app
 from scheduling.dispatch import sweep
-from smsgw.celery import app
 from smsgw.http import health
 from smsgw.observability.models import Heartbeat
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from delivery.models import ProviderCircuit, ProviderHostCircuit
 from receipts.models import ReceiptEvent, WebhookDelivery
+from reporting import state
 from scheduling.dispatch import sweep
 from scheduling.models import Message, Status
-from smsgw.observability import state
 from smsgw.observability.models import Heartbeat
 from tests.factories import message, recipient, tenant_with_key
 from tests.metrics import TOKEN, scrape, value

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from smsgw.celery import app
+from config.celery import app
 from smsgw.observability.models import QueueConsumer, UnconsumedQueue
 from smsgw.observability.queues import (
     queue_consumers_prune,

@@ -1,4 +1,4 @@
-"""Twilio's capabilities and settings (``TWILIO_*``), read from the environment by ``smsgw.settings``
+"""Twilio's capabilities and settings (``TWILIO_*``), read from the environment by ``config.settings``
 through the provider registry (``delivery.providers.declare_all``). Imports neither Django's settings
 nor the SDK."""
 

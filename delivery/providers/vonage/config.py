@@ -1,4 +1,4 @@
-"""Vonage's capabilities and settings (``VONAGE_*``), read from the environment by ``smsgw.settings``
+"""Vonage's capabilities and settings (``VONAGE_*``), read from the environment by ``config.settings``
 through the provider registry (``delivery.providers.declare_all``). Imports neither Django's settings
 nor the SDK.
 

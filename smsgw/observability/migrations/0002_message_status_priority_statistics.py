@@ -1,4 +1,4 @@
-"""Multivariate statistics on scheduling_message (status, priority), for smsgw.observability.state.
+"""Multivariate statistics on scheduling_message (status, priority), for reporting.state.
 
 The state collector reports large counts as the planner's estimate. Without these statistics the planner
 multiplies the two columns' frequencies as if they were independent; they are not (bulk traffic is most

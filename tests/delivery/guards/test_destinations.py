@@ -212,7 +212,7 @@ def test_the_upgrade_writes_each_existing_tenants_country_from_its_sender(settin
 
 
 def test_the_tenant_form_in_the_admin_checks_countries_and_prefixes():
-    from smsgw.admin import TenantForm
+    from config.admin import TenantForm
 
     base = {"name": "X", "slug": "x", "default_from": "+14155550100", "default_timezone": "UTC"}
     base |= {"daily_message_quota": 0, "max_pending_scheduled": 0, "send_rate_per_second": 0}

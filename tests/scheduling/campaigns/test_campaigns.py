@@ -16,6 +16,8 @@ from django.utils import timezone
 from delivery.guards import suppression
 from scheduling.campaigns import make as make_module
 from scheduling.campaigns.make import campaign_make
+from scheduling.limits import quotas
+from scheduling.limits.models import QuotaWindow
 from scheduling.models import (
     Campaign,
     CampaignError,
@@ -25,8 +27,6 @@ from scheduling.models import (
     MessageEvent,
     Status,
 )
-from smsgw.limits import quotas
-from smsgw.limits.models import QuotaWindow
 from tests.factories import SENDER, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -7,10 +7,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.limits.models import QuotaWindow
 from scheduling.messages.birth import messages_birth
 from scheduling.models import Message, MessageEvent, Status, new_public_id
 from smsgw.domain_errors import QuotaExceeded
-from smsgw.limits.models import QuotaWindow
 from tests.factories import recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

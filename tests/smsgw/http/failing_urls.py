@@ -7,9 +7,9 @@ import json
 from django.db import connection, transaction
 from django.urls import path
 
+from config.urls import handler500  # noqa: F401 - the project's, as Django finds it in ROOT_URLCONF
+from config.urls import urlpatterns as real_urlpatterns
 from scheduling.models import Message
-from smsgw.urls import handler500  # noqa: F401 - the project's, as Django finds it in ROOT_URLCONF
-from smsgw.urls import urlpatterns as real_urlpatterns
 
 
 def boom(request):

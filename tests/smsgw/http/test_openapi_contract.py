@@ -498,9 +498,9 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
 
 
 def test_real_quota_and_rate_limit_refusals_match_the_schema(settings):
-    """The 429s of tenant limits (docs/limits.md, smsgw.limits: skipped where it is not installed) against
+    """The 429s of tenant limits (docs/limits.md, scheduling.limits: skipped where it is not installed) against
     the shared error responses this schema documents for them."""
-    pytest.importorskip("smsgw.limits.models")
+    pytest.importorskip("scheduling.limits.models")
     settings.RATELIMIT_URL = "database"
     settings.API_RATE_PER_SECOND = 0
     _, key = tenant_with_key("limited", daily_message_quota=1)

@@ -108,15 +108,15 @@ def test_every_shipped_gunicorn_command_sets_its_control_socket():
 
 def test_the_scan_sees_a_command_without_the_setting(tmp_path):
     """The checks themselves: a shell line, a continued line and an argv list without the flag are found."""
-    shell = "exec .venv/bin/gunicorn smsgw.wsgi --bind 127.0.0.1:8000 \\\n    --workers 2\n"
+    shell = "exec .venv/bin/gunicorn config.wsgi --bind 127.0.0.1:8000 \\\n    --workers 2\n"
     assert [line for _, line in _logical_lines(shell) if COMMAND_LINE.search(line)] == [
-        "exec .venv/bin/gunicorn smsgw.wsgi --bind 127.0.0.1:8000      --workers 2"
+        "exec .venv/bin/gunicorn config.wsgi --bind 127.0.0.1:8000      --workers 2"
     ]
     source = tmp_path / "launcher.py"
-    source.write_text('ARGV = [str(BIN / "gunicorn"), "smsgw.wsgi", "--workers", "2"]\n')
+    source.write_text('ARGV = [str(BIN / "gunicorn"), "config.wsgi", "--workers", "2"]\n')
     (found,) = _argv_commands(source)
     assert not SETTING.search(found[1])
-    source.write_text('ARGV = [str(BIN / "gunicorn"), "smsgw.wsgi", "--no-control-socket"]\n')
+    source.write_text('ARGV = [str(BIN / "gunicorn"), "config.wsgi", "--no-control-socket"]\n')
     assert SETTING.search(_argv_commands(source)[0][1])
 
 

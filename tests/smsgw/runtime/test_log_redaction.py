@@ -19,11 +19,11 @@ from celery.signals import after_setup_logger
 from django.db import connection
 from rest_framework.test import APIClient
 
+from config.celery import app
 from delivery.providers import get_adapter
 from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw.celery import app
 from smsgw.runtime.logs import Redact, RepeatLimit, redact
 from tests.factories import SENDER, tenant_with_key
 from tests.sandbox_process import SandboxProcess

@@ -85,7 +85,7 @@ def test_production_logs_json_and_development_plain_text():
     def fmt(**env):
         run = subprocess.run(
             [sys.executable, "-c", "import django; django.setup(); " + code],
-            env={**base, "DJANGO_SETTINGS_MODULE": "smsgw.settings", **env},
+            env={**base, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
             capture_output=True,
             text=True,
             timeout=60,

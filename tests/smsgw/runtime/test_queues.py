@@ -234,7 +234,7 @@ PRODUCTION = _section(DEPLOY, "## Production")
 
 def test_the_readme_production_block_runs_a_worker_for_every_routed_queue():
     block = _sh_blocks(PRODUCTION)[0]  # the first block under "Production": the processes to run
-    assert "celery -A smsgw beat" in block
+    assert "celery -A config beat" in block
     assert _worker_queues(block) == ROUTED, {"missing": ROUTED - _worker_queues(block)}
 
 

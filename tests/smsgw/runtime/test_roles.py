@@ -29,7 +29,7 @@ def _worker(queues: str) -> list[str]:
     return [
         CELERY,
         "-A",
-        "smsgw",
+        "config",
         "worker",
         "-Q",
         queues,
@@ -111,7 +111,7 @@ def _web() -> list[str]:
     # As deploy/Procfile starts it; the port is never listened on long (the worker fails to boot).
     return [
         GUNICORN,
-        "smsgw.wsgi",
+        "config.wsgi",
         "--bind",
         f"127.0.0.1:{unused_port()}",
         "--workers",
@@ -137,7 +137,7 @@ def test_a_production_web_process_without_its_public_base_url_refuses_to_start(b
 
 
 def _load_web(env: dict[str, str]) -> subprocess.CompletedProcess:
-    code = "import smsgw.wsgi; print('loaded')"
+    code = "import config.wsgi; print('loaded')"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
 
 

@@ -1,5 +1,5 @@
 """A worker keeps its database connection from one task to the next (PostgreSQL). Celery 5.7's Django
-fixup would close it before and after every task; smsgw.celery turns that off and closes, as Django
+fixup would close it before and after every task; config.celery turns that off and closes, as Django
 does around a request, only a connection that is broken or older than CONN_MAX_AGE."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from celery.fixups.django import DjangoWorkerFixup
 from django.db import InterfaceError, OperationalError, connection, connections
 
+from config.celery import _task_connections, app
 from receipts.tasks import process
-from smsgw.celery import _task_connections, app
 
 # SQLite half too: SQLite connections are not kept between tasks.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]

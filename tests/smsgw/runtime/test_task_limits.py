@@ -11,7 +11,7 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from django.apps import apps
 
-from smsgw.celery import app
+from config.celery import app
 from smsgw.runtime.task_limits import next_tick_goes_on
 
 PROJECT_PACKAGES = ("scheduling.", "delivery.", "receipts.", "limits.", "smsgw.", "sandbox.")

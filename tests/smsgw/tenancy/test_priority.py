@@ -14,9 +14,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from config.admin import TenantForm
 from scheduling.campaigns.make import campaign_make
 from scheduling.models import Campaign, Message, Schedule
-from smsgw.admin import TenantForm
 from tests.factories import RECIPIENT, message, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
-from smsgw.limits import quotas
-from smsgw.limits.models import QuotaWindow
+from scheduling.limits import quotas
+from scheduling.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.stages import Candidate, Decision, Park
 
 REASON = ReasonCode.QUOTA_EXCEEDED
 PENDING = frozenset({"scheduled", "queued"})

@@ -6,13 +6,13 @@ from delivery import api as delivery_api
 from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
 from receipts import api as receipts_api
+from reporting import views as observability
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
 from scheduling.messages import api
 from scheduling.schedules import api as sched
 from smsgw.http import docs, health
-from smsgw.observability import views as observability
 
 urlpatterns = [
     path("v1/messages", api.MessagesApi.as_view(), name="messages"),

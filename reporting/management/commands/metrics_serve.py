@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from smsgw.observability.views import registry_build, token_ok
+from reporting.views import registry_build, token_ok
 
 
 class _QuietHandler(WSGIRequestHandler):

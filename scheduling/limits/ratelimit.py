@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.throttling import BaseThrottle
 
+from scheduling.limits.models import ApiRateBucket
 from smsgw.domain_errors import RateLimited
-from smsgw.limits.models import ApiRateBucket
 from smsgw.observability import events
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
+from scheduling.limits.models import QuotaWindow
 from smsgw.domain_errors import QuotaExceeded
-from smsgw.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from smsgw.observability import events
 

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from smsgw.limits.housekeeping import limits_prune
+from scheduling.limits.housekeeping import limits_prune
 from smsgw.runtime.task_limits import next_tick_goes_on
 
 

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from smsgw.observability.state import StateCollector
+from reporting.state import StateCollector
 
 
 def registry_build(*, state: bool = True) -> CollectorRegistry:

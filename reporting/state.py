@@ -259,8 +259,3 @@ def _queues(now):
     yield ready
     yield consumers
     yield unconsumed
-
-
-def sweep_age_seconds(now: datetime | None = None) -> float | None:
-    at = Heartbeat.objects.filter(name="sweep").values_list("at", flat=True).first()
-    return None if at is None else _age(now or timezone.now(), at)

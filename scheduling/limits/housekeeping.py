@@ -17,7 +17,7 @@ from datetime import date, timedelta
 
 from django.utils import timezone
 
-from smsgw.limits.models import ApiRateBucket, QuotaWindow
+from scheduling.limits.models import ApiRateBucket, QuotaWindow
 
 QUOTA_WINDOW_KEEP_DAYS = 35  # a month of daily usage stays visible to operators (admin, support)
 BUCKET_IDLE_SECONDS = 300  # well past any burst window (SMSGW_API_RATE_BURST_SECONDS)

@@ -1,0 +1,43 @@
+"""Receipts, status look-ups and the tenants' webhooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.settings.environment import DEBUG, EMBEDDED, VAR_DIR
+from smsgw.config.env import env_bool, env_float, env_int, env_str
+
+# --- status look-ups for receipts that never came (receipts.lookup) --------------------------------
+# Messages still `sent` this long after sending, with no final receipt, are looked up at the provider by
+# sid (receipts.lookup); a lookup that still shows no final status is repeated with doubling delays, at
+# most STATUS_LOOKUP_MAX_TRIES times.
+STATUS_LOOKUP_AFTER_SECONDS = env_int("SMSGW_STATUS_LOOKUP_AFTER_SECONDS", 3600, minimum=1)
+STATUS_LOOKUP_MAX_TRIES = env_int("SMSGW_STATUS_LOOKUP_MAX_TRIES", 5, minimum=1)
+STATUS_LOOKUP_INTERVAL_SECONDS = env_float("SMSGW_STATUS_LOOKUP_INTERVAL", 60.0, minimum=0.5)
+# Provider requests per second, messages per run, seconds per request and per run: a run never holds a
+# `reconcile` worker for long, and stays far below the provider's API concurrency limits.
+STATUS_LOOKUP_RATE = env_float("SMSGW_STATUS_LOOKUP_RATE", 5.0, minimum=0.1)
+STATUS_LOOKUP_BATCH_SIZE = env_int("SMSGW_STATUS_LOOKUP_BATCH_SIZE", 100, minimum=1)
+STATUS_LOOKUP_TIMEOUT_SECONDS = env_float("SMSGW_STATUS_LOOKUP_TIMEOUT_SECONDS", 3.0, minimum=0.1)
+STATUS_LOOKUP_BUDGET_SECONDS = env_float("SMSGW_STATUS_LOOKUP_BUDGET_SECONDS", 20.0, minimum=1.0)
+
+
+# --- receipts and tenant webhooks -----------------------------------------------------------------
+RECEIPT_BATCH_SIZE = env_int("SMSGW_RECEIPT_BATCH_SIZE", 500, minimum=1)
+RECEIPT_MAX_BODY_BYTES = env_int("SMSGW_RECEIPT_MAX_BODY_BYTES", 16384, minimum=1024)
+# How long a receipt whose provider id matches no message is kept trying before it is marked orphaned.
+RECEIPT_PENDING_MAX_AGE_SECONDS = env_int("SMSGW_RECEIPT_PENDING_MAX_AGE", 86400, minimum=60)
+# Signed callbacks that arrive while the database is unreachable wait here (receipts.spool). It must be a
+# persistent disk local to the web process (not tmpfs, not a container's throwaway layer).
+RECEIPT_SPOOL_DIR = Path(env_str("SMSGW_RECEIPT_SPOOL_DIR", str(VAR_DIR / "receipt-spool")))
+WEBHOOK_ALLOW_HTTP = env_bool("SMSGW_WEBHOOK_ALLOW_HTTP", EMBEDDED or DEBUG)
+# Loopback/private/link-local targets are refused (SSRF) unless this is set (tests, local development).
+WEBHOOK_ALLOW_PRIVATE = env_bool("SMSGW_WEBHOOK_ALLOW_PRIVATE", False)
+# A delivery's whole time (connect, send, answer), wall clock: a server that trickles its answer is cut
+# off at this deadline (receipts.webhook_http). Of its answer only the status counts, and at most
+# WEBHOOK_MAX_RESPONSE_BYTES of the body are read.
+WEBHOOK_TIMEOUT_SECONDS = env_float("SMSGW_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+WEBHOOK_MAX_RESPONSE_BYTES = env_int("SMSGW_WEBHOOK_MAX_RESPONSE_BYTES", 4096, minimum=0)
+WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
+WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
+WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)
