@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
+APP_PACKAGES = ("config", "reporting", "smsgw", "scheduling", "delivery", "receipts")
 TOOLING_ONLY = ("bench", "sandbox", "psutil")
 
 

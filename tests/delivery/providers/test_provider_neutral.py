@@ -45,7 +45,7 @@ from tests.factories import messages_bulk
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[3]
-CORE = ("smsgw", "scheduling", "delivery", "receipts")
+CORE = ("config", "reporting", "smsgw", "scheduling", "delivery", "receipts")
 REGISTRY = ROOT / "delivery" / "providers" / "__init__.py"
 DIALECTS = (ROOT / "scheduling" / "facade",)
 
@@ -108,11 +108,11 @@ def _registry_line(path: Path, line: int, name: str) -> bool:
 
 def test_the_scan_sees_the_core_and_skips_the_provider_packages():
     files = {p.relative_to(ROOT).as_posix() for p in _core_sources()}
-    assert "delivery/sending/worker.py" in files and "smsgw/settings.py" in files
+    assert "delivery/sending/worker.py" in files and "config/settings/providers.py" in files
     assert "scheduling/messages/service.py" in files and "receipts/api.py" in files
     assert not any(f.startswith("delivery/providers/twilio/") for f in files)
     assert not any(f.startswith("scheduling/facade/") for f in files)
-    assert "receipts/webhooks.py" in files and "smsgw/urls.py" in files and "smsgw/admin.py" in files
+    assert "receipts/webhooks.py" in files and "config/urls.py" in files and "config/admin.py" in files
     assert _registered(), "no provider package registered"
 
 

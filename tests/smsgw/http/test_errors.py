@@ -9,7 +9,7 @@ from smsgw import domain_errors
 from smsgw.http.errors import api_exception_handler
 
 ROOT = Path(__file__).resolve().parents[3]
-APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
+APP_PACKAGES = ("config", "reporting", "smsgw", "scheduling", "delivery", "receipts")
 # The HTTP edge: DRF views (modules named *api), the authentication, permission (scope), throttle and
 # pagination classes, the parsers and request checks, the schema, the error handler and the settings
 # that name them.

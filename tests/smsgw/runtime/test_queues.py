@@ -18,7 +18,7 @@ from scheduling.models import Priority
 from smsgw.runtime.queues import ROUTED_QUEUES, SEND_PREFIX
 
 ROOT = Path(__file__).resolve().parents[3]
-APP_PACKAGES = ("smsgw", "scheduling", "delivery", "receipts")
+APP_PACKAGES = ("config", "reporting", "smsgw", "scheduling", "delivery", "receipts")
 PUBLISH_METHODS = {"send_task", "apply_async", "delay", "signature", "s", "si"}
 ROUTED = set(ROUTED_QUEUES)
 
