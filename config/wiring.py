@@ -12,6 +12,7 @@ from smsgw import stages
 
 
 def stages_install() -> None:
+    from delivery import tasks as delivery_tasks
     from delivery.flow import circuit, pacing
     from delivery.guards import acceptance, velocity
     from delivery.routing import birth
@@ -49,3 +50,6 @@ def stages_install() -> None:
     # Scheduling's side of a wait and a release, for the send worker, pacing and the circuit.
     stages.park_rows.fill(release.park_rows)
     stages.publish_after_commit.fill(release.publish_after_commit)
+    # The send worker's and the reconciler's tasks, which the sweep publishes.
+    stages.send_batch.fill(delivery_tasks.send_batch)
+    stages.reconcile_batch.fill(delivery_tasks.reconcile_batch)

@@ -120,6 +120,12 @@ class ReceiptIntake(Protocol):
     def __call__(self, *, provider: str, callback: Any, received_at: datetime | None = None) -> Any: ...
 
 
+class Task(Protocol):
+    """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
+
+    def apply_async(self, args: Any = ..., kwargs: Any = ..., *, queue: str = ...) -> object: ...
+
+
 @dataclass(frozen=True)
 class ReleaseGate:
     """A gate in the sweep's order, and the setting that turns it off (None: always on)."""
@@ -158,4 +164,7 @@ status_listeners: Slot[Sequence[StatusListener]] = Slot("status listeners")
 # Scheduling's side of a wait and a release, for the stages after it: park messages where they are, and
 # publish released ones to their send queue after the transaction commits.
 park_rows: Slot[Callable[..., None]] = Slot("park rows")
+# The send worker's and the reconciler's tasks, which the sweep publishes.
+send_batch: Slot[Task] = Slot("send batch task")
+reconcile_batch: Slot[Task] = Slot("reconcile batch task")
 publish_after_commit: Slot[Callable[..., None]] = Slot("publish after commit")

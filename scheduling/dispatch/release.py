@@ -430,15 +430,13 @@ def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[in
 
 
 def _publish(queue: str, ids: list[int], provider: str, not_before: dict[int, float]) -> None:
-    from celery import current_app as app  # config.celery's app, current once loaded
-
     for batch, slots in _batches(ids, not_before):
         kwargs: dict = {"provider": provider}
         if any(slots):
             # The worker submits each at its slot: its event loop waits, not its process
             # (delivery.sending.inflight); a batch that reaches it late keeps its spacing.
             kwargs["not_before"] = slots
-        app.send_task("delivery.send_batch", args=[batch], kwargs=kwargs, queue=queue)
+        stages.send_batch().apply_async(args=[batch], kwargs=kwargs, queue=queue)
 
 
 def publish_after_commit(

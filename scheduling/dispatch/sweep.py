@@ -20,11 +20,11 @@ from scheduling.dispatch import recovery, release
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Priority, Status
+from smsgw import stages
 from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
-RECONCILE_TASK = "delivery.reconcile_batch"
 # Report order; the release gate (delivery.flow.pacing) decides who goes first.
 PRIORITY_ORDER = (Priority.TRANSACTIONAL, Priority.BULK)
 
@@ -57,15 +57,13 @@ class SweepReport:
         )
 
 
-def _publish(task: str, queue: str, ids: list[int]) -> None:
-    from celery import current_app as app  # config.celery's app, current once loaded
-
+def _publish(task: stages.Task, queue: str, ids: list[int]) -> None:
     size = settings.SEND_BATCH_SIZE
     for start in range(0, len(ids), size):
-        app.send_task(task, args=[ids[start : start + size]], queue=queue)
+        task.apply_async(args=[ids[start : start + size]], queue=queue)
 
 
-def _publish_after_commit(task: str, queue: str, ids: list[int]) -> None:
+def _publish_after_commit(task: stages.Task, queue: str, ids: list[int]) -> None:
     if ids:
         transaction.on_commit(lambda: _publish(task, queue, ids))
 
@@ -116,7 +114,7 @@ def sending_leases_expire(*, now: datetime | None = None, limit: int) -> int:
             now=now,
         )
         ids = [r["id"] for r in rows]
-        _publish_after_commit(RECONCILE_TASK, "reconcile", ids)
+        _publish_after_commit(stages.reconcile_batch(), "reconcile", ids)
     return len(ids)
 
 

@@ -3,6 +3,7 @@ reference; the release gates and the sweep's ticks in their order."""
 
 from __future__ import annotations
 
+from delivery import tasks as delivery_tasks
 from delivery.flow import circuit, pacing
 from delivery.guards import acceptance as delivery_acceptance
 from delivery.guards import velocity
@@ -40,6 +41,8 @@ def test_every_other_hand_off_is_filled_with_its_stage(settings):
     assert stages.receipt_intake() is ingest.receipt_ingest
     assert stages.park_rows() is release.park_rows
     assert stages.publish_after_commit() is release.publish_after_commit
+    assert stages.send_batch() is delivery_tasks.send_batch
+    assert stages.reconcile_batch() is delivery_tasks.reconcile_batch
 
 
 def test_an_empty_slot_names_itself():
