@@ -83,9 +83,10 @@ def test_a_burst_of_readiness_probes_asks_the_broker_once_per_interval(client, s
 
 def test_the_broker_is_asked_again_once_the_interval_has_passed(client, settings):
     settings.READYZ_BROKER_SECONDS = 0.2
+    # Before the first check: the interval runs from that check, which may come at any point of the request.
+    started = time.monotonic()
     client.get("/readyz")
     assert health.broker_check.checks == 1
-    started = time.monotonic()
     while health.broker_check.checks < 2 and time.monotonic() - started < 10:
         client.get("/readyz")
     assert health.broker_check.checks == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 SETTING = re.compile(r"--no-control-socket\b|--control-socket[= ]\S+")
 # A shell-style command line: the gunicorn executable (any path) followed by its application.
-COMMAND_LINE = re.compile(r"(?:^|[\s/:])gunicorn\s+(?:-\S+\s+)*smsgw\.wsgi\b")
+COMMAND_LINE = re.compile(r"(?:^|[\s/:])gunicorn\s+(?:-\S+\s+)*config\.wsgi\b")
 # An argv element that is the gunicorn executable: "gunicorn", ".../gunicorn", BIN / "gunicorn".
 EXECUTABLE = re.compile(r"""['"](?:[^'"\s]*/)?gunicorn['"]""")
 TEXT_FILES = ("*.md", "*.sh", "*.service", "Procfile", "*.py", "*.toml", "*.yml", "*.yaml", "*.cfg")

@@ -143,8 +143,11 @@ def _publishes() -> tuple[dict[str, set[str]], list[str], list[str]]:
                 task = first.value if isinstance(first, ast.Constant) else None
             else:
                 task = task_names.get(getattr(call.func.value, "id", ""))
-                if task is None:
-                    continue  # a method of something that is not one of our tasks
+                if task is None and queue is None:
+                    # A method of something that is not one of our tasks. With a queue it is a publish
+                    # whatever it is called on: a task handed over through a stage slot
+                    # (``stages.send_batch().apply_async(..., queue=...)``).
+                    continue
             if queue is not None:
                 sites[_where(path, call)] = resolver.resolve(queue)
             elif task in routes:
