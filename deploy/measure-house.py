@@ -16,7 +16,7 @@ import grimp
 ROOT = Path.cwd()
 sys.path.insert(0, str(ROOT))
 # The floors, bottom up: a package may import its own floor and the ones below.
-FLOORS = ["smsgw", "scheduling", "delivery", "receipts", "reporting", "config"]
+FLOORS = ["smsgw", "scheduling", "delivery", "receipts", "inbound", "reporting", "retention", "config"]
 APPS = ["smsgw", "scheduling", "delivery", "receipts"]
 STAGES = ["scheduling", "delivery", "receipts"]
 # Settings Django and its libraries read, naming a class or module for the framework to load.
