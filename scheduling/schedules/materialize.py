@@ -186,7 +186,9 @@ def _plan(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: dateti
     window = quiet_window_of(schedule, tenant)
     rows: list[tuple[dict, dict]] = []
     cursor = None
-    for occ in rec.occurrences(naive(schedule.cursor_local)):
+    # Claimed by its cursor, which is set and cleared as a pair (_advance, service._start_cursor).
+    assert schedule.cursor_local is not None and schedule.next_occurrence_at is not None
+    for occ in rec.resume(naive(schedule.cursor_local), schedule.next_occurrence_at):
         if occ.due_at > horizon_end or len(rows) >= MAX_OCCURRENCES_PER_CLAIM:
             cursor = occ
             break
