@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from scheduling.dispatch.quiet import QuietWindow, tenant_quiet_window
 from scheduling.lifecycle.schedules import schedules_end
-from scheduling.messages.birth import messages_birth
+from scheduling.messages.birth import Births, messages_birth
 from scheduling.models import Schedule, ScheduleStatus, Status, new_public_id
 from scheduling.schedules.recurrence import ExpansionTooCostly, Occurrence, Recurrence
 from scheduling.schedules.rrules import parse_exdates, parse_rrule
@@ -117,6 +117,7 @@ class _Plan:
     schedule: Schedule
     rows: list[tuple[dict, dict]]  # (Message field values by attname, "created" event details)
     cursor: Occurrence | None  # the first occurrence not made in this claim; None: the rule has ended
+    made: int = 0  # rows that went in (a row whose occurrence key exists is not made again)
 
 
 def _occurrence_row(
@@ -185,7 +186,9 @@ def _plan(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now: dateti
     window = quiet_window_of(schedule, tenant)
     rows: list[tuple[dict, dict]] = []
     cursor = None
-    for occ in rec.occurrences(naive(schedule.cursor_local)):
+    # Claimed by its cursor, which is set and cleared as a pair (_advance, service._start_cursor).
+    assert schedule.cursor_local is not None and schedule.next_occurrence_at is not None
+    for occ in rec.resume(naive(schedule.cursor_local), schedule.next_occurrence_at):
         if occ.due_at > horizon_end or len(rows) >= MAX_OCCURRENCES_PER_CLAIM:
             cursor = occ
             break
@@ -207,13 +210,14 @@ def _plan_or_end(schedule: Schedule, tenant: Tenant, horizon_end: datetime, now:
 EVENT_ACTOR = "system:materializer"
 
 
-def _advance(plans: list[_Plan], horizon_end: datetime, now: datetime) -> int:
+def _advance(plans: list[_Plan], births: Births, horizon_end: datetime, now: datetime) -> int:
     """Move each claimed schedule's cursor past what it just made, in one statement, and end those
     with no occurrence left. Returns how many ended."""
     for plan in plans:
+        plan.made = sum(1 for row, _ in plan.rows if row["public_id"] in births.id_of)
         s = plan.schedule
         s.materialized_until = horizon_end
-        s.materialized_count += len(plan.rows)
+        s.materialized_count += plan.made
         s.updated_at = now
         if plan.cursor is None:
             s.cursor_local, s.next_occurrence_at = None, None
@@ -243,7 +247,7 @@ def _advance_pg(plans: list[_Plan], horizon_end: datetime, now: datetime) -> Non
                 [p.schedule.pk for p in plans],
                 [p.schedule.cursor_local for p in plans],
                 [p.schedule.next_occurrence_at for p in plans],
-                [len(p.rows) for p in plans],
+                [p.made for p in plans],
             ],
         )
 
@@ -283,7 +287,7 @@ def schedules_materialize(*, now: datetime | None = None, limit: int | None = No
         rows = [row for p in plans for row in p.rows]
         births = messages_birth(rows, actor=EVENT_ACTOR, now=now, tenants=tenants)
         ids, existing = births.ids, births.existing
-        report.ended = _advance(plans, horizon_end, now)
+        report.ended = _advance(plans, births, horizon_end, now)
     report.schedules, report.created, report.existing = len(schedules), len(ids), existing
     report.created_ids = ids
     report.seconds = time.perf_counter() - started
@@ -303,7 +307,7 @@ def schedule_materialize_one(schedule: Schedule, *, now: datetime) -> Materializ
             plan.rows, actor=EVENT_ACTOR, now=now, tenants={schedule.tenant_id: schedule.tenant}
         )
         ids, existing = births.ids, births.existing
-        report.ended += _advance([plan], horizon_end, now)
+        report.ended += _advance([plan], births, horizon_end, now)
         report.created += len(ids)
         report.existing += existing
         report.created_ids += ids

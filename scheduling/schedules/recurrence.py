@@ -13,6 +13,15 @@ Two calendar edges need a decision of their own:
 * RFC 5545 leaves a DTSTART that does not match the rule undefined; like python-dateutil we treat
   ``start`` as the anchor (phase, defaults) and it is an occurrence only when it matches the rule.
 
+Occurrences come out in the order of their instants, which is not the order of their wall times: a
+gap-shifted occurrence sorts with the instants just after the gap ("every 40 minutes" in London on
+2027-03-28: 01:20 does not exist and is 01:20Z, after 02:00 BST = 01:00Z although its wall time comes
+first). Only a gap shift breaks the wall-time order: the instances that can come before a gap-shifted
+one lie at most its gap later in wall time, so ``occurrences`` holds it back only while the rule walks
+that far (a heap, never more than one gap's worth of instances). Every wall time outside a gap, the
+readings of a fold included, resolves in wall-time order under either DST policy, as long as two clock
+changes of one zone are further apart than their sizes: in tzdata they are at least 96 times as far.
+
 Expansion is re-anchorable: every BYxxx default that dateutil derives from DTSTART is made explicit,
 COUNT is turned into the local time of the COUNT-th instance, and so the rule can restart at any
 instance (the materializer's cursor) or at a period boundary (``_anchor_before``) without iterating
@@ -26,6 +35,8 @@ day up to the year 9999 (seconds of CPU per request).
 from __future__ import annotations
 
 import contextlib
+import heapq
+from bisect import bisect_right
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal, cast
@@ -45,9 +56,12 @@ __all__ = ["Occurrence", "Recurrence", "recurrence_build"]
 MAX_SPAN = relativedelta(years=100)
 # How far after "now" the first occurrence may lie: 9 years covers "every Feb 29" across 2100.
 FIRST_OCCURRENCE_SEARCH = relativedelta(years=9)
+# No zone has moved its clock by more than a day at once (Apia 2011 and Kwajalein 1993 skipped one day,
+# Alaska 1867 repeated about one); searches that must reach a wall time from an instant keep twice that.
+CLOCK_JUMP_MARGIN = timedelta(days=2)
 # UNTIL is an instant; the expansion runs on local times, so it runs a little past UNTIL's local
-# reading (no zone has shifted by more than a day, Apia 2011 included) and filters on the instant.
-UNTIL_SLACK = timedelta(days=2)
+# reading and filters on the instant.
+UNTIL_SLACK = CLOCK_JUMP_MARGIN
 
 
 # --- the hard stop ------------------------------------------------------------------------------------
@@ -341,25 +355,73 @@ class Recurrence:
     def occurrences(
         self, from_local: datetime | None = None, *, until_local: datetime | None = None
     ) -> Iterator[Occurrence]:
-        """Occurrences at or after ``from_local`` (local order): exceptions removed, UNTIL applied to
-        the resolved instant, gap-shifted duplicates merged (module docstring)."""
-        until = self.rule.until
+        """Occurrences of the instances at or after ``from_local``, in the order of their instants:
+        exceptions removed, UNTIL applied to the resolved instant, a gap-shifted occurrence that lands
+        on another occurrence merged into it (module docstring). ``until_local`` as in ``instances``."""
+        until = self.bound if until_local is None else min(until_local, self.bound)
+        # Gap-shifted occurrences waiting for the instances that may still sort before them, by instant:
+        # (instant, wall time, the last instance to wait for, occurrence).
+        held: list[tuple[datetime, datetime, datetime, Occurrence]] = []
+        ahead: list[datetime] = []  # instances after the current one that a look-ahead already walked
         for local in self.instances(from_local, until_local=until_local):
-            if self.is_excluded(local):
-                continue
-            resolved = self.resolve(local)
-            if until is not None and resolved.due_at > until:
-                continue
-            if resolved.adjustment is DstAdjustment.GAP_SHIFTED and self._lands_on_instance(local, resolved):
-                continue
-            yield Occurrence(local, resolved)
+            del ahead[: bisect_right(ahead, local)]
+            occ = self._occurrence(local)
+            if occ is not None and occ.adjustment is DstAdjustment.GAP_SHIFTED:
+                target = local + timedelta(seconds=occ.resolved.adjustment_seconds)
+                wait_for = self._walk_ahead(ahead, local, min(target, until))
+                heapq.heappush(held, (occ.due_at, local, wait_for, occ))
+            elif occ is not None:
+                while held and held[0][0] <= occ.due_at:
+                    early = heapq.heappop(held)[3]
+                    # The same instant: a gap-shifted occurrence landing on this one, merged into it.
+                    if early.due_at < occ.due_at:
+                        yield early
+                yield occ
+            while held and held[0][2] <= local:
+                yield heapq.heappop(held)[3]
+        while held:
+            yield heapq.heappop(held)[3]
 
-    def _lands_on_instance(self, local: datetime, resolved: ResolvedTime) -> bool:
-        target = local + timedelta(seconds=resolved.adjustment_seconds)
-        for other in _iterate(self._from(local, min(target, self.bound))):
-            if other == target:
-                return not self.is_excluded(other)
-        return False
+    def _occurrence(self, local: datetime) -> Occurrence | None:
+        """The instance at ``local`` resolved, or None when it is excluded or past UNTIL."""
+        if self.is_excluded(local):
+            return None
+        resolved = self.resolve(local)
+        if self.rule.until is not None and resolved.due_at > self.rule.until:
+            return None
+        return Occurrence(local, resolved)
+
+    def _walk_ahead(self, ahead: list[datetime], local: datetime, stop: datetime) -> datetime:
+        """The last instance after ``local`` and no later than ``stop`` (``local`` itself when there
+        is none). For a gap-shifted occurrence at ``local`` whose shift lands on ``stop`` these are the
+        instances whose instants may come before its own; one at ``stop`` is the occurrence it merges
+        into. ``ahead`` holds the instances already walked after ``local`` and is extended up to
+        ``stop``, so the look-aheads of one gap's occurrences walk that gap once between them."""
+        walked = ahead[-1] if ahead else local
+        if walked < stop:
+            ahead.extend(other for other in _iterate(self._from(walked, stop)) if other > walked)
+        within = bisect_right(ahead, stop)
+        return ahead[within - 1] if within else local
+
+    def resume(self, local: datetime, instant: datetime) -> Iterator[Occurrence]:
+        """Occurrences from the materializer's cursor, the first occurrence not made (its wall time
+        and instant), in instant order: every one at or after ``instant``, the rule started early
+        enough for a gap-shifted occurrence whose wall time comes before the cursor's. Offered too:
+        the occurrences after the cursor's wall time whose instants come before it. A cursor saved in
+        wall-time order (before occurrences came in instant order) had not made them; one saved since
+        has, and their occurrence keys make them no-ops."""
+        for occ in self.occurrences(min(local, self._earliest_local(instant))):
+            if occ.due_at >= instant or occ.local > local:
+                yield occ
+
+    def _earliest_local(self, instant: datetime) -> datetime:
+        """No later than the wall time of any occurrence at or after ``instant``: the lesser of its
+        reading and its reading with the offset in force CLOCK_JUMP_MARGIN earlier. A gap-shifted
+        occurrence keeps the wall time it had before its gap, and a gap that ended after ``instant``
+        began less than a day before it (no gap is longer); tzdata's clock changes are at least three
+        days apart, so the offset two days earlier is the one in force before that gap."""
+        before = self.local_of(instant - CLOCK_JUMP_MARGIN) + CLOCK_JUMP_MARGIN
+        return min(self.local_of(instant), before)
 
     def local_of(self, instant: datetime) -> datetime:
         return instant.astimezone(self.zone).replace(tzinfo=None)
@@ -367,9 +429,11 @@ class Recurrence:
     def after(
         self, instant: datetime, *, from_local: datetime | None = None, until_local: datetime | None = None
     ) -> Iterator[Occurrence]:
-        """Occurrences whose resolved instant is after ``instant``. The local search starts a margin
-        earlier (a gap shift moves a wall time forward by up to a day), or at ``from_local``."""
-        start = from_local or (self.local_of(instant) - timedelta(days=2))
+        """Occurrences whose resolved instant is after ``instant``, in instant order. The local search
+        starts a margin earlier (a gap shift moves a wall time forward by up to a day, and with
+        ``dst_policy: later`` an occurrence on a fold's second reading has an earlier wall time than an
+        instant on its first), or at ``from_local``."""
+        start = from_local or (self.local_of(instant) - CLOCK_JUMP_MARGIN)
         for occ in self.occurrences(start, until_local=until_local):
             if occ.due_at > instant:
                 yield occ

@@ -302,6 +302,7 @@ def test_a_rerun_or_a_cursor_moved_back_never_creates_a_second_occurrence(api):
     again = schedules_materialize(now=later)
     assert (again.created, again.existing) == (0, 4)
     assert occurrences(sid).count() == 4
+    assert Schedule.objects.get(public_id=sid).materialized_count == 4  # what went in, not what was offered
     assert MessageEvent.objects.filter(message__schedule__public_id=sid, kind="created").count() == 4
 
 
