@@ -18,7 +18,7 @@ import psutil
 import pytest
 from django.db import connection
 
-from bench.devprocs import BIN
+from bench.harness.devprocs import BIN
 from tests import processes
 from tests.integration.db_proxy import DatabaseProxy
 from tests.waiting import wait_for

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from django.db import connection
 
-from bench import devprocs
-from bench.core import MemorySampler, bench_reset
+from bench.harness import devprocs
+from bench.harness.data import bench_reset
+from bench.harness.sampling import MemorySampler
 from scheduling.models import Campaign, CampaignRange, Message
 from smsgw.models import api_key_create
 
