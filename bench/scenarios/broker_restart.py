@@ -1,13 +1,11 @@
 """``python -m bench broker-restart`` (docs/benchmarks.md, "Long runs and broker faults"): N messages due at
-once drained twice in one run
-on the same processes, with a private redis-server as the broker: first fault-free, then with that Redis
-killed (SIGKILL) when about 30% are sent and started again, empty, after ``down_seconds``. The workers
-and beat reconnect by themselves; the sweep notices the lost tasks (scheduling.dispatch.recovery: the epoch
-key
-vanished, or a send queue is empty while rows wait) and re-publishes them. Production recovery settings
-throughout. Prints both drain times, the excess of the faulty one, the ``republished`` timeline entries
-by reason, what the sandbox stored (each recipient once) and the WARNING/ERROR lines the workers and
-beat wrote from the kill to the end of the drain; asserts nothing.
+once drained twice in one run on the same processes, with a private redis-server as the broker: first
+fault-free, then with that Redis killed (SIGKILL) when about 30% are sent and started again, empty, after
+``down_seconds``. The workers and beat reconnect by themselves; the sweep notices the lost tasks
+(scheduling.dispatch.recovery: the epoch key vanished, or a send queue is empty while rows wait) and
+re-publishes them. Production recovery settings throughout. Prints both drain times, the excess of the faulty
+one, the ``republished`` timeline entries by reason, what the sandbox stored (each recipient once) and the
+WARNING/ERROR lines the workers and beat wrote from the kill to the end of the drain; asserts nothing.
 
 Target (docs/benchmarks.md): drain completes ≤ 30 s after the restart beyond the fault-free drain time, i.e.
 faulty - fault-free - down time ≤ 30 s."""

@@ -1,6 +1,5 @@
 """What scheduling's acceptance port (scheduling.messages.acceptance) asks, answered by the suppression list
-and
-the destination guards. Named by ``settings.ACCEPTANCE_CHECKS``."""
+and the destination guards. Named by ``settings.ACCEPTANCE_CHECKS``."""
 
 from delivery.guards.destinations import destination_refusals
 from delivery.guards.suppression import is_suppressed, suppressed_numbers

@@ -1,12 +1,11 @@
 """The Celery queues smsgw publishes to, in one list.
 
-Every process that must run for the gateway to work is a worker on some of these queues, so the list is
-what the deploy examples are held to: tests/smsgw/runtime/test_queues.py fails when a task route, a beat entry
-or
-a literal ``queue=`` in a publish names a queue that is not here, and when docs/deploy.md's production block,
-deploy/Procfile or the systemd instance examples start no worker for one of them (a queue with no worker
-is silent: its tasks wait for ever, e.g. every campaign stays ``creating``). Readiness and /metrics report
-each of them (smsgw.observability.queues). No Django import: the settings read it.
+Every process that must run for the gateway to work is a worker on some of these queues, so the list is what
+the deploy examples are held to: tests/smsgw/runtime/test_queues.py fails when a task route, a beat entry or a
+literal ``queue=`` in a publish names a queue that is not here, and when docs/deploy.md's production block,
+deploy/Procfile or the systemd instance examples start no worker for one of them (a queue with no worker is
+silent: its tasks wait for ever, e.g. every campaign stays ``creating``). Readiness and /metrics report each
+of them (smsgw.observability.queues). No Django import: the settings read it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The decision tables (delivery.sending.outcomes) and the delays (delivery.sending.delays): every answer an
-adapter can
-give has a row, the rows say what the send path and the receipt processor do, and a batch mixing
+adapter can give has a row, the rows say what the send path and the receipt processor do, and a batch mixing
 charged and uncharged answers records each one as its row says."""
 
 from __future__ import annotations
