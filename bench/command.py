@@ -1,5 +1,5 @@
 """``python -m bench <scenario> ...`` (bench/__main__.py) — prints figures, asserts nothing. The command's
-options and dispatch; the scenarios are the modules beside it, imported inside handle() so that
+options and dispatch; the scenarios are the modules of bench/scenarios/, imported inside handle() so that
 ``--help`` needs neither them nor psutil."""
 
 import json
@@ -23,7 +23,7 @@ class Command(BaseCommand):
             "--no-baseline",
             dest="baseline",
             action="store_false",
-            help="skip the same number of Celery ETA no-op tasks due at once (bench.baseline)",
+            help="skip the same number of Celery ETA no-op tasks due at once (bench.scenarios.baseline)",
         )
         p = sub.add_parser(
             "faults", help="the burst fault-free, then with timeouts and hung accepts, same run"
@@ -266,7 +266,7 @@ class Command(BaseCommand):
         p = sub.add_parser(
             "facade", help="POST .../Messages.json (Twilio's form, Basic) beside POST /v1/messages, same run"
         )
-        # The client and server settings of ``ingest`` (bench/core.py), so the two compare.
+        # The client and server settings of ``ingest`` (bench/scenarios/ingest.py), so the two compare.
         p.add_argument("--seconds", type=int, default=15, help="per run")
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
         p.add_argument("--web-workers", type=int, default=3)
@@ -318,11 +318,10 @@ class Command(BaseCommand):
                 "skip_checks",
             )
         }
-        if scenario in ("burst", "steady", "pending", "ingest"):
-            from bench import core
-
         if scenario == "burst":
-            result = core.burst(
+            from bench.scenarios.throughput import burst
+
+            result = burst(
                 n=opts["messages"],
                 latency_ms=opts["latency_ms"],
                 concurrency=opts["concurrency"],
@@ -331,7 +330,7 @@ class Command(BaseCommand):
                 baseline=opts["baseline"],
             )
         elif scenario == "faults":
-            from bench.faults import faults
+            from bench.scenarios.faults import faults
 
             result = faults(
                 n=opts["messages"],
@@ -346,7 +345,7 @@ class Command(BaseCommand):
                 absent_grace=opts["absent_grace"],
             )
         elif scenario == "soak":
-            from bench.soak import soak
+            from bench.scenarios.soak import soak
 
             result = soak(
                 rate=opts["rate"],
@@ -363,7 +362,7 @@ class Command(BaseCommand):
                 vacuum_every=opts["vacuum_every"],
             )
         elif scenario == "broker-restart":
-            from bench.broker_restart import broker_restart
+            from bench.scenarios.broker_restart import broker_restart
 
             result = broker_restart(
                 n=opts["messages"],
@@ -375,7 +374,9 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "steady":
-            result = core.steady(
+            from bench.scenarios.throughput import steady
+
+            result = steady(
                 rate=opts["rate"],
                 seconds=opts["seconds"],
                 latency_ms=opts["latency_ms"],
@@ -383,7 +384,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "receipts":
-            from bench import receipts as receipts_bench
+            from bench.scenarios import receipts as receipts_bench
 
             result = receipts_bench.receipts(
                 n=opts["callbacks"],
@@ -393,11 +394,11 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "sdk":
-            from bench.sdk import sdk
+            from bench.scenarios.sdk import sdk
 
             result = sdk(**opts)  # its options are its parameters
         elif scenario == "burst-receipts":
-            from bench import receipts as receipts_bench
+            from bench.scenarios import receipts as receipts_bench
 
             result = receipts_bench.burst_under_receipts(
                 n=opts["messages"],
@@ -408,7 +409,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario in ("paced", "adaptive", "fairness", "outage", "limiter"):
-            from bench import pacing as bench_pacing
+            from bench.scenarios import pacing as bench_pacing
 
             if scenario == "paced":
                 result = bench_pacing.paced(
@@ -445,7 +446,7 @@ class Command(BaseCommand):
             else:
                 result = bench_pacing.limiter(n=opts["messages"], timeout=opts["timeout"])
         elif scenario == "guards":
-            from bench import guards as bench_guards
+            from bench.scenarios import guards as bench_guards
 
             result = bench_guards.guards(
                 n=opts["messages"],
@@ -457,7 +458,7 @@ class Command(BaseCommand):
                 rounds=opts["rounds"],
             )
         elif scenario == "uncertain":
-            from bench.uncertain import uncertain
+            from bench.scenarios.uncertain import uncertain
 
             result = uncertain(
                 n=opts["messages"],
@@ -479,7 +480,7 @@ class Command(BaseCommand):
                 fault_free=opts["fault_free"],
             )
         elif scenario == "failover":
-            from bench.failover import failover
+            from bench.scenarios.failover import failover
 
             result = failover(
                 n=opts["messages"],
@@ -492,7 +493,7 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario in ("materialize", "materialize-idle", "preview"):
-            from bench import schedules as bench_schedules
+            from bench.scenarios import schedules as bench_schedules
 
             if scenario == "materialize":
                 result = bench_schedules.materialize(
@@ -503,13 +504,13 @@ class Command(BaseCommand):
             else:
                 result = bench_schedules.preview(count=opts["count"], repeats=opts["repeats"])
         elif scenario == "metrics":
-            from bench import metrics as bench_metrics
+            from bench.scenarios import metrics as bench_metrics
 
             result = bench_metrics.scrape_cost(
                 n=opts["messages"], terminal=opts["terminal"], repeats=opts["repeats"]
             )
         elif scenario == "campaign":
-            from bench import campaigns as bench_campaigns
+            from bench.scenarios import campaigns as bench_campaigns
 
             result = bench_campaigns.campaign(
                 recipients=opts["recipients"],
@@ -521,7 +522,7 @@ class Command(BaseCommand):
                 single_first=opts["single_first"],
             )
         elif scenario == "campaign_pause":
-            from bench.campaign_pause import campaign_pause
+            from bench.scenarios.campaign_pause import campaign_pause
 
             result = campaign_pause(
                 n=opts["messages"],
@@ -532,11 +533,11 @@ class Command(BaseCommand):
                 timeout=opts["timeout"],
             )
         elif scenario == "hostile":
-            from bench.hostile import hostile
+            from bench.scenarios.hostile import hostile
 
             result = hostile(repeat=opts["repeat"])
         elif scenario == "facade":
-            from bench.facade import facade
+            from bench.scenarios.facade import facade
 
             result = facade(
                 seconds=opts["seconds"],
@@ -546,11 +547,13 @@ class Command(BaseCommand):
                 rounds=opts["rounds"],
             )
         elif scenario == "pending":
-            result = core.pending(
-                n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"]
-            )
+            from bench.scenarios.throughput import pending
+
+            result = pending(n=opts["messages"], repeats=opts["repeats"], idle_seconds=opts["idle_seconds"])
         else:
-            result = core.ingest(
+            from bench.scenarios.ingest import ingest
+
+            result = ingest(
                 seconds=opts["seconds"],
                 concurrency=opts["concurrency"],
                 web_workers=opts["web_workers"],

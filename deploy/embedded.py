@@ -16,7 +16,7 @@ cannot fail with it.
   dies without stopping them (Linux's PR_SET_PDEATHSIG).
 * Each child's output is passed through with its name in front. ``SMSGW_VAR_DIR/embedded.json`` says at
   every change which children run, under which pid, and how often each was restarted (the tests and
-  ``bench embedded`` read it).
+  ``python -m bench.scenarios.embedded`` read it).
 
 Why not supervisord: it gives a process up for good (FATAL) after ``startretries`` quick exits, needs a
 configuration file rendered for each run's ports and paths, and shows the children's output unlabelled;

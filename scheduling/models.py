@@ -126,8 +126,7 @@ class Message(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
 
     # Recurring occurrences (scheduling.schedules.materialize): the schedule, the version the occurrence was
-    # made
-    # under, and its deterministic key "<schedule id>:<local occurrence time>:v<version>", unique per
+    # made under, and its deterministic key "<schedule id>:<local occurrence time>:v<version>", unique per
     # schedule so a re-run or crashed materializer can never create a second row for one occurrence.
     schedule = models.ForeignKey(
         "Schedule",
@@ -140,8 +139,7 @@ class Message(models.Model):
     occurrence_key = models.CharField(max_length=80, null=True, blank=True)
     schedule_version = models.PositiveIntegerField(null=True, blank=True)
     # Campaign recipients (scheduling.campaigns.service): the campaign and the recipient's key in it, the
-    # E.164
-    # number (duplicates sent once) or "line:<n>" (allow_duplicates), unique per campaign so a resumed
+    # E.164 number (duplicates sent once) or "line:<n>" (allow_duplicates), unique per campaign so a resumed
     # or re-run creation job can never make a second message for one recipient.
     campaign = models.ForeignKey(
         "Campaign",
@@ -153,8 +151,7 @@ class Message(models.Model):
     )
     campaign_key = models.CharField(max_length=32, null=True, blank=True)
     # Quiet hours (scheduling.dispatch.quiet): the window that applies, copied from the tenant or request
-    # policy
-    # when the message was scheduled (quiet_timezone is empty when none applies), and the due time
+    # policy when the message was scheduled (quiet_timezone is empty when none applies), and the due time
     # before the first move into the window's end.
     quiet_start = models.TimeField(null=True, blank=True)
     quiet_end = models.TimeField(null=True, blank=True)

@@ -1,4 +1,4 @@
-"""Integration-test glue over bench.devprocs: processes pointed at pytest-django's test database."""
+"""Integration-test glue over bench.harness.devprocs: processes pointed at pytest-django's test database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from django.conf import settings
 from django.db import connection
 
-from bench.devprocs import ALL_QUEUES, ROOT, Proc, celery_beat, celery_worker, free_port, stop_all
+from bench.harness.devprocs import ALL_QUEUES, ROOT, Proc, celery_beat, celery_worker, free_port, stop_all
 
 __all__ = [
     "ALL_QUEUES",

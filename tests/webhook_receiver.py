@@ -6,7 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bench.devprocs import free_port
+from bench.harness.devprocs import free_port
 
 
 class WebhookReceiver:

@@ -1,6 +1,5 @@
 """What scheduling's acceptance port (scheduling.messages.acceptance) asks, answered by the suppression list
-and
-the destination guards. Handed to scheduling by the composition root (config.wiring)."""
+and the destination guards. Handed to scheduling by the composition root (config.wiring)."""
 
 from delivery.guards.destinations import destination_refusals
 from delivery.guards.suppression import is_suppressed, suppressed_numbers

@@ -1,7 +1,7 @@
 """Destination permissions (docs/guards.md): which numbers a tenant may send to at all. Checked at acceptance
 (scheduling.messages.service, scheduling.schedules.service: a 400 naming ``to``, nothing stored) and again at
-execution
-(delivery.guards.screening: a message whose destination became refused is cancelled, never submitted).
+execution (delivery.guards.screening: a message whose destination became refused is cancelled, never
+submitted).
 
 Two rules, deny list first (its answer is the more specific one):
 

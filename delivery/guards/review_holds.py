@@ -1,6 +1,5 @@
 """An operator's answer to a velocity review hold (delivery.guards.velocity): release or cancel. The admin
-calls
-these (audited there too, as admin log entries); each moved message gets a timeline entry naming the
+calls these (audited there too, as admin log entries); each moved message gets a timeline entry naming the
 operator, and the hold records who closed it, when, and how many messages it moved.
 
 * Release: the held messages become due now (reason ``review_released``: the next release pass lets

@@ -1,6 +1,6 @@
 """The tenant's suppression list (docs/guards.md, "Opt-outs"): who opted out, from which sender, and the one
-place that
-adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call these.
+place that adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call
+these.
 
 A recipient who texts STOP to a sender opts out of that sender (a From number, or the messaging service
 the number belongs to); an entry with an empty sender covers every sender of the tenant. A message is

@@ -1,16 +1,14 @@
 """The velocity guard against SMS pumping (docs/guards.md): a release gate (scheduling.dispatch.release) that
-holds
-a tenant's sends for review when, within one fixed window (SMSGW_VELOCITY_WINDOW_SECONDS),
+holds a tenant's sends for review when, within one fixed window (SMSGW_VELOCITY_WINDOW_SECONDS),
 
 * more than ``velocity_prefix_max`` messages go to one destination prefix (the first
   ``velocity_prefix_digits`` digits of the E.164 number, country code included), or
 * more than ``velocity_new_numbers_max`` messages go to numbers the tenant never sent to before.
 
 A held message stays ``scheduled`` with reason_code ``held_for_review`` (status_reason names the rule and
-the prefix) and one ``held_for_review`` timeline entry; it is never released until an operator releases
-its ReviewHold (delivery.guards.review_holds), and it expires at its validity like any waiting message. The
-gate runs
-before pacing and quotas, so every message source (API, schedules, campaigns) passes it the same way.
+the prefix) and one ``held_for_review`` timeline entry; it is never released until an operator releases its
+ReviewHold (delivery.guards.review_holds), and it expires at its validity like any waiting message. The gate
+runs before pacing and quotas, so every message source (API, schedules, campaigns) passes it the same way.
 
 Cost at a burst: per release pass, one query for the tenants' limits, one upsert per rule carrying one
 row per distinct (rule, key), and, for the new-numbers rule, one statement that records the pass's

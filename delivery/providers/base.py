@@ -17,6 +17,7 @@ import contextlib
 import enum
 import math
 import os
+import re
 import threading
 import time
 import weakref
@@ -93,6 +94,11 @@ class Submission:
     # a new one (given the missed slot) instead of going out together with its sender's next messages:
     # the answer is the new slot, or 0 to go as it is (delivery.sending.late: the sender's shared bucket).
     reslot: Callable[[float], Future[float]] | None = None
+
+    def given_up(self) -> bool:
+        """``still_wanted`` asked now, just before the request goes: True when the caller no longer wants
+        it sent (the request is then not written: ``NOT_SENT``)."""
+        return self.still_wanted is not None and not self.still_wanted()
 
     def validity_at(self, now: datetime) -> int:
         """``ceil(expires_at - now)`` seconds (unbounded: the adapter applies its provider's range), else
@@ -200,6 +206,41 @@ class SubmitResult:
 
 ResultCallback = Callable[[int, SubmitResult], None]
 
+# A submission whose caller no longer wanted it when its turn came (``Submission.given_up``): never
+# written, so it says nothing of the provider.
+NOT_SENT = SubmitResult(
+    outcome=Outcome.TRANSIENT,
+    error_message="not sent: no longer wanted when its turn came",
+    error_class=ErrorClass.TRANSIENT,
+    error_title="not sent",
+    response={"request_sent": False},
+    sent=False,
+)
+
+
+def cut_short(exc: BaseException) -> SubmitResult:
+    """The outcome of a submission an exception of ours ended before it had one (a bug, the loop
+    stopping): it may have reached the provider, so it is uncertain, to be looked up before any resend.
+    Every submission gets an outcome: its attempt waits for one."""
+    return SubmitResult(
+        outcome=Outcome.UNCERTAIN,
+        error_message=type(exc).__name__,
+        response={"exception": type(exc).__name__},
+    )
+
+
+def elapsed_ms(started: float) -> float:
+    """Milliseconds since ``started`` (a ``time.perf_counter()``), as an attempt's latency."""
+    return round((time.perf_counter() - started) * 1000.0, 3)
+
+
+_PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
+
+
+def redact(text: str) -> str:
+    """Mask anything that looks like a phone number, keeping its last two digits."""
+    return _PHONEISH.sub(lambda m: "***" + re.sub(r"\D", "", m.group())[-2:], text or "")
+
 
 @dataclass(frozen=True)
 class ProviderMessage:
@@ -253,6 +294,13 @@ class InboundMessage:
     to_field: str = "to"  # and the one that carried ``to_number``
 
 
+# The query parameters of the status callback URL given with each submission (``status_callback_url``):
+# our message's public id and the attempt number, so a callback names its message even for a provider
+# id never stored (an answer that was lost).
+HINT_MESSAGE = "m"
+HINT_ATTEMPT = "a"
+HINT_MESSAGE_RE = re.compile(r"[0-9a-f]{24}")
+
 # ``CallbackData.payload["source"]`` of a status the gateway looked up itself (``fetch_status``) rather
 # than one the provider posted: it is stored and applied as a receipt, and its timeline entry says so.
 LOOKUP_SOURCE = "lookup"
@@ -284,8 +332,19 @@ RECEIPT_STATUSES = frozenset(
 
 class ProviderAdapter:
     name: str = "base"
+    # Where its account's settings are read (``<prefix>_ACCOUNT_SID``, ...): the provider's own name by
+    # default, another prefix for a second account of the same provider.
+    settings_prefix: str = ""
     # What this provider can do (its package's ``CAPABILITIES``): the core asks, never assumes.
     capabilities: Capabilities = Capabilities()
+    # Its raw receipt statuses -> RECEIPT_STATUSES (its callbacks module's table), for ``normalize_status``.
+    status_map: Mapping[str, str] = {}
+    # The callback fields that may carry the provider's message id, in the order asked
+    # (``callback_message_id``).
+    callback_id_fields: tuple[str, ...] = ()
+    # The keys a looked-up message's id, status and error code take in ``status_payload``: the names of
+    # this provider's callback fields.
+    status_payload_keys: tuple[str, str, str] = ("id", "status", "error_code")
     # The request header that carries a callback's signature (named in a 403's error).
     signature_header: str = "signature"
     # Free-text fields of a callback whose exact text means nothing to us (a description): a verified
@@ -294,6 +353,13 @@ class ProviderAdapter:
     free_text_fields: frozenset[str] = frozenset()
     # The HTTP methods its inbound-message webhook comes with (``/inbound/<provider>/``).
     inbound_methods: tuple[str, ...] = ("POST",)
+
+    def __init__(self, name: str | None = None, settings_prefix: str | None = None) -> None:
+        # One adapter per provider key (``message.provider``): another account of the same provider is
+        # another key with its own settings prefix, and so its own capacity, circuit and callback URL.
+        self.name = type(self).name if name is None else name
+        self.settings_prefix = type(self).settings_prefix if settings_prefix is None else settings_prefix
+        self._process_local()
 
     def _process_local(self) -> None:
         """Start this process's state (``_reset_process_state``: locks, pools, loops), start it again in
@@ -311,7 +377,15 @@ class ProviderAdapter:
         atexit.register(_close_ref, ref)
 
     def _reset_process_state(self) -> None:
-        """This process's own state, made anew (see ``_process_local``)."""
+        """This process's own state, made anew (see ``_process_local``): an adapter that keeps more
+        (pools, loops, clients) extends it."""
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _this_process(self) -> None:
+        """Make the state anew when this process is not the one that made it (a fork the hook missed)."""
+        if self._pid != os.getpid():
+            self._reset_process_state()
 
     def close(self) -> None:
         """Release what the process state holds. Optional."""
@@ -326,6 +400,15 @@ class ProviderAdapter:
         """``seconds`` within the validity periods this provider accepts (unchanged when it has none)."""
         bounds = self.capabilities.validity_period
         return seconds if bounds is None else bounds.clamp(seconds)
+
+    def validity_to_send(self, submission: Submission) -> int | None:
+        """The validity period (seconds) a request for ``submission`` carries, within this provider's
+        bounds; None when it carries none (no expiry here and no period given). Taken now: ask as the
+        request is written, after any wait for its slot or for room in the flight."""
+        validity = submission.validity_at(datetime.now(UTC))
+        if validity or submission.expires_at is not None:
+            return self.clamp_validity(validity)
+        return None
 
     @property
     def account(self) -> str:
@@ -393,11 +476,18 @@ class ProviderAdapter:
 
     def normalize_status(self, raw_status: str) -> str:
         """Map a provider status to one of RECEIPT_STATUSES, or "" when unknown."""
-        raise NotImplementedError
+        return self.status_map.get((raw_status or "").strip().lower(), "")
 
     def status_callback_url(self, base_url: str, message_ref: str, attempt_number: int) -> str:
         """The URL this provider should post status callbacks for one attempt to ("" without a base)."""
-        raise NotImplementedError
+        # The message and attempt ride in the URL's query: a provider that signs the full URL (Twilio)
+        # makes the callback name its message authentically even for an id we never stored (a request we
+        # gave up on). No underscores: Twilio refuses a StatusCallback whose hostname has one ("URL must
+        # contain a valid hostname and underscores are not allowed").
+        base = (base_url or "").rstrip("/")
+        if not base:
+            return ""
+        return f"{base}/receipts/{self.name}/?{HINT_MESSAGE}={message_ref}&{HINT_ATTEMPT}={attempt_number}"
 
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         """Is the callback signed by the provider? Raises CallbackKeyUnknown when it names a signing key
@@ -426,11 +516,16 @@ class ProviderAdapter:
 
     def callback_message_id(self, params: dict) -> str:
         """The provider's message id an (unverified) callback names, or "" (for a look-up)."""
-        return ""
+        return next((str(params[f]) for f in self.callback_id_fields if params.get(f)), "")
 
     def status_payload(self, message: ProviderMessage) -> dict:
         """A looked-up message's status shaped as this provider's callback payload (for the timeline)."""
-        return {"id": message.provider_message_id, "status": message.status, "error_code": message.error_code}
+        id_key, status_key, error_key = self.status_payload_keys
+        return {
+            id_key: message.provider_message_id,
+            status_key: message.status,
+            error_key: message.error_code,
+        }
 
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         """Is ``provider_body`` (as the provider stored it) the body we sent? Providers rewrite bodies

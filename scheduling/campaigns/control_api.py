@@ -1,7 +1,6 @@
-"""POST /v1/campaigns/{id}/pause, /resume, /cancel (docs/campaigns.md, "Campaigns: pause, resume,
-cancel, progress"). Thin views over
-scheduling.campaigns.control; every answer carries the campaign's progress by status, read from its
-counters."""
+"""POST /v1/campaigns/{id}/pause, /resume, /cancel (docs/campaigns.md, "Campaigns: pause, resume, cancel,
+progress"). Thin views over scheduling.campaigns.control; every answer carries the campaign's progress by
+status, read from its counters."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """The one writer of a recurring schedule's status.
 
 Like a message's (scheduling.lifecycle.transitions), every change is a compare-and-set on the status it was
-read
-with, and each edge writes its own timestamps. The services lock the schedule row before they change
-it, and the materializer claims rows SKIP LOCKED, so a transition that does not move means the row
-changed under a caller that did not hold it: the caller says so instead of writing over it.
+read with, and each edge writes its own timestamps. The services lock the schedule row before they change it,
+and the materializer claims rows SKIP LOCKED, so a transition that does not move means the row changed under a
+caller that did not hold it: the caller says so instead of writing over it.
 
 The schedule's ``version`` is its definition's version (occurrences name the one they were made
 under): a caller bumps it when the definition or the status changes, not this module.

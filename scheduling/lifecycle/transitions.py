@@ -1,13 +1,11 @@
 """The one writer of message status.
 
-Every lifecycle change is a compare-and-set: an UPDATE whose WHERE clause names the status (and, where
-the caller knows it, the version) it expects. The row count / RETURNING set says who won; the loser
-changes nothing and reads the winner's state. The MessageEvent for each change is written in the same
-transaction, so the timeline can never disagree with the status. Each edge writes its own timestamps
-(EDGES), and a reason code is one of scheduling.lifecycle.reasons.ReasonCode: callers say which edge and why,
-not
-which columns. Campaigns and schedules have their own (scheduling.lifecycle.campaigns,
-scheduling.lifecycle.schedules).
+Every lifecycle change is a compare-and-set: an UPDATE whose WHERE clause names the status (and, where the
+caller knows it, the version) it expects. The row count / RETURNING set says who won; the loser changes
+nothing and reads the winner's state. The MessageEvent for each change is written in the same transaction, so
+the timeline can never disagree with the status. Each edge writes its own timestamps (EDGES), and a reason
+code is one of scheduling.lifecycle.reasons.ReasonCode: callers say which edge and why, not which columns.
+Campaigns and schedules have their own (scheduling.lifecycle.campaigns, scheduling.lifecycle.schedules).
 
 Batch variants exist because one transaction per SMS caps a single PostgreSQL near ~2,600 rows/s while
 one UPDATE ... RETURNING over a batch runs at tens of thousands of rows/s; each row still gets its own

@@ -3,14 +3,13 @@
 replayed, or refused with the error a single request would have had. A refused item stores nothing and
 changes nothing; the others are stored.
 
-The same rules as one message (``service.message_build``, the same birth path, the same fingerprint:
-an item and a single request with the same key and body are replays of each other). What a batch saves
-is the per-request work and the per-message round trips: the idempotency keys, the destination guards
-and the suppression list are each asked once for the whole batch (and whether the tenant owns a sender,
-once per sender named), and, for a tenant without quotas, every
-new message and its "created" event go in by one statement (``birth.messages_birth``). A tenant with
-quotas books each item on its own, in its own savepoint, so one item over the quota is refused (429) and
-the others go in, as separate requests would.
+The same rules as one message (``service.message_build``, the same birth path, the same fingerprint: an item
+and a single request with the same key and body are replays of each other). What a batch saves is the
+per-request work and the per-message round trips: the idempotency keys, the destination guards and the
+suppression list are each asked once for the whole batch (and whether the tenant owns a sender, once per
+sender named), and, for a tenant without quotas, every new message and its "created" event go in by one
+statement (``birth.messages_birth``). A tenant with quotas books each item on its own, in its own savepoint,
+so one item over the quota is refused (429) and the others go in, as separate requests would.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """gunicorn's configuration for every way smsgw's web role is started (deploy/Procfile, the systemd
-unit, deploy/embedded.py, bench/devprocs.py, the integration tests):
+unit, deploy/embedded.py, bench/harness/devprocs.py, the integration tests):
 ``--config python:smsgw.runtime.gunicorn_conf``. The command lines keep the settings that differ between
 them (bind, workers, worker class, logs)."""
 

@@ -1,11 +1,10 @@
-"""The operator console in a real browser: Debian's Chromium driven by Playwright against the live
-test server (pytest-django's live_server; it serves /static/ with Django's own handler, so the
-WhiteNoise path is proven by tests/smsgw/http/test_static.py and the embedded smoke test). Each role logs in
-through the login form; an operator finds a message by a
-national-format number, cancels one, bulk-cancels a mix, reschedules and replays a dead letter; a
-viewer is refused. Playwright's own browser download is never used (it cannot work offline):
-deploy/test.sh installs Debian's chromium when it is missing, and these tests are skipped, saying so,
-only when /usr/bin/chromium is absent."""
+"""The operator console in a real browser: Debian's Chromium driven by Playwright against the live test server
+(pytest-django's live_server; it serves /static/ with Django's own handler, so the WhiteNoise path is proven
+by tests/smsgw/http/test_static.py and the embedded smoke test). Each role logs in through the login form; an
+operator finds a message by a national-format number, cancels one, bulk-cancels a mix, reschedules and replays
+a dead letter; a viewer is refused. Playwright's own browser download is never used (it cannot work offline):
+deploy/test.sh installs Debian's chromium when it is missing, and these tests are skipped, saying so, only
+when /usr/bin/chromium is absent."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 import os
 
-from bench import baseline
-from bench.core import _healthz_summary
+from bench.scenarios import baseline
+from bench.scenarios.ingest import _healthz_summary
 
 
 def test_noop_records_its_own_run_and_ignores_tasks_left_by_an_earlier_run(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from bench.command import Command
-from bench.facade import basic_credential, ratio, side_summary, summary_lines
+from bench.scenarios.facade import basic_credential, ratio, side_summary, summary_lines
 
 
 def _parse(*argv: str):
@@ -68,7 +68,7 @@ def test_ratio_is_facade_rate_over_v1_rate_and_the_summary_prints_it():
 def test_the_scenario_runs_at_tiny_scale_and_prints_its_figures(capsys):
     from django.db import connection
 
-    from bench.facade import facade
+    from bench.scenarios.facade import facade
     from tests.processes import process_env
 
     if connection.vendor != "postgresql":

@@ -5,7 +5,7 @@ and prints its figures (the timed run is ``python -m bench failover``, docs/benc
 import pytest
 
 from bench.command import Command
-from bench.failover import duplicates, nearest_rank, returned, summary_lines, windows
+from bench.scenarios.failover import duplicates, nearest_rank, returned, summary_lines, windows
 
 
 def _parse(*argv: str):
@@ -119,7 +119,7 @@ def test_summary_lists_a_troubled_messages_timeline():
 def test_the_scenario_runs_at_tiny_scale_and_prints_its_figures(capsys):
     from django.db import connection
 
-    from bench.failover import failover
+    from bench.scenarios.failover import failover
     from tests.integration.conftest import FAST
     from tests.processes import broker_purge, process_env
 

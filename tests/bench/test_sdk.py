@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sdk import sdk
+from bench.scenarios.sdk import sdk
 
 
 # The stock client variant is the SDK as shipped, which still passes aiohttp its deprecated BasicAuth.

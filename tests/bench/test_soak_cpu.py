@@ -5,7 +5,7 @@ import sys
 
 import psutil
 
-from bench.soak import CpuByRole, _tree_cpu_seconds
+from bench.harness.sampling import CpuByRole, tree_cpu_seconds
 
 BURN = """
 import time
@@ -37,4 +37,4 @@ def test_a_child_that_ended_inside_the_window_is_counted_in_its_parent_once():
 def test_a_process_that_is_gone_counts_nothing():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    assert _tree_cpu_seconds(child.pid) == 0.0
+    assert tree_cpu_seconds(child.pid) == 0.0

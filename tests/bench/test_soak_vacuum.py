@@ -3,7 +3,7 @@
 import pytest
 from django.db import connection
 
-from bench.soak import VacuumStandIn
+from bench.scenarios.soak import VacuumStandIn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

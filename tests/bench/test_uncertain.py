@@ -3,7 +3,7 @@ but unanswered, and a lagging list") and the figures it derives from the timelin
 needs PostgreSQL, a broker and the sandbox)."""
 
 from bench.command import Command
-from bench.uncertain import _label, spread, summary_lines
+from bench.scenarios.uncertain import _label, spread, summary_lines
 
 
 def _parse(*argv: str):

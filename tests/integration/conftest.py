@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from bench.devprocs import BIN
+from bench.harness.devprocs import BIN
 from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.models import Message, Status
 from tests import processes

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from bench.devprocs import RedisServer
+from bench.harness.devprocs import RedisServer
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.runtime.broker import queue_depths
 from tests.factories import messages_bulk, tenant_with_key

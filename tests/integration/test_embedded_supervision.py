@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from bench.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
+from bench.harness.embedded import EmbeddedRun, Sender, hogs_start, hogs_stop, outcome
 from smsgw.runtime.queues import ROUTED_QUEUES
 from tests.waiting import wait_for
 

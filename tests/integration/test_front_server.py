@@ -13,7 +13,7 @@ import json
 import pytest
 from django.db import connection
 
-from bench.devprocs import BIN
+from bench.harness.devprocs import BIN
 from scheduling.models import Message
 from tests import processes
 from tests.factories import tenant_with_key

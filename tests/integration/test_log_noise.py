@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.db import connection
 
-from bench.devprocs import RedisServer
+from bench.harness.devprocs import RedisServer
 from config.celery import app
 from scheduling.models import Message, Status
 from tests import processes

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bench.devprocs import SEND_QUEUES
+from bench.harness.devprocs import SEND_QUEUES
 from delivery.models import AccountCapacity, Attempt, AttemptOutcome, ProviderCircuit, SenderCapacity
 from scheduling.dispatch.quiet import QuietWindow
 from scheduling.lifecycle import transitions

@@ -2,9 +2,8 @@
 beat, a worker, gunicorn and the sandbox within 30 s, also during and right after a database outage (the
 process reaches PostgreSQL through a TCP proxy the test cuts or stalls, tests.integration.db_proxy).
 
-Beat used to hang for ever when the signal came while it was waiting for a query: Celery's stop handler
-saved the schedule on the connection the interrupted query still held (smsgw.runtime.beat says why). Each stop
-is
+Beat used to hang for ever when the signal came while it was waiting for a query: Celery's stop handler saved
+the schedule on the connection the interrupted query still held (smsgw.runtime.beat says why). Each stop is
 timed from the signal until every process of the tree (pool children included) is gone."""
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import psutil
 import pytest
 from django.db import connection
 
-from bench.devprocs import BIN
+from bench.harness.devprocs import BIN
 from tests import processes
 from tests.integration.db_proxy import DatabaseProxy
 from tests.waiting import wait_for
@@ -165,10 +164,9 @@ def test_beat_stops_on_sigterm_during_and_right_after_a_database_outage(pipeline
 
 
 def test_beat_stops_on_sigterm_while_the_database_does_not_answer(pipeline):
-    """A server that stops answering mid-query (no connection error at all): the interrupted query is
-    given up within psycopg's bounds (5 s for the cancel request, 5 s more for the answer) and the last
-    schedule save at smsgw.runtime.beat's deadline, with a line that says so: about 11 s, inside the beat
-    unit's
+    """A server that stops answering mid-query (no connection error at all): the interrupted query is given up
+    within psycopg's bounds (5 s for the cancel request, 5 s more for the answer) and the last schedule save
+    at smsgw.runtime.beat's deadline, with a line that says so: about 11 s, inside the beat unit's
     TimeoutStopSec (15 s) on an idle machine; what this asserts is the 30 s every process is held to."""
     _postgres_only()
     proxy, env = _proxied(pipeline)

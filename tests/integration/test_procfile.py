@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.devprocs import BIN
+from bench.harness.devprocs import BIN
 from delivery.models import Attempt
 from scheduling.models import Message, Status
 from tests import processes

@@ -16,7 +16,7 @@ from django.db.models import Count
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from bench.schedules import schedules_load
+from bench.scenarios.schedules import schedules_load
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, Status
 from tests import processes
 from tests.factories import RECIPIENT, tenant_with_key

@@ -152,12 +152,16 @@ def _each_submitted_once(pipeline, answer: str, pks: list[int], n: int) -> None:
 
 
 # --- 2. stored but unanswered, and never stored, behind a lagging list ---------------------------------
+# The two chosen recipients whose create is stored and dropped unanswered, and the two whose create is
+# never stored (a timeout), whatever the rates draw.
+DROPPED_TO = [recipient(i) for i in (10, 110)]
+TIMEOUT_TO = [recipient(i) for i in (20, 120)]
+
+
 def _behind_a_lagging_list(pipeline, n: int, list_lag: int, lag: int) -> list[int]:
     """n messages; the Messages list hides a message for its first ``list_lag`` seconds, the gateway's
-    bound is ``lag``; 1% of creates (and two chosen ones each) stored and dropped unanswered, 1% (and two)
+    bound is ``lag``; 1% of creates (and DROPPED_TO) stored and dropped unanswered, 1% (and TIMEOUT_TO)
     never stored. Returns the messages, all final, with the list showing everything again."""
-    dropped_to = [recipient(i) for i in (10, 110)]
-    timeout_to = [recipient(i) for i in (20, 120)]
     pipeline.sandbox.config(
         store_then_drop_rate=0.01,
         timeout_rate=0.01,
@@ -165,8 +169,8 @@ def _behind_a_lagging_list(pipeline, n: int, list_lag: int, lag: int) -> list[in
         list_lag_seconds=list_lag,
         callbacks_enabled=False,
         # at least two of each, whatever the rates draw
-        rules=[{"to": to, "action": "store_then_drop", "times": 1} for to in dropped_to]
-        + [{"to": to, "action": "timeout", "times": 1} for to in timeout_to],
+        rules=[{"to": to, "action": "store_then_drop", "times": 1} for to in DROPPED_TO]
+        + [{"to": to, "action": "timeout", "times": 1} for to in TIMEOUT_TO],
     )
     pipeline.env["SMSGW_RECONCILE_LIST_LAG_SECONDS"] = str(lag)
     tenant, _ = tenant_with_key("acme")
@@ -180,9 +184,8 @@ def _behind_a_lagging_list(pipeline, n: int, list_lag: int, lag: int) -> list[in
         lambda: sum(pipeline.sandbox.stats()["by_outcome"].values()) >= n, 60, "every first create made"
     )
     pipeline.sandbox.config(store_then_drop_rate=0.0, timeout_rate=0.0)
-    pipeline.wait_all_final(
-        pks, timeout=2 * lag + 60, final=FINAL
-    )  # ~lag + 10 s unless a resend timed out too
+    # About lag + 10 s, unless a resend timed out too.
+    pipeline.wait_all_final(pks, timeout=2 * lag + 60, final=FINAL)
     # Every message is final: the list may now show the whole store, the last minutes included.
     pipeline.sandbox.config(list_lag_seconds=0)
     return pks
@@ -207,8 +210,6 @@ def test_long_lagging_list_of_120_s_unanswered_found_and_never_stored_resent_onc
 
 
 def _found_or_resent_once(pipeline, pks: list[int], n: int, lag: int) -> None:
-    dropped_to = [recipient(i) for i in (10, 110)]
-    timeout_to = [recipient(i) for i in (20, 120)]
     stats = pipeline.sandbox.stats()["by_outcome"]
     dropped, timed_out = stats.get("store_then_drop", 0), stats.get("timeout", 0)
     assert dropped >= 2 and timed_out >= 2
@@ -230,9 +231,9 @@ def _found_or_resent_once(pipeline, pks: list[int], n: int, lag: int) -> None:
         print(f"our own timeouts added {found_n - dropped} found and {absent_n - timed_out} absent")
     assert pipeline.sandbox.stats()["submissions"] == n
     by_to = dict(Message.objects.filter(pk__in=pks).values_list("to", "pk"))
-    for to in dropped_to:
+    for to in DROPPED_TO:
         assert "reconciled_found" in kinds(by_to[to]) and "reconciled_absent" not in kinds(by_to[to])
-    for to in timeout_to:
+    for to in TIMEOUT_TO:
         assert "reconciled_absent" in kinds(by_to[to]) and "reconciled_found" not in kinds(by_to[to])
 
     resent = set(

@@ -34,7 +34,6 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping
@@ -50,6 +49,7 @@ from twilio.rest import Client
 from delivery.providers import ProviderQueryError
 from delivery.providers.base import (
     LOOKUP_SOURCE,
+    NOT_SENT,
     CallbackData,
     ErrorClass,
     ErrorInfo,
@@ -61,11 +61,14 @@ from delivery.providers.base import (
     ResultCallback,
     Submission,
     SubmitResult,
+    cut_short,
+    elapsed_ms,
+    redact,
     slot_wait,
 )
 from delivery.providers.twilio import callbacks as twilio_callbacks
 from delivery.providers.twilio import errors as twilio_errors
-from delivery.providers.twilio.config import CAPABILITIES, VALIDITY
+from delivery.providers.twilio.config import CAPABILITIES
 from delivery.providers.twilio.http import (
     TWILIO_API_ORIGIN,
     BaseUrlAsyncHttpClient,
@@ -80,16 +83,8 @@ from smsgw.values.phone import mask
 logger = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 1000  # Twilio's maximum PageSize
-VALIDITY_MIN, VALIDITY_MAX = VALIDITY.minimum, VALIDITY.maximum  # twilio.config.VALIDITY
-
-_PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
 
 __all__ = ["TwilioAdapter", "parse_retry_after", "redact", "rewrite_url"]
-
-
-def redact(text: str) -> str:
-    """Mask anything that looks like a phone number, keeping its last two digits."""
-    return _PHONEISH.sub(lambda m: "***" + re.sub(r"\D", "", m.group())[-2:], text or "")
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -162,16 +157,6 @@ def _setting(prefix: str, key: str):
     return getattr(settings, name, getattr(settings, f"TWILIO_{key}"))
 
 
-NOT_SENT = SubmitResult(
-    outcome=Outcome.TRANSIENT,
-    error_message="not sent: no longer wanted when its turn came",
-    error_class=ErrorClass.TRANSIENT,
-    error_title="not sent",
-    response={"request_sent": False},
-    sent=False,
-)
-
-
 # What the SDK's messages.create_async sends with the form (twilio/rest/api/v2010/account/message).
 _FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
 
@@ -206,22 +191,18 @@ class _AsyncRuntime:
 
 class TwilioAdapter(ProviderAdapter):
     name = "twilio"
+    settings_prefix = "TWILIO"
     capabilities = CAPABILITIES
     signature_header = "X-Twilio-Signature"
     free_text_fields = twilio_callbacks.FREE_TEXT_FIELDS
-
-    def __init__(self, name: str = "twilio", settings_prefix: str = "TWILIO") -> None:
-        # One adapter per provider key (``message.provider``): another Twilio account is another key
-        # with its own settings prefix, and so its own capacity, circuit and callback URL.
-        self.name = name
-        self.settings_prefix = settings_prefix
-        self._process_local()
+    status_map = twilio_callbacks.STATUS_MAP
+    callback_id_fields = ("MessageSid", "SmsSid")
+    status_payload_keys = ("MessageSid", "MessageStatus", "ErrorCode")
 
     def _reset_process_state(self) -> None:
         # after a fork the parent's loop thread does not exist here: start over (without closing what
         # belongs to the parent's sockets)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        super()._reset_process_state()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runtime: _AsyncRuntime | None = None
@@ -240,8 +221,7 @@ class TwilioAdapter(ProviderAdapter):
 
     # -- plumbing -----------------------------------------------------------------------------------
     def _ensure_runtime(self, conf: _Conf) -> _AsyncRuntime:
-        if self._pid != os.getpid():
-            self._reset_process_state()
+        self._this_process()
         with self._lock:
             if self._loop is None or self._thread is None or not self._thread.is_alive():
                 self._loop, self._thread = start_loop_thread()
@@ -255,8 +235,7 @@ class TwilioAdapter(ProviderAdapter):
 
     def _sync(self) -> Client:
         conf = _Conf.current(self.settings_prefix)
-        if self._pid != os.getpid():
-            self._reset_process_state()
+        self._this_process()
         with self._lock:
             if self._sync_client is None or self._sync_conf != conf:
                 http = BaseUrlHttpClient(base_url=conf.base_url, timeout=conf.timeout)
@@ -268,8 +247,7 @@ class TwilioAdapter(ProviderAdapter):
         # Its own client: status look-ups use a shorter timeout than reconciliation's ``fetch``, and
         # sharing one client would rebuild it at every switch.
         conf = dataclasses.replace(_Conf.current(self.settings_prefix), timeout=timeout)
-        if self._pid != os.getpid():
-            self._reset_process_state()
+        self._this_process()
         with self._lock:
             if self._lookup_client is None or self._lookup_conf != conf:
                 http = BaseUrlHttpClient(base_url=conf.base_url, timeout=conf.timeout)
@@ -336,16 +314,7 @@ class TwilioAdapter(ProviderAdapter):
         try:
             result = await self._submit_one(runtime, submission)
         except BaseException as exc:
-            # Never leave a submission without an outcome (its attempt waits for one). Cut short (the
-            # loop stopping), it may have reached Twilio: uncertain, to be looked up before any resend.
-            on_result(
-                index,
-                SubmitResult(
-                    outcome=Outcome.UNCERTAIN,
-                    error_message=type(exc).__name__,
-                    response={"exception": type(exc).__name__},
-                ),
-            )
+            on_result(index, cut_short(exc))  # the loop stopping: it may have reached Twilio
             raise
         on_result(index, result)
 
@@ -361,7 +330,7 @@ class TwilioAdapter(ProviderAdapter):
         # A paced message goes at its slot (what the provider counts is each sender's spacing), or at a
         # new one when this process woke up too late for it.
         taken = await slot_wait(submission)
-        if submission.still_wanted is not None and not submission.still_wanted():
+        if submission.given_up():
             return NOT_SENT
         async with runtime.semaphore:
             call = Call()
@@ -375,12 +344,10 @@ class TwilioAdapter(ProviderAdapter):
                 data["MessagingServiceSid"] = submission.sender_pool
             if submission.status_callback:
                 data["StatusCallback"] = submission.status_callback
-            # Taken as the request is written, after any wait for its slot or for room in the flight.
-            validity = submission.validity_at(datetime.now(UTC))
-            if validity or submission.expires_at is not None:
-                # Twilio's default keeps a message queued for 10 h; ours ends at expires_at.
-                data["ValidityPeriod"] = min(max(validity, VALIDITY_MIN), VALIDITY_MAX)
-                written["validity_period"] = data["ValidityPeriod"]
+            # Twilio's default keeps a message queued for 10 h; ours ends at expires_at.
+            validity = self.validity_to_send(submission)
+            if validity is not None:
+                data["ValidityPeriod"] = written["validity_period"] = validity
             # Twilio's Messages API has no idempotency key: submission.idempotency_token is not sent;
             # duplicates after an UNCERTAIN outcome are prevented by reconciling (find_submissions).
             started = time.perf_counter()
@@ -388,9 +355,9 @@ class TwilioAdapter(ProviderAdapter):
             try:
                 payload = await runtime.create_message(data)
             except TwilioRestException as exc:
-                return self._from_error_response(exc, call, _elapsed_ms(started))
+                return self._from_error_response(exc, call, elapsed_ms(started))
             except Exception as exc:
-                return _from_exception(exc, call, _elapsed_ms(started))
+                return _from_exception(exc, call, elapsed_ms(started))
             sid = str(payload.get("sid") or "")
             status = str(payload.get("status") or "")
             if not sid:  # a 2xx without a sid: it was (probably) taken, but we cannot track it
@@ -398,7 +365,7 @@ class TwilioAdapter(ProviderAdapter):
                     outcome=Outcome.UNCERTAIN,
                     error_message="success response without a message sid",
                     http_status=call.status,
-                    latency_ms=_elapsed_ms(started),
+                    latency_ms=elapsed_ms(started),
                     response={"http_status": call.status},
                 )
             return SubmitResult(
@@ -406,7 +373,7 @@ class TwilioAdapter(ProviderAdapter):
                 provider_message_id=sid,
                 provider_status=status,
                 http_status=call.status,
-                latency_ms=_elapsed_ms(started),
+                latency_ms=elapsed_ms(started),
                 response={
                     "http_status": call.status,
                     "sid": sid,
@@ -594,21 +561,6 @@ class TwilioAdapter(ProviderAdapter):
     def classify(self, error_code: str, http_status: int | None = None) -> ErrorInfo:
         return twilio_errors.classify(error_code, http_status)
 
-    def normalize_status(self, raw_status: str) -> str:
-        return twilio_callbacks.STATUS_MAP.get((raw_status or "").strip().lower(), "")
-
-    def status_callback_url(self, base_url: str, message_ref: str, attempt_number: int) -> str:
-        # The message and attempt ride in the URL's query: Twilio signs the full URL, so a callback
-        # names its message authentically even for a sid we never stored (a request we gave up on).
-        # No underscores: "URL must contain a valid hostname and underscores are not allowed".
-        base = (base_url or "").rstrip("/")
-        if not base:
-            return ""
-        return (
-            f"{base}/receipts/{self.name}/?{twilio_callbacks.HINT_MESSAGE}={message_ref}"
-            f"&{twilio_callbacks.HINT_ATTEMPT}={attempt_number}"
-        )
-
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         return twilio_callbacks.validate(
             url,
@@ -635,26 +587,12 @@ class TwilioAdapter(ProviderAdapter):
     def inbound_reply(self) -> tuple[str, str]:
         return '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', "text/xml"  # empty TwiML
 
-    def callback_message_id(self, params: dict) -> str:
-        return str(params.get("MessageSid") or params.get("SmsSid") or "")
-
-    def status_payload(self, message: ProviderMessage) -> dict:
-        return {
-            "MessageSid": message.provider_message_id,
-            "MessageStatus": message.status,
-            "ErrorCode": message.error_code,
-        }
-
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         return twilio_callbacks.body_matches(sent_body, provider_body)
 
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _elapsed_ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000.0, 3)
 
 
 def _error_payload(text: str) -> dict:

@@ -15,12 +15,14 @@ Sources (Twilio docs, checked 2026-11):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
 
 from delivery.providers.base import (
+    HINT_ATTEMPT,
+    HINT_MESSAGE,
+    HINT_MESSAGE_RE,
     CallbackData,
     CallbackInvalid,
     CallbackKeyUnknown,
@@ -52,9 +54,6 @@ NUMBER_FIELDS = ("To", "From", "Called", "Caller")
 # Descriptions only: nothing we decide reads them (ErrorCode, not its text, is what the error table takes).
 FREE_TEXT_FIELDS = frozenset({"ErrorMessage"})
 DROPPED_FIELDS = ("Body",)
-HINT_MESSAGE = "m"  # query parameters of the StatusCallback URL we give with each submission
-HINT_ATTEMPT = "a"
-_HINT_MESSAGE_RE = re.compile(r"[0-9a-f]{24}")
 TRIAL_PREFIX = "Sent from your Twilio trial account - "
 
 # Twilio's Smart Encoding replaces Unicode look-alikes with GSM-7 characters (documented at
@@ -108,7 +107,7 @@ def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
         normalized_status=STATUS_MAP.get(raw_status.strip().lower(), ""),
         error_code=(params.get("ErrorCode") or "").strip()[:32],
         done_at=carrier_minute(params.get("RawDlrDoneDate", "")),
-        message_hint=hint if _HINT_MESSAGE_RE.fullmatch(hint) else "",
+        message_hint=hint if HINT_MESSAGE_RE.fullmatch(hint) else "",
         attempt_hint=attempt,
         payload=redact(params),
     )

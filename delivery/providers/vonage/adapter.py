@@ -37,13 +37,12 @@ import contextlib
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -54,6 +53,9 @@ from vonage_http_client.errors import HttpRequestError
 
 from delivery.providers import ProviderQueryError
 from delivery.providers.base import (
+    HINT_ATTEMPT,
+    HINT_MESSAGE,
+    NOT_SENT,
     CallbackData,
     ErrorClass,
     ErrorInfo,
@@ -64,11 +66,14 @@ from delivery.providers.base import (
     ProviderMessage,
     Submission,
     SubmitResult,
+    cut_short,
+    elapsed_ms,
+    redact,
     slot_wait_blocking,
 )
 from delivery.providers.vonage import callbacks as vonage_callbacks
 from delivery.providers.vonage import errors as vonage_errors
-from delivery.providers.vonage.config import CAPABILITIES, MAX_REF_CHARS, VALIDITY
+from delivery.providers.vonage.config import CAPABILITIES, MAX_REF_CHARS
 from smsgw.values.segments import Encoding, analyze
 
 logger = logging.getLogger(__name__)
@@ -77,15 +82,6 @@ SEND_PATH = "/sms/json"
 HMAC_METHODS = ("md5", "sha1", "sha256", "sha512")
 
 __all__ = ["VonageAdapter"]
-
-NOT_SENT = SubmitResult(
-    outcome=Outcome.TRANSIENT,
-    error_message="not sent: no longer wanted when its turn came",
-    error_class=ErrorClass.TRANSIENT,
-    error_title="not sent",
-    response={"request_sent": False},
-    sent=False,
-)
 
 
 @dataclass(frozen=True)
@@ -154,27 +150,25 @@ def _hints(status_callback: str) -> tuple[str, str]:
         return "", ""
     query = parse_qs(urlsplit(status_callback).query)
     return (
-        (query.get(vonage_callbacks.HINT_MESSAGE) or [""])[0],
-        (query.get(vonage_callbacks.HINT_ATTEMPT) or [""])[0],
+        (query.get(HINT_MESSAGE) or [""])[0],
+        (query.get(HINT_ATTEMPT) or [""])[0],
     )
 
 
 class VonageAdapter(ProviderAdapter):
     name = "vonage"
+    settings_prefix = "VONAGE"
     capabilities = CAPABILITIES
     signature_header = "sig"  # a field of the receipt, not a header
     # "Any messages sent to one of your Vonage virtual numbers are sent to your webhook using a GET or
     # POST request" (developer.vonage.com/messaging/sms/guides/inbound-sms).
     inbound_methods = ("GET", "POST")
-
-    def __init__(self, name: str = "vonage", settings_prefix: str = "VONAGE") -> None:
-        self.name = name
-        self.settings_prefix = settings_prefix
-        self._process_local()
+    status_map = vonage_callbacks.STATUS_MAP
+    callback_id_fields = ("messageId", "message-id")
+    status_payload_keys = ("messageId", "status", "err-code")
 
     def _reset_process_state(self) -> None:
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        super()._reset_process_state()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._local = threading.local()
@@ -189,8 +183,7 @@ class VonageAdapter(ProviderAdapter):
 
     # -- plumbing -----------------------------------------------------------------------------------
     def _executor(self, size: int) -> ThreadPoolExecutor:
-        if self._pid != os.getpid():
-            self._reset_process_state()
+        self._this_process()
         with self._lock:
             if self._pool is None or self._pool_size != size:
                 if self._pool is not None:
@@ -242,11 +235,7 @@ class VonageAdapter(ProviderAdapter):
             return self._submit_one(conf, submission)
         except Exception as exc:  # never without an outcome; it may have reached Vonage
             logger.exception("vonage submission failed unexpectedly")
-            return SubmitResult(
-                outcome=Outcome.UNCERTAIN,
-                error_message=type(exc).__name__,
-                response={"exception": type(exc).__name__},
-            )
+            return cut_short(exc)
 
     def client_ref(self, submission: Submission) -> str:
         """Our reference for the attempt, echoed in each of its receipts: "<message ref>.<attempt>"
@@ -271,16 +260,15 @@ class VonageAdapter(ProviderAdapter):
                 # Vonage takes at most 100 characters: the account's receipt webhook gets the receipts,
                 # which still carry the client-ref.
                 written["callback_omitted"] = True
-        validity = submission.validity_at(datetime.now(UTC))
-        if validity or submission.expires_at is not None:
-            seconds = VALIDITY.clamp(validity)
-            params["ttl"] = seconds * 1000  # milliseconds
-            written["validity_period"] = seconds
+        validity = self.validity_to_send(submission)
+        if validity is not None:
+            params["ttl"] = validity * 1000  # milliseconds
+            written["validity_period"] = validity
         return params
 
     def _submit_one(self, conf: _Conf, submission: Submission) -> SubmitResult:
         taken = slot_wait_blocking(submission)  # a paced message's slot, or a new one if this one passed
-        if submission.still_wanted is not None and not submission.still_wanted():
+        if submission.given_up():
             return NOT_SENT
         client = self._thread_client(conf)
         written: dict[str, Any] = {}
@@ -301,7 +289,7 @@ class VonageAdapter(ProviderAdapter):
                 error_message=f"HTTP {status} from Vonage",
                 http_status=status,
                 retry_after=retry_after,
-                latency_ms=_elapsed_ms(started),
+                latency_ms=elapsed_ms(started),
                 error_class=info.error_class,
                 error_title=info.title,
                 scope=info.scope,
@@ -309,8 +297,8 @@ class VonageAdapter(ProviderAdapter):
                 response={"http_status": status, "error_class": str(info.error_class), **extra},
             )
         except Exception as exc:
-            return _from_exception(exc, _elapsed_ms(started), written, extra)
-        latency = _elapsed_ms(started)
+            return _from_exception(exc, elapsed_ms(started), written, extra)
+        latency = elapsed_ms(started)
         http_status = _last_status(client)
         return _from_answer(data, http_status, latency, requested_at, written, extra)
 
@@ -347,18 +335,6 @@ class VonageAdapter(ProviderAdapter):
     def classify(self, error_code: str, http_status: int | None = None) -> ErrorInfo:
         return vonage_errors.classify(error_code, http_status)
 
-    def normalize_status(self, raw_status: str) -> str:
-        return vonage_callbacks.STATUS_MAP.get((raw_status or "").strip().lower(), "")
-
-    def status_callback_url(self, base_url: str, message_ref: str, attempt_number: int) -> str:
-        base = (base_url or "").rstrip("/")
-        if not base:
-            return ""
-        return (
-            f"{base}/receipts/{self.name}/?{vonage_callbacks.HINT_MESSAGE}={message_ref}"
-            f"&{vonage_callbacks.HINT_ATTEMPT}={attempt_number}"
-        )
-
     def validate_callback(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
         conf = _Conf.current(self.settings_prefix)
         return vonage_callbacks.validate(
@@ -384,30 +360,8 @@ class VonageAdapter(ProviderAdapter):
     def parse_callback(self, params: dict, query: dict) -> CallbackData:
         return vonage_callbacks.parse(params, query)
 
-    def callback_message_id(self, params: dict) -> str:
-        return str(params.get("messageId") or params.get("message-id") or "")
-
-    def status_payload(self, message: ProviderMessage) -> dict:
-        return {
-            "messageId": message.provider_message_id,
-            "status": message.status,
-            "err-code": message.error_code,
-        }
-
     def body_matches(self, sent_body: str, provider_body: str) -> bool:
         return sent_body == provider_body  # never asked: there is no listing to match against
-
-
-_PHONEISH = re.compile(r"\+?\d[\d\s().-]{4,}\d")
-
-
-def redact(text: str) -> str:
-    """Mask anything that looks like a phone number, keeping its last two digits."""
-    return _PHONEISH.sub(lambda m: "***" + re.sub(r"\D", "", m.group())[-2:], text or "")
-
-
-def _elapsed_ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000.0, 3)
 
 
 def _last_status(client: Vonage) -> int | None:

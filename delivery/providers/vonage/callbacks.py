@@ -35,6 +35,9 @@ import re
 import time
 
 from delivery.providers.base import (
+    HINT_ATTEMPT,
+    HINT_MESSAGE,
+    HINT_MESSAGE_RE,
     CallbackData,
     CallbackInvalid,
     InboundMessage,
@@ -63,9 +66,6 @@ STATUS_MAP = {
 
 NUMBER_FIELDS = ("msisdn", "to")
 DROPPED_FIELDS = ("text", "api-key", "sig", "nonce")
-HINT_MESSAGE = "m"  # query parameters of the callback URL we give with each submission
-HINT_ATTEMPT = "a"
-_HINT_MESSAGE_RE = re.compile(r"[0-9a-f]{24}")
 # client-ref: "<message ref>.<attempt>" (adapter.client_ref), our hint when a receipt reaches the
 # account's webhook instead of the callback URL (no query).
 _CLIENT_REF_RE = re.compile(r"([0-9a-f]{24})\.([0-9]{1,5})")
@@ -82,7 +82,7 @@ def redact(params: dict) -> dict[str, str]:
 def _hints(params: dict, query: dict) -> tuple[str, int | None]:
     hint = str(query.get(HINT_MESSAGE) or "").strip().lower()
     raw_attempt = str(query.get(HINT_ATTEMPT) or "").strip()
-    if _HINT_MESSAGE_RE.fullmatch(hint):
+    if HINT_MESSAGE_RE.fullmatch(hint):
         attempt = ascii_int(raw_attempt, max_digits=5)
         return hint, attempt
     match = _CLIENT_REF_RE.fullmatch(str(params.get("client-ref") or "").strip().lower())

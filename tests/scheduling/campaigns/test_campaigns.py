@@ -594,8 +594,7 @@ def test_nul_in_a_form_field_or_a_recipient_is_400_and_a_nul_in_the_file_is_a_ba
 
 def test_a_refused_destination_is_skipped_and_reported_with_the_guards_code(api):
     """Destination guards (delivery.guards.destinations) apply per recipient: a number outside the tenant's
-    allowed
-    countries and one in a premium-rate range become error lines; the rest are made."""
+    allowed countries and one in a premium-rate range become error lines; the rest are made."""
     people = [
         {"phone": recipient(1), "first_name": "Us", "code": "1"},
         {"phone": LONDON, "first_name": "Uk", "code": "2"},  # GB: not allowed (the tenant is US)

@@ -23,7 +23,7 @@ EXPECTED = {
     "deploy/Procfile",
     "deploy/systemd/smsgw-web.service",
     "docs/deploy.md",
-    "bench/devprocs.py",
+    "bench/harness/devprocs.py",
     "tests/integration/conftest.py",
 }
 

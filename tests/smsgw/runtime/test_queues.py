@@ -1,6 +1,5 @@
 """One list of queues (smsgw.runtime.queues.ROUTED_QUEUES), held to what the code publishes and to what the
-deploy
-examples run: a queue the code routes to with no worker line in docs/deploy.md's production block, the
+deploy examples run: a queue the code routes to with no worker line in docs/deploy.md's production block, the
 Procfile or the systemd examples leaves its tasks waiting for ever (every campaign ``creating``), and a
 publish to a queue missing from the list would be one readiness and /metrics never look at."""
 

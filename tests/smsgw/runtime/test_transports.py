@@ -1,6 +1,5 @@
 """smsgw.runtime.transports: the embedded broker publishes atomically and sets aside what it cannot read; the
-Redis
-transport drops a list item that is not a kombu message. Real folders and a real Redis; no worker here
+Redis transport drops a list item that is not a kombu message. Real folders and a real Redis; no worker here
 (tests/integration/test_bad_broker_messages.py runs real workers against the same faults)."""
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Benchmark scenario for campaigns (docs/campaigns.md, "Benchmark"), run through
-``python -m bench campaign``: a CSV of N
-recipients with two template variables is generated on disk, POSTed to a real gunicorn as a streamed
-multipart upload, and made into messages by a real celery worker on the ``campaigns`` queue. Prints
-recipients/s from the start of the POST to the last message made, peak RSS of the web and the worker
-processes (sampled), and duplicates ((campaign, to) groups with more than one message). Asserts
-nothing; needs PostgreSQL (it empties the message and campaign tables)."""
+``python -m bench campaign``: a CSV of N recipients with two template variables is generated on disk,
+POSTed to a real gunicorn as a streamed multipart upload, and made into messages by a real celery worker
+on the ``campaigns`` queue. Prints recipients/s from the start of the POST to the last message made, peak
+RSS of the web and the worker processes (sampled), and duplicates ((campaign, to) groups with more than
+one message). Asserts nothing; needs PostgreSQL (it empties the message and campaign tables)."""
 
 from __future__ import annotations
 
@@ -18,8 +17,9 @@ from pathlib import Path
 
 from django.db import connection
 
-from bench import devprocs
-from bench.core import MemorySampler, bench_reset
+from bench.harness import devprocs
+from bench.harness.data import bench_reset
+from bench.harness.sampling import MemorySampler
 from scheduling.models import Campaign, CampaignRange, Message
 from smsgw.models import api_key_create
 

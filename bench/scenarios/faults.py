@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from bench import core
+from bench.harness import data, figures, sampling, topology
 
 
 def faults(
@@ -44,7 +44,7 @@ def faults(
         env["SMSGW_RECONCILE_FIRST_LOOK_SECONDS"] = str(first_look)
     if absent_grace:
         env["SMSGW_RECONCILE_ABSENT_GRACE_SECONDS"] = str(absent_grace)
-    topo = core.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
+    topo = topology.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
     try:
         # Unmeasured: fresh worker processes pay for first connections and imports, which would
         # otherwise count against whichever run came first.
@@ -70,7 +70,7 @@ def faults(
         "accept_then_hang_share": hang_share,
         "client_timeout_s": client_timeout,
         "reconcile_env": {k: v for k, v in env.items() if k.startswith("SMSGW_RECONCILE")},
-        "broker": core._broker(),
+        "broker": topology.broker(),
         "fault_free": clean,
         "faulty": faulty,
         # Target (docs/benchmarks.md, "Faults and the send path"): >= 0.90.
@@ -80,9 +80,9 @@ def faults(
 
 
 def _run(
-    topo: core.Topology, n: int, *, lead_seconds: float, timeout: float, label: str, sandbox: dict
+    topo: topology.Topology, n: int, *, lead_seconds: float, timeout: float, label: str, sandbox: dict
 ) -> dict:
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     with connection.cursor() as cur:
         cur.execute("DELETE FROM delivery_duplicatesubmission")
     # A clean store and counters, then this run's fault rates (none for the fault-free run).
@@ -90,14 +90,14 @@ def _run(
     if sandbox:
         topo.sandbox.config(**sandbox)
     due = timezone.now() + timedelta(seconds=lead_seconds)
-    core.messages_load(tenant, n, first_due=due)
+    data.messages_load(tenant, n, first_due=due)
     with connection.cursor() as cur:
         cur.execute("ANALYZE scheduling_message")
-    core._say(f"faults ({label}): {n} messages due at {due.isoformat()}")
-    with core.MemorySampler(topo.worker_pids()) as mem:
-        sent = core._wait_sent(n, lead_seconds + timeout)
+    figures.say(f"faults ({label}): {n} messages due at {due.isoformat()}")
+    with sampling.MemorySampler(topo.worker_pids()) as mem:
+        sent = figures.wait_sent(n, lead_seconds + timeout)
         cpu = mem.cpu_seconds()
-    stats = core._percentiles("tenant_id = %s", [tenant.pk])
+    stats = figures.percentiles("tenant_id = %s", [tenant.pk])
     span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else None
     with connection.cursor() as cur:
         # A message is "faulted" when any of its attempts ended other than accepted.

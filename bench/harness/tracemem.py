@@ -1,7 +1,7 @@
 """Where a Celery worker's Python memory grows (``bench soak --trace-memory``; never imported by the app).
 
-Imported at interpreter start by bench/_site/sitecustomize.py when SMSGW_BENCH_TRACEMALLOC names a
-directory. In the send workers (SMSGW_BENCH_TRACEMALLOC_NODES), in the parent (``worker_init``) and in
+Imported at interpreter start by bench/harness/_site/sitecustomize.py when SMSGW_BENCH_TRACEMALLOC names
+a directory. In the send workers (SMSGW_BENCH_TRACEMALLOC_NODES), in the parent (``worker_init``) and in
 each pool child (``worker_process_init``), it starts tracemalloc, takes a baseline snapshot
 SMSGW_BENCH_TRACEMALLOC_BASELINE_S after the process started (default 120: past start-up, warm caches
 and the first batches), and on SIGUSR2 or at shutdown writes ``<dir>/tracemalloc-<node>-<pid>.json``:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from bench import core
+from bench.harness import data, figures, sampling, topology
 from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.messages import service as services
@@ -42,7 +42,7 @@ def _sliding_max_at(times: list[float], window: float = 1.0) -> tuple[int, float
 
 def _tenant(slug: str) -> Tenant:
     tenant, _ = Tenant.objects.get_or_create(
-        slug=slug, defaults={"name": slug, "default_from": "+14155550100", **core.UNLIMITED}
+        slug=slug, defaults={"name": slug, "default_from": "+14155550100", **data.UNLIMITED}
     )
     return tenant
 
@@ -64,7 +64,7 @@ def paced(
     capacity should be used. One paced message is cancelled while it waits. ``env``: extra environment
     of the worker processes; ``setup``: called with the bench tenant before the processes start (bench
     guards runs this scenario with and without the destination guards)."""
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     if setup is not None:
         setup(tenant)
     account_rate = senders * rate
@@ -72,13 +72,13 @@ def paced(
         SenderCapacity.objects.create(
             provider=PROVIDER,
             account=DEFAULT_ACCOUNT_SID,
-            sender=core.sender_number(i),
+            sender=data.sender_number(i),
             segments_per_second=rate,
         )
     AccountCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
     )
-    topo = core.Topology(
+    topo = topology.Topology(
         latency_ms=0,
         send_concurrency=3,
         env=env,
@@ -94,13 +94,13 @@ def paced(
     )
     try:
         due = timezone.now() + timedelta(seconds=15)
-        core.messages_load(tenant, n, first_due=due, senders=senders)
+        data.messages_load(tenant, n, first_due=due, senders=senders)
         with connection.cursor() as cur:
             cur.execute("ANALYZE scheduling_message")
-        core._say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
+        figures.say(f"paced: {n} messages due at {due.isoformat()} from {senders} senders at {rate}/s each")
         cancelled = None
         deadline = time.monotonic() + timeout + 30
-        cpu = core.MemorySampler(topo.worker_pids()).__enter__()
+        cpu = sampling.MemorySampler(topo.worker_pids()).__enter__()
         while time.monotonic() < deadline:
             if cancelled is None and timezone.now() > due + timedelta(seconds=10):
                 victim = (
@@ -181,7 +181,7 @@ def paced(
             "paced_events": _count_events("paced"),
             "late_batches": sum(p.log().count("paced batch reached the worker") for p in topo.senders),
             "late_wakeups": sum(p.log().count("paced requests woke up") for p in topo.senders),
-            "sweep": core._sweep_summary(topo.sweep_passes()),
+            "sweep": figures.sweep_summary(topo.sweep_passes()),
         }
     finally:
         topo.stop()
@@ -238,15 +238,15 @@ def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue
     ``real_rate`` and refuses what overflows ``queue_seconds`` of queue (21611). Backpressure must find the
     real rate: the share of refused submissions per 10-s window, and the accepted rate against the real
     limit."""
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     for i in range(senders):
         SenderCapacity.objects.create(
             provider=PROVIDER,
             account=DEFAULT_ACCOUNT_SID,
-            sender=core.sender_number(i),
+            sender=data.sender_number(i),
             segments_per_second=rate,
         )
-    topo = core.Topology(
+    topo = topology.Topology(
         latency_ms=0,
         send_concurrency=2,
         sandbox_args=["--sender-rate", str(real_rate), "--queue-max-seconds", str(queue_seconds)],
@@ -254,8 +254,8 @@ def adaptive(*, senders: int, rate: float, real_rate: float, seconds: int, queue
     try:
         n = int(senders * real_rate * (seconds + 20))
         due = timezone.now() + timedelta(seconds=10)
-        core.messages_load(tenant, n, first_due=due, senders=senders)
-        core._say(f"adaptive: {senders} senders configured {rate}/s, really {real_rate}/s, {seconds} s")
+        data.messages_load(tenant, n, first_due=due, senders=senders)
+        figures.say(f"adaptive: {senders} senders configured {rate}/s, really {real_rate}/s, {seconds} s")
         samples = []
         while timezone.now() < due:
             time.sleep(0.2)
@@ -310,17 +310,19 @@ def fairness(
     """One account capped at ``account_rate``; tenant A has ``a_messages`` bulk messages due at once;
     tenant B sends ``stream_rate`` bulk messages/s for ``seconds``, and tenant A itself a transactional
     stream at the same rate. Reports B's and A's transactional lag (sent_at - due_at)."""
-    core.bench_reset()
+    data.bench_reset()
     AccountCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, segments_per_second=account_rate
     )
     a, b = _tenant("bench"), _tenant("bench-b")
-    topo = core.Topology(latency_ms=0, send_concurrency=3, sandbox_args=["--account-rate", str(account_rate)])
+    topo = topology.Topology(
+        latency_ms=0, send_concurrency=3, sandbox_args=["--account-rate", str(account_rate)]
+    )
     try:
         due = timezone.now() + timedelta(seconds=15)
         stream = int(stream_rate * seconds)
-        core.messages_load(a, a_messages, first_due=due, priority="bulk", senders=50)
-        core.messages_load(
+        data.messages_load(a, a_messages, first_due=due, priority="bulk", senders=50)
+        data.messages_load(
             b,
             stream,
             first_due=due + timedelta(seconds=5),
@@ -328,7 +330,7 @@ def fairness(
             priority="bulk",
             offset=a_messages,
         )
-        core.messages_load(
+        data.messages_load(
             a,
             stream,
             first_due=due + timedelta(seconds=5),
@@ -338,7 +340,7 @@ def fairness(
         )
         with connection.cursor() as cur:
             cur.execute("ANALYZE scheduling_message")
-        core._say(
+        figures.say(
             f"fairness: A {a_messages} bulk due at once; B {stream_rate}/s bulk and A {stream_rate}/s tx"
         )
         deadline = time.monotonic() + seconds + timeout
@@ -349,8 +351,8 @@ def fairness(
             if not waiting.exists():
                 break
             time.sleep(1.0)
-        b_stats = core._percentiles("tenant_id = %s", [b.pk])
-        tx_stats = core._percentiles("tenant_id = %s AND priority = 'transactional'", [a.pk])
+        b_stats = figures.percentiles("tenant_id = %s", [b.pk])
+        tx_stats = figures.percentiles("tenant_id = %s AND priority = 'transactional'", [a.pk])
         a_sent = Message.objects.filter(tenant=a, priority="bulk", status="sent").count()
         span = (b_stats["last_sent"] - due).total_seconds() if b_stats["last_sent"] else None
         return {
@@ -380,12 +382,12 @@ def outage(*, n: int, outage_seconds: int, refuse_share: float, timeout: float) 
     ``outage_seconds`` and then refuses connections for the rest (``refuse_share``), then recovers. No
     message may fail or be sent twice; requests during the outage are counted; resumption is the time
     from recovery to the next accepted submission."""
-    tenant = core.bench_reset()
-    topo = core.Topology(latency_ms=5, send_concurrency=3, control_port=0)
+    tenant = data.bench_reset()
+    topo = topology.Topology(latency_ms=5, send_concurrency=3, control_port=0)
     try:
         due = timezone.now() + timedelta(seconds=10)
-        core.messages_load(tenant, n, first_due=due, senders=20)
-        core._say(f"outage: {n} messages due at {due.isoformat()}; {outage_seconds} s outage mid-drain")
+        data.messages_load(tenant, n, first_due=due, senders=20)
+        figures.say(f"outage: {n} messages due at {due.isoformat()}; {outage_seconds} s outage mid-drain")
         while Message.objects.filter(tenant=tenant, status="sent").count() < n // 4:
             time.sleep(0.2)
         down_at = time.time()
@@ -456,17 +458,17 @@ def limiter(*, n: int, timeout: float) -> dict:
     sweeper's CPU, both runs)."""
     out = {"scenario": "limiter", "messages": n}
     for label, env in (("baseline_pacing_off", {"SMSGW_PACING": "0"}), ("pacing_on", {})):
-        tenant = core.bench_reset()
-        topo = core.Topology(latency_ms=0, send_concurrency=3, env=env)
+        tenant = data.bench_reset()
+        topo = topology.Topology(latency_ms=0, send_concurrency=3, env=env)
         try:
             due = timezone.now() + timedelta(seconds=20)
-            core.messages_load(tenant, n, first_due=due)
+            data.messages_load(tenant, n, first_due=due)
             with connection.cursor() as cur:
                 cur.execute("ANALYZE scheduling_message")
-            with core.MemorySampler(topo.worker_pids()) as mem:
-                core._wait_sent(n, timeout)
+            with sampling.MemorySampler(topo.worker_pids()) as mem:
+                figures.wait_sent(n, timeout)
                 cpu = mem.cpu_seconds()
-            stats = core._percentiles("tenant_id = %s", [tenant.pk])
+            stats = figures.percentiles("tenant_id = %s", [tenant.pk])
             span = (stats["last_sent"] - due).total_seconds()
             out[label] = {
                 "throughput_msg_s": round(n / span, 1),

@@ -16,7 +16,7 @@ from pathlib import Path
 from sandbox.process import unused_port
 from smsgw.runtime.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANSACTIONAL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file is bench/harness/devprocs.py)
 BIN = Path(sys.executable).parent
 ALL_QUEUES = ",".join(ROUTED_QUEUES)
 SEND_QUEUES = ",".join((SEND_TRANSACTIONAL, SEND_BULK, RECONCILE))

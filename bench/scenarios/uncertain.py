@@ -23,7 +23,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from bench import core, devprocs
+from bench.harness import data, devprocs, figures, topology
 
 # messages still in the gateway's hands; every other status has been submitted (or ended)
 IN_PIPELINE = ("scheduled", "queued", "sending")
@@ -99,13 +99,13 @@ def uncertain(
         "absent_resend_bound": "TWILIO_TIMEOUT_SECONDS + grace + list lag (+ sweep/lease granularity)",
     }
     how = "ON (found may come from a callback)" if callbacks else "OFF (found only by list/fetch)"
-    core._say(
+    figures.say(
         f"uncertain: {n} messages per run; provider queue delay {queue_delay_ms} ms, "
         f"list lag {list_lag} s, callbacks {how}"
     )
-    core._say("uncertain: settings " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    figures.say("uncertain: settings " + ", ".join(f"{k}={v}" for k, v in env.items()))
     _reset()  # before the processes start: nothing left by an interrupted run is swept or reconciled
-    topo = core.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
+    topo = topology.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
     extra: list[devprocs.Proc] = []
     try:
         if port:
@@ -134,7 +134,7 @@ def uncertain(
     result = {
         "scenario": "uncertain",
         "messages": n,
-        "broker": core._broker(),
+        "broker": topology.broker(),
         "faults": faults,
         "provider": provider,
         "callbacks": "on" if callbacks else "off",
@@ -144,7 +144,7 @@ def uncertain(
         "ratio_drain_faulted_to_fault_free": ratio,
     }
     for line in summary_lines(result):
-        core._say(line)
+        figures.say(line)
     return result
 
 
@@ -156,7 +156,7 @@ def _reset():
     for attempt in range(10):
         try:
             with transaction.atomic():
-                tenant = core.bench_reset()
+                tenant = data.bench_reset()
                 with connection.cursor() as cur:
                     cur.execute("DELETE FROM delivery_duplicatesubmission")
                     cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
@@ -168,15 +168,15 @@ def _reset():
     raise AssertionError("unreachable")
 
 
-def _run(topo: core.Topology, n: int, *, offset: int, sandbox: dict, timeout: float, label: str) -> dict:
+def _run(topo: topology.Topology, n: int, *, offset: int, sandbox: dict, timeout: float, label: str) -> dict:
     topo.sandbox.reset()  # a clean store and counters, the start config, no callbacks still to post
     tenant = _reset()
     topo.sandbox.config(**sandbox)
     due = timezone.now() + timedelta(seconds=5)
-    core.messages_load(tenant, n, first_due=due, offset=offset)
+    data.messages_load(tenant, n, first_due=due, offset=offset)
     with connection.cursor() as cur:
         cur.execute("ANALYZE scheduling_message")
-    core._say(f"uncertain ({label}): {n} messages due at {due.isoformat()}")
+    figures.say(f"uncertain ({label}): {n} messages due at {due.isoformat()}")
     left = n
     deadline = time.monotonic() + 5 + timeout
     while time.monotonic() < deadline:
@@ -194,7 +194,7 @@ def _run(topo: core.Topology, n: int, *, offset: int, sandbox: dict, timeout: fl
     return {"label": label, **_measure(topo, tenant.pk, n, due, drain, left)}
 
 
-def _measure(topo: core.Topology, tenant_id: int, n: int, due, drain: float | None, left: int) -> dict:
+def _measure(topo: topology.Topology, tenant_id: int, n: int, due, drain: float | None, left: int) -> dict:
     stats = topo.sandbox.stats()
     per_to = Counter(row[3] for row in topo.sandbox.submissions())
     with connection.cursor() as cur:

@@ -1,7 +1,7 @@
 """``python -m bench metrics``: the cost of one /metrics scrape with a large table. Loads N pending
 messages (most scheduled for tomorrow, a due backlog, some queued, sending and sent) plus terminal ones,
 VACUUM ANALYZEs as autovacuum would, then times full scrapes (the state collector's queries and the
-multiprocess event files, rendered to text). Like ``bench.core`` it prints figures, asserts nothing and
+multiprocess event files, rendered to text). Like every scenario it prints figures, asserts nothing and
 needs PostgreSQL (it empties the message tables)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client import generate_latest
 
-from bench.core import _say, bench_reset, messages_load
+from bench.harness.data import bench_reset, messages_load
+from bench.harness.figures import say
 from reporting.views import registry_build
 
 CHUNK = 250_000
@@ -67,7 +68,7 @@ def scrape_cost(*, n: int, terminal: int, repeats: int) -> dict:
         cur.execute("VACUUM ANALYZE scheduling_message")  # what autovacuum does after a bulk load
         cur.execute("SELECT status, count(*) FROM scheduling_message GROUP BY status ORDER BY status")
         truth = dict(cur.fetchall())
-    _say(f"metrics: {sum(truth.values())} messages {truth}")
+    say(f"metrics: {sum(truth.values())} messages {truth}")
     generate_latest(registry_build())  # warm the connection and the plan caches
     times = []
     for _ in range(repeats):

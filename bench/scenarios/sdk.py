@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.soak import _tree_cpu_seconds
+from bench.harness.sampling import tree_cpu_seconds
 
 # The SDK is reached only through the provider package (pyproject.toml, the import contracts): the
 # adapter's own client construction, and the SDK's stock HTTP client as that module imports it.
@@ -49,9 +49,9 @@ from delivery.providers.twilio.http import BaseUrlAsyncHttpClient, new_loop
 
 
 def _own_cpu() -> float:
-    """This process alone (the sandbox is its child: bench.soak._tree_cpu_seconds would count it too), from
-    the kernel's own CPU clock for the process (nanoseconds), not /proc's ticks: a short run (the test's 30
-    requests) can use less than one 10-ms tick, which read as no CPU at all."""
+    """This process alone (the sandbox is its child: bench.harness.sampling.tree_cpu_seconds would count
+    it too), from the kernel's own CPU clock for the process (nanoseconds), not /proc's ticks: a short run
+    (the test's 30 requests) can use less than one 10-ms tick, which read as no CPU at all."""
     return time.process_time()
 
 
@@ -163,10 +163,10 @@ def _rounds(loop, sandbox, requests: int, in_flight: int, rounds: int, pools: li
             send, close = loop.run_until_complete(_made(make))  # the stock client wants a running loop
             loop.run_until_complete(_run(send, counter, warmup, in_flight))  # pool and SDK warm
             counter += warmup
-            cpu0, sandbox0, t0 = _own_cpu(), _tree_cpu_seconds(provider), time.perf_counter()
+            cpu0, sandbox0, t0 = _own_cpu(), tree_cpu_seconds(provider), time.perf_counter()
             accepted = loop.run_until_complete(_run(send, counter, requests, in_flight))
             elapsed = time.perf_counter() - t0
-            cpu1, sandbox1 = _own_cpu(), _tree_cpu_seconds(provider)
+            cpu1, sandbox1 = _own_cpu(), tree_cpu_seconds(provider)
             counter += requests
             loop.run_until_complete(close())
             runs.setdefault(name, []).append(

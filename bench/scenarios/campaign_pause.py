@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from bench import core
+from bench.harness import data, figures, topology
 from delivery.models import Attempt, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.campaigns import control as campaign_control
@@ -144,20 +144,20 @@ def _admin_client() -> Client:
 def campaign_pause(
     *, n: int, rate: float, send_seconds: float, reads: int, paused_seconds: float, timeout: float
 ) -> dict:
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     SenderCapacity.objects.create(
         provider=PROVIDER, account=DEFAULT_ACCOUNT_SID, sender=tenant.default_from, segments_per_second=rate
     )
     CampaignCounter.objects.all().delete()
     Campaign.objects.all().delete()
     contention = _counter_contention(tenant)
-    core._say(f"counter contention: {contention}")
+    figures.say(f"counter contention: {contention}")
     load_started = time.monotonic()
     campaign = _campaign_load(tenant, n)
     load_seconds = time.monotonic() - load_started
-    core._say(f"campaign_pause: {n} campaign messages loaded in {load_seconds:.1f} s; sending at {rate}/s")
+    figures.say(f"campaign_pause: {n} campaign messages loaded in {load_seconds:.1f} s; sending at {rate}/s")
     connection.close()
-    topo = core.Topology(latency_ms=0, send_concurrency=3)
+    topo = topology.Topology(latency_ms=0, send_concurrency=3)
     try:
         sandbox = topo.sandbox
         deadline = time.monotonic() + timeout

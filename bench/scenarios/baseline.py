@@ -3,9 +3,9 @@ common due moment as its ETA, on the gateway's broker, run by a real ``celery wo
 workers' concurrency and pool. It is what "one delayed task per message" costs on this machine before
 any sending is done, so the burst's throughput is reported against it.
 
-The worker runs ``celery -A bench.baseline worker``; each pool process appends the wall-clock time of
-every task it runs to its own file (an O_APPEND write, a few microseconds, and no broker or database
-round trip that would slow the baseline down and flatter the gateway)."""
+The worker runs ``celery -A bench.scenarios.baseline worker``; each pool process appends the wall-clock
+time of every task it runs to its own file (an O_APPEND write, a few microseconds, and no broker or
+database round trip that would slow the baseline down and flatter the gateway)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from celery import Celery
 
-from bench import devprocs
+from bench.harness import devprocs
 
 QUEUE = "bench.noop"
 RECORD_DIR_ENV = "SMSGW_BENCH_NOOP_DIR"
@@ -57,7 +57,7 @@ def eta_noop(
     *, n: int, concurrency: int, pool: str, lead_seconds: float, timeout: float, env: dict[str, str]
 ) -> dict:
     """n no-op tasks with eta = now + lead_seconds, consumed by one worker; rate = n / (last run - due)."""
-    from bench.core import MemorySampler
+    from bench.harness.sampling import MemorySampler
 
     run = uuid.uuid4().hex
     record_dir = tempfile.mkdtemp(prefix="smsgw-noop-")
@@ -65,7 +65,7 @@ def eta_noop(
     # The flags devprocs.celery_worker gives the send workers, another app and queue.
     argv = [
         str(devprocs.BIN / "celery"),
-        *("-A", "bench.baseline", "worker", "-Q", QUEUE, "-c", str(concurrency), "-P", pool),
+        *("-A", "bench.scenarios.baseline", "worker", "-Q", QUEUE, "-c", str(concurrency), "-P", pool),
         *("-n", "noop@%h", "--without-gossip", "--without-mingle", "-l", "INFO"),
     ]
     worker = devprocs.Proc("worker-noop", argv, worker_env, ready_marker="ready.")

@@ -1,13 +1,11 @@
 """``python -m bench broker-restart`` (docs/benchmarks.md, "Long runs and broker faults"): N messages due at
-once drained twice in one run
-on the same processes, with a private redis-server as the broker: first fault-free, then with that Redis
-killed (SIGKILL) when about 30% are sent and started again, empty, after ``down_seconds``. The workers
-and beat reconnect by themselves; the sweep notices the lost tasks (scheduling.dispatch.recovery: the epoch
-key
-vanished, or a send queue is empty while rows wait) and re-publishes them. Production recovery settings
-throughout. Prints both drain times, the excess of the faulty one, the ``republished`` timeline entries
-by reason, what the sandbox stored (each recipient once) and the WARNING/ERROR lines the workers and
-beat wrote from the kill to the end of the drain; asserts nothing.
+once drained twice in one run on the same processes, with a private redis-server as the broker: first
+fault-free, then with that Redis killed (SIGKILL) when about 30% are sent and started again, empty, after
+``down_seconds``. The workers and beat reconnect by themselves; the sweep notices the lost tasks
+(scheduling.dispatch.recovery: the epoch key vanished, or a send queue is empty while rows wait) and
+re-publishes them. Production recovery settings throughout. Prints both drain times, the excess of the faulty
+one, the ``republished`` timeline entries by reason, what the sandbox stored (each recipient once) and the
+WARNING/ERROR lines the workers and beat wrote from the kill to the end of the drain; asserts nothing.
 
 Target (docs/benchmarks.md): drain completes ≤ 30 s after the restart beyond the fault-free drain time, i.e.
 faulty - fault-free - down time ≤ 30 s."""
@@ -22,7 +20,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from bench import core, devprocs
+from bench.harness import data, devprocs, figures, topology
 
 TARGET_EXCESS_SECONDS = 30.0
 # celery's log format: "[2026-12-01 11:40:02,546: WARNING/MainProcess] message"
@@ -62,18 +60,18 @@ def _log_noise(logs: dict[str, str]) -> dict:
 
 
 def _drain(
-    topo: core.Topology, n: int, *, lead_seconds: float, timeout: float, label: str, fault=None
+    topo: topology.Topology, n: int, *, lead_seconds: float, timeout: float, label: str, fault=None
 ) -> dict:
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     topo.sandbox.reset()
     due = timezone.now() + timedelta(seconds=lead_seconds)
-    core.messages_load(tenant, n, first_due=due)
+    data.messages_load(tenant, n, first_due=due)
     with connection.cursor() as cur:
         cur.execute("ANALYZE scheduling_message")
-    core._say(f"broker-restart ({label}): {n} messages due at {due.isoformat()}")
+    figures.say(f"broker-restart ({label}): {n} messages due at {due.isoformat()}")
     extra = fault(tenant) if fault else {}
-    sent = core._wait_sent(n, lead_seconds + timeout)
-    stats = core._percentiles("tenant_id = %s", [tenant.pk])
+    sent = figures.wait_sent(n, lead_seconds + timeout)
+    stats = figures.percentiles("tenant_id = %s", [tenant.pk])
     span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else None
     seen = topo.sandbox.stats()
     per_to = Counter(m["to"] for m in topo.sandbox.messages_json())
@@ -113,7 +111,7 @@ def broker_restart(
     redis_server.start()
     topo = None
     try:
-        topo = core.Topology(
+        topo = topology.Topology(
             latency_ms=latency_ms, send_concurrency=concurrency, env={"CELERY_BROKER_URL": redis_server.url}
         )
         procs = [topo.sweeper, *topo.senders, topo.beat]
@@ -135,11 +133,11 @@ def broker_restart(
             redis_server.kill9()
             killed_at = timezone.now()
             at_kill = _statuses(tenant.pk)
-            core._say(f"broker-restart: Redis killed at {killed_at.isoformat()}: {at_kill}")
+            figures.say(f"broker-restart: Redis killed at {killed_at.isoformat()}: {at_kill}")
             time.sleep(down_seconds)
             redis_server.start()
             restarted_at = timezone.now()
-            core._say(f"broker-restart: Redis started again, empty, at {restarted_at.isoformat()}")
+            figures.say(f"broker-restart: Redis started again, empty, at {restarted_at.isoformat()}")
             log_offsets.update(offsets)  # read after the drain: the log lines from the kill until then
             return {
                 "restarted_at": restarted_at,

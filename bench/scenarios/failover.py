@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from bench import core
+from bench.harness import data, figures, topology
 from scheduling.messages.birth import messages_birth
 from scheduling.models import Status, new_public_id
 from smsgw.config import routes as route_config
@@ -104,13 +104,13 @@ def failover(
         settings.SMSGW_ROUTES = route_config.parse(
             env["SMSGW_ROUTES"], [PRIMARY, STANDBY], ("transactional", "bulk")
         )
-        topo = core.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
-        core._say(
+        topo = topology.Topology(latency_ms=0, send_concurrency=concurrency, env=env)
+        figures.say(
             f"failover: {n} messages at {rate:g}/s ({span:.1f} s of due times), routed US -> "
             f"[{PRIMARY}, {STANDBY} (weight 0, sender {STANDBY_SENDER})]; {PRIMARY} answers 503 for "
             f"{outage_seconds:g} s from {outage_at * span:.1f} s after the first due moment"
         )
-        core._say(
+        figures.say(
             f"failover: SMSGW_RECONCILE_LIST_LAG_SECONDS={reconcile_list_lag} "
             "(the sandbox's list does not lag)"
         )
@@ -119,19 +119,19 @@ def failover(
         loaded_in = _load(tenant, n, first_due=timezone.now() + timedelta(hours=1), rate=rate)
         first_due = timezone.now() + timedelta(seconds=lead_seconds)
         _shift(tenant.pk, first_due)
-        core._say(
+        figures.say(
             f"failover: born {n} routed messages in {loaded_in:.1f} s; first due {first_due.isoformat()}"
         )
         down_at_planned = first_due.timestamp() + outage_at * span
         _sleep_until(down_at_planned)
         topo.sandbox.config(outage="503")
         down_at = time.time()
-        core._say(f"failover: {PRIMARY} answers 503 from {_iso(down_at)}")
+        figures.say(f"failover: {PRIMARY} answers 503 from {_iso(down_at)}")
         _sleep_until(down_at + outage_seconds)
         topo.sandbox.config(outage="none")
         up_at = time.time()
         answered_503 = topo.sandbox.stats()["by_outcome"].get("outage_503", 0)
-        core._say(f"failover: {PRIMARY} recovered at {_iso(up_at)} ({answered_503} requests answered 503)")
+        figures.say(f"failover: {PRIMARY} recovered at {_iso(up_at)} ({answered_503} requests answered 503)")
         left = _wait_drained(tenant.pk, max(0.0, first_due.timestamp() + span - time.time()) + timeout)
         result = _measure(topo, vonage, tenant.pk, n, first_due, down_at, up_at, left)
         result.update(
@@ -142,7 +142,7 @@ def failover(
                 "outage_from_first_due_s": round(down_at - first_due.timestamp(), 2),
                 "requests_answered_503": answered_503,
                 "birth_s": round(loaded_in, 2),
-                "broker": core._broker(),
+                "broker": topology.broker(),
                 "settings": {
                     **{
                         # What the workers ran with: their environment, else this process's settings.
@@ -166,14 +166,14 @@ def failover(
             topo.stop()
         vonage.stop()
     for line in summary_lines(result):
-        core._say(line)
+        figures.say(line)
     return result
 
 
 def _reset():
     from smsgw.tenancy.senders import sender_assign
 
-    tenant = core.bench_reset()  # the pacing state and circuits too
+    tenant = data.bench_reset()  # the pacing state and circuits too
     # A leg's sender carries only the messages of a tenant that owns it (smsgw.tenancy.senders): without
     # it the standby leg is skipped and nothing fails over.
     with transaction.atomic():

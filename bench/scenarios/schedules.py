@@ -1,6 +1,6 @@
 """Benchmark scenarios for recurring schedules (the recurring-schedules issue), run through
 ``python -m bench``: materializer throughput with many active schedules, the materializer's cost when
-nothing is due, and the occurrence preview. Like ``bench.core`` they print figures, assert nothing,
+nothing is due, and the occurrence preview. Like every scenario they print figures, assert nothing,
 and need PostgreSQL (they empty the message and schedule tables)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from bench import devprocs
-from bench.core import bench_reset
+from bench.harness import devprocs
+from bench.harness.data import bench_reset
 from scheduling.models import Message, Schedule
 from scheduling.schedules.materialize import schedules_materialize, stored
 from scheduling.schedules.recurrence import recurrence_build

@@ -1,13 +1,12 @@
-"""``python -m bench soak`` (docs/benchmarks.md, memory creep): a steady load for many minutes on
-real processes
-(sandbox, sweeper, beat, send workers; with receipts, gunicorn and a receipts worker too, the sandbox
-posting its status callbacks to it), the resident memory of every process sampled each minute, pool
-child PIDs recorded every few seconds (a child replaced past CELERY_WORKER_MAX_MEMORY_PER_CHILD shows as
-a new PID), and the lag per window. Prints per-minute samples and a summary; asserts nothing.
+"""``python -m bench soak`` (docs/benchmarks.md, memory creep): a steady load for many minutes on real
+processes (sandbox, sweeper, beat, send workers; with receipts, gunicorn and a receipts worker too, the
+sandbox posting its status callbacks to it), the resident memory of every process sampled each minute,
+pool child PIDs recorded every few seconds (a child replaced past CELERY_WORKER_MAX_MEMORY_PER_CHILD
+shows as a new PID), and the lag per window. Prints per-minute samples and a summary; asserts nothing.
 
-With ``trace_memory`` the send workers run with tracemalloc (bench.tracemem, loaded through
-bench/_site/sitecustomize.py: the app carries no hook) and the summary lists the allocation sites that
-grew most between about minute 2 and the end.
+With ``trace_memory`` the send workers run with tracemalloc (bench.harness.tracemem, loaded through
+bench/harness/_site/sitecustomize.py: the app carries no hook) and the summary lists the allocation
+sites that grew most between about minute 2 and the end.
 
 Messages are loaded a minute's worth at a time, two minutes ahead of their due times, so the table holds
 what a steady intake would keep pending rather than the whole run up front."""
@@ -29,7 +28,7 @@ import psutil
 from django.db import connection
 from django.utils import timezone
 
-from bench import core, devprocs
+from bench.harness import data, devprocs, figures, sampling, topology
 
 UNBOUNDED_KB = 10**9  # settings require a number; this one no child reaches
 SAMPLE_SECONDS = 60
@@ -82,7 +81,7 @@ class ChildWatch:
         return {name: max(0, len(pids) - concurrency[name]) for name, pids in self.seen.items()}
 
 
-def _sample(topo: core.Topology, extra: dict[str, devprocs.Proc]) -> tuple[dict, dict]:
+def _sample(topo: topology.Topology, extra: dict[str, devprocs.Proc]) -> tuple[dict, dict]:
     """RSS (MB) by process kind, a list per kind, and the PIDs in the same order."""
     rss: dict[str, list[float]] = defaultdict(list)
     pids: dict[str, list[int]] = defaultdict(list)
@@ -116,79 +115,6 @@ def _sample(topo: core.Topology, extra: dict[str, devprocs.Proc]) -> tuple[dict,
     if topo.sandbox.process is not None:
         add("sandbox", psutil.Process(topo.sandbox.process.pid))
     return dict(rss), dict(pids)
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds a process tree has used: each live process's own time plus that of the children it has
-    reaped (the kernel adds a child's time to its parent's when the parent waits for it). A process that
-    ended inside the window is counted once, in its parent's; a pool child replaced, a PostgreSQL backend
-    that closed, keep their time in the total, where a sum over the live processes alone would drop it."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def _root_pids(name: str) -> list[int]:
-    """The processes called ``name`` whose parent is not: the PostgreSQL postmaster, the Redis server."""
-    roots = []
-    for proc in psutil.process_iter(["name", "ppid"]):
-        with contextlib.suppress(psutil.Error):
-            if proc.info["name"] == name and psutil.Process(proc.info["ppid"]).name() != name:
-                roots.append(proc.pid)
-    return roots
-
-
-def _machine_busy() -> float:
-    """Seconds of CPU busy, summed over cores, since boot (/proc/stat: all but idle and iowait)."""
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
-
-
-class CpuByRole:
-    """Cores each role used over a window: the send workers, the sweeper, beat, the web and receipt
-    processes, the sandbox, PostgreSQL and Redis (each a process tree), this driver, and the machine's
-    own count beside them. Two snapshots, no polling: whatever ended between them is still counted."""
-
-    def __init__(self, roles: dict[str, list[int]]) -> None:
-        self.roles = {**roles, "postgresql": _root_pids("postgres"), "redis": _root_pids("redis-server")}
-        self._start: tuple[float, float, dict[str, float]] | None = None
-        self.result: dict = {}
-
-    def _snapshot(self) -> tuple[float, float, dict[str, float]]:
-        used = {role: sum(_tree_cpu_seconds(pid) for pid in pids) for role, pids in self.roles.items()}
-        # This process alone: every process above is its child, and their time is counted once, above.
-        me = psutil.Process().cpu_times()
-        used["bench_driver"] = me.user + me.system
-        return time.monotonic(), _machine_busy(), used
-
-    def start(self) -> None:
-        self._start = self._snapshot()
-
-    def stop(self) -> dict:
-        assert self._start is not None, "start() first"
-        (t0, busy0, used0), (t1, busy1, used1) = self._start, self._snapshot()
-        seconds = t1 - t0
-        spent = {role: used1[role] - used0[role] for role in used0}
-        by_role = {role: round(s / seconds, 3) for role, s in spent.items()}
-        self.result = {
-            "seconds": round(seconds, 3),
-            "cores_by_role": dict(sorted(by_role.items(), key=lambda kv: -kv[1])),
-            # The seconds themselves, for a per-request figure: cores times the window as printed
-            # carries both roundings.
-            "cpu_seconds_by_role": {role: round(s, 4) for role, s in spent.items()},
-            "cores_counted": round(sum(by_role.values()), 3),
-            "cores_busy_machine": round((busy1 - busy0) / seconds, 3),
-            "cores": psutil.cpu_count(),
-        }
-        return self.result
 
 
 def _sent(tenant_id: int) -> int:
@@ -384,9 +310,8 @@ def soak(
     web_threads: int = 1,
     vacuum_every: float = 60.0,
 ) -> dict:
-    from bench.receipts import _lag as receipt_lag
 
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     env: dict[str, str] = {}
@@ -397,7 +322,7 @@ def soak(
     trace_dir = Path(tempfile.mkdtemp(prefix="smsgw-soak-trace-")) if trace_memory else None
     if trace_dir:
         env.update(
-            PYTHONPATH=f"{devprocs.ROOT / 'bench' / '_site'}{os.pathsep}{devprocs.ROOT}",
+            PYTHONPATH=f"{devprocs.ROOT / 'bench' / 'harness' / '_site'}{os.pathsep}{devprocs.ROOT}",
             SMSGW_BENCH_TRACEMALLOC=str(trace_dir),
             # about minute 2 of the load: the workers start some 15-25 s before the first due moment
             SMSGW_BENCH_TRACEMALLOC_BASELINE_S="140",
@@ -405,7 +330,7 @@ def soak(
     port = devprocs.free_port() if receipts else None
     if port:
         env["SMSGW_PUBLIC_BASE_URL"] = f"http://127.0.0.1:{port}"
-    topo = core.Topology(latency_ms=latency_ms, send_concurrency=concurrency, env=env)
+    topo = topology.Topology(latency_ms=latency_ms, send_concurrency=concurrency, env=env)
     extra: dict[str, devprocs.Proc] = {}
     try:
         if port:
@@ -420,7 +345,7 @@ def soak(
         first_due = timezone.now() + timedelta(seconds=LEAD_SECONDS)
 
         def load(minute: int) -> None:
-            core.messages_load(
+            data.messages_load(
                 tenant,
                 per_minute,
                 first_due=first_due + timedelta(minutes=minute),
@@ -432,13 +357,13 @@ def soak(
             load(m)
         with connection.cursor() as cur:
             cur.execute("ANALYZE scheduling_message")
-        core._say(
+        figures.say(
             f"soak: {rate}/s for {minutes} min from {first_due.isoformat()}, {concurrency} send processes, "
             f"max memory per child {env.get('SMSGW_WORKER_MAX_MEMORY_KB', 'settings default')} KB, "
             f"receipts {'on' if receipts else 'off'}, tracemalloc {'on' if trace_dir else 'off'}"
         )
         parents = {p.name: p.pid for p in topo.senders}
-        cpu = CpuByRole(
+        cpu = sampling.CpuByRole(
             {
                 "send": [p.pid for p in topo.senders],
                 "sweeper": [topo.sweeper.pid],
@@ -474,7 +399,7 @@ def soak(
                 }
                 previous_sent = sent
                 samples.append(sample)
-                core._say("soak sample " + json.dumps({k: v for k, v in sample.items() if k != "pids"}))
+                figures.say("soak sample " + json.dumps({k: v for k, v in sample.items() if k != "pids"}))
             n = per_minute * minutes
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and _sent(tenant.pk) < n:
@@ -496,7 +421,7 @@ def soak(
             "rate_per_s": rate,
             "minutes": minutes,
             "concurrency": concurrency,
-            "broker": core._broker(),
+            "broker": topology.broker(),
             "max_memory_per_child_kb": env.get("SMSGW_WORKER_MAX_MEMORY_KB", "settings default (200000)"),
             "tracemalloc": bool(trace_dir),
             "messages": n,
@@ -509,10 +434,10 @@ def soak(
             "child_pids_seen": child_pids,
             "vacuum": vacuum.report(),
             "cpu": cpu.result,
-            "sweep": core._sweep_summary(topo.sweep_passes()),
+            "sweep": figures.sweep_summary(topo.sweep_passes()),
             "rss_summary_mb": _kind_summary(samples, minutes),
             f"lag_per_{window // 60}_min_window": _lag_windows(tenant.pk, first_due, window),
-            **({"receipts": {**receipt_lag(), **_receipts_taken(sent)}} if receipts else {}),
+            **({"receipts": {**figures.receipt_lag(), **_receipts_taken(sent)}} if receipts else {}),
             "samples": [{k: v for k, v in s.items() if k != "pids"} for s in samples],
         }
     finally:
@@ -524,7 +449,7 @@ def soak(
     return result
 
 
-def _trace_signal(topo: core.Topology) -> None:
+def _trace_signal(topo: topology.Topology) -> None:
     """Ask every traced process for its diff now, before shutdown changes anything (the shutdown hook
     writes it again, later, if the process stops in time)."""
     for proc in [topo.sweeper, *topo.senders]:

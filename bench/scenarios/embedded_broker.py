@@ -1,4 +1,4 @@
-"""``python -m bench.embedded_broker``: kombu's filesystem transport as shipped against smsgw's
+"""``python -m bench.scenarios.embedded_broker``: kombu's filesystem transport as shipped against smsgw's
 (smsgw.runtime.transports.FilesystemTransport), in the same run, on the same folder layout.
 
 Two figures per transport:
@@ -111,7 +111,9 @@ def throughput(transport: str, messages: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.embedded_broker", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.scenarios.embedded_broker", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--publishers", type=int, default=3)
     p.add_argument("--messages", type=int, default=3000, help="per publisher (race) and in all (throughput)")
     p.add_argument("--rounds", type=int, default=3, help="throughput rounds, alternating the transports")

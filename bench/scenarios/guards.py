@@ -1,7 +1,7 @@
 """What the suppression list and the destination guards cost at a paced burst (``python -m bench guards``,
 target at most 5% of the burst's throughput with a 1,000,000-entry suppression list).
 
-The paced scenario (bench.pacing.paced) twice in one run, the same messages and rates:
+The paced scenario (bench.scenarios.pacing.paced) twice in one run, the same messages and rates:
 
 1. baseline: no suppression entries, guards off (SMSGW_GUARDS=0: no destination check, no velocity
    gate). The send worker's screening query still runs (the suppression list cannot be turned off), but
@@ -25,7 +25,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from bench import core, pacing
+from bench.harness import data, figures
+from bench.scenarios import pacing
 from delivery.guards import screening
 from scheduling.dispatch import release
 from scheduling.models import Message
@@ -115,7 +116,7 @@ def checks_cost(tenant: Tenant, *, repeats: int = 7, batch: int = 1000, send_bat
                         "TRUNCATE scheduling_messageevent, delivery_attempt, scheduling_message CASCADE"
                     )
                 due = timezone.now() - timedelta(seconds=1)
-                core.messages_load(tenant, batch, first_due=due, senders=50, offset=offset)
+                data.messages_load(tenant, batch, first_due=due, senders=50, offset=offset)
                 offset += batch  # new numbers each time: the known-number insert is paid every pass
                 passes[side].append(_timed(lambda: release.due_release(limit=batch)))
                 # A send batch as the worker gets it (the pass above may have paced most of them: queue
@@ -175,12 +176,12 @@ def guards(
         # what the first left behind (dead rows, a warmer or colder cache).
         for side in ("off", "on") if i % 2 == 0 else ("on", "off"):
             if side == "off":
-                core._say(
+                figures.say(
                     f"guards round {i + 1}: baseline (guards off, no suppression entries), {n} messages"
                 )
                 runs[side] = pacing.paced(**common, env={"SMSGW_GUARDS": "0"}, setup=_guards_off)
             else:
-                core._say(
+                figures.say(
                     f"guards round {i + 1}: guarded ({suppressions} suppression entries, every guard on)"
                 )
                 setup = _guards_on(suppressions, loaded)
@@ -191,11 +192,11 @@ def guards(
                     cur.execute("SELECT count(*) FROM delivery_reviewhold")
                     holds = cur.fetchone()[0]
         pairs.append((runs["off"], runs["on"], known, holds))
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     _guards_on(suppressions, loaded)(tenant)
-    core._say("guards: the checks' own cost, in process, with the suppression list loaded")
+    figures.say("guards: the checks' own cost, in process, with the suppression list loaded")
     cost = checks_cost(tenant)
-    core.bench_reset()
+    data.bench_reset()
     _tables_empty()  # leave the bench database as the other scenarios expect it
     offs = [_throughput(off) for off, _, _, _ in pairs]
     ons = [_throughput(on) for _, on, _, _ in pairs]

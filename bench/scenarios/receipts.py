@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 
 from django.db import connection
 
-from bench import core, devprocs
-from bench.soak import CpuByRole
+from bench.harness import data, devprocs, figures, topology
+from bench.harness.sampling import CpuByRole
 from receipts.models import ReceiptEvent
 from sandbox.callbacks import twilio_signature
 
@@ -24,7 +24,7 @@ def sent_messages_load(tenant, n: int, *, offset: int = 0) -> list[str]:
     """n messages already `sent` with provider ids, as if submitted earlier; returns the sids."""
     from django.utils import timezone
 
-    core.messages_load(tenant, n, first_due=timezone.now(), offset=offset)
+    data.messages_load(tenant, n, first_due=timezone.now(), offset=offset)
     with connection.cursor() as cur:
         cur.execute(
             "UPDATE scheduling_message SET status = 'sent', provider = 'twilio', sent_at = now(), "
@@ -85,28 +85,6 @@ async def post_all(url: str, bodies: list[tuple[bytes, str]], *, concurrency: in
     return codes, time.perf_counter() - started
 
 
-def _lag() -> dict:
-    with connection.cursor() as cur:
-        cur.execute(
-            """WITH r AS (SELECT received_at, processed_at,
-                                extract(epoch FROM processed_at - received_at) AS lag
-                         FROM receipts_receiptevent WHERE processed_at IS NOT NULL)
-               SELECT count(*), min(received_at), max(processed_at),
-                      percentile_cont(0.5) WITHIN GROUP (ORDER BY lag),
-                      percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), max(lag)
-               FROM r"""
-        )
-        n, first, last, p50, p99, mx = cur.fetchone()
-    span = (last - first).total_seconds() if n else 0.0
-    return {
-        "processed": n,
-        "processed_per_s": n / span if span else None,
-        "receipt_lag_p50_s": p50,
-        "receipt_lag_p99_s": p99,
-        "receipt_lag_max_s": mx,
-    }
-
-
 class ReceiptTopology:
     """gunicorn (the receipt endpoint) + one `receipts` worker + beat."""
 
@@ -130,7 +108,7 @@ class ReceiptTopology:
 
 
 def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, timeout: float) -> dict:
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     sids = sent_messages_load(tenant, n)
@@ -163,7 +141,7 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
             # The endpoint's own cost: CPU of the gunicorn tree while the callbacks were POSTed, per callback.
             "web_cpu_ms_per_callback": round(used["cpu_seconds_by_role"]["web"] * 1000 / n, 3),
             "cpu_while_posting": used,
-            **_lag(),
+            **figures.receipt_lag(),
             "message_statuses": statuses,
         }
     finally:
@@ -173,8 +151,8 @@ def receipts(*, n: int, concurrency: int, rate: float | None, web_workers: int, 
 def burst_under_receipts(
     *, n: int, receipt_burst: int, latency_ms: int, concurrency: int, web_workers: int, timeout: float
 ) -> dict:
-    """The send burst (bench.core.burst's topology) while `receipt_burst` signed callbacks hit the
-    receipt endpoint and the receipts worker at the same time. Compare with a plain `bench burst`."""
+    """The send burst (bench.scenarios.throughput.burst's topology) while `receipt_burst` signed callbacks
+    hit the receipt endpoint and the receipts worker at the same time. Compare with a plain `bench burst`."""
     import threading
     from datetime import timedelta
 
@@ -182,20 +160,20 @@ def burst_under_receipts(
 
     from smsgw.models import Tenant
 
-    tenant = core.bench_reset()
+    tenant = data.bench_reset()
     with connection.cursor() as cur:
         cur.execute("TRUNCATE receipts_receiptevent, receipts_webhookdelivery")
     other, _ = Tenant.objects.get_or_create(
         slug="bench-receipts",
-        defaults={"name": "Bench receipts", "default_from": "+14155550100", **core.UNLIMITED},
+        defaults={"name": "Bench receipts", "default_from": "+14155550100", **data.UNLIMITED},
     )
     sids = sent_messages_load(other, receipt_burst, offset=n + 1)
     receipts_topo = ReceiptTopology(web_workers=web_workers)
-    topo = core.Topology(latency_ms=latency_ms, send_concurrency=concurrency)
+    topo = topology.Topology(latency_ms=latency_ms, send_concurrency=concurrency)
     try:
         bodies = signed_bodies(receipts_topo.url, sids)
         due = timezone.now() + timedelta(seconds=15)
-        core.messages_load(tenant, n, first_due=due)
+        data.messages_load(tenant, n, first_due=due)
         post_result: dict = {}
 
         def fire():
@@ -208,26 +186,26 @@ def burst_under_receipts(
 
         poster = threading.Thread(target=fire)
         poster.start()
-        sent = core._wait_sent(n, timeout)
+        sent = figures.wait_sent(n, timeout)
         poster.join()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and ReceiptEvent.objects.filter(processed_at__isnull=True).exists():
             time.sleep(0.5)
-        stats = core._percentiles("tenant_id = %s", [tenant.pk])
+        stats = figures.percentiles("tenant_id = %s", [tenant.pk])
         span = (stats["last_sent"] - due).total_seconds() if stats["last_sent"] else float("nan")
         accepted = sum(v for k, v in post_result.get("codes", {}).items() if 200 <= k < 300)
         return {
             "scenario": "burst_under_receipts",
             "messages": n,
             "receipt_burst": receipt_burst,
-            "broker": core._broker(),
+            "broker": topology.broker(),
             "all_sent": sent >= n,
             "send_throughput_msg_s": n / span,
             "send_lag_p99_s": stats["lag_p99_s"],
             "sent_early": stats["sent_early"],
             "receipts_accepted_per_s": accepted / post_result["seconds"] if post_result else None,
             "receipt_status_codes": post_result.get("codes"),
-            **_lag(),
+            **figures.receipt_lag(),
         }
     finally:
         topo.stop()

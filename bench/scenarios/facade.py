@@ -1,9 +1,9 @@
 """``python -m bench facade`` (docs/benchmarks.md, "The Twilio-compatible API"): ``POST
 /2010-04-01/Accounts/{AccountSid}/Messages.json`` (scheduling.facade: Twilio's form body, HTTP Basic with
 the tenant's account SID and an API key) beside ``POST /v1/messages`` (JSON, Bearer), through the same
-gunicorn in the same run, with the client and settings of ``bench ingest`` (bench/core.py). The two
-sides alternate (``--rounds``; the order swaps each round, so neither always runs first on a warmer or a
-fuller table). It prints each side's rate, latency, answers other than 2xx and messages stored, and
+gunicorn in the same run, with the client and settings of ``bench ingest`` (bench/harness/load.py). The
+two sides alternate (``--rounds``; the order swaps each round, so neither always runs first on a warmer
+or a fuller table). It prints each side's rate, latency, answers other than 2xx and messages stored, and
 the ratio facade / v1 (target >= 0.9)."""
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import shutil
 from functools import partial
 from urllib.parse import urlencode
 
-from bench import devprocs
-from bench.core import _ingest_python, _ingest_warmup, _ingest_wrk, _say, bench_reset
+from bench.harness import devprocs
+from bench.harness.data import bench_reset
+from bench.harness.figures import say
+from bench.harness.load import ingest_python, ingest_warmup, ingest_wrk
 from scheduling.models import Message
 from smsgw.models import api_key_create
 
 SIDES = ("v1", "facade")
-# The bodies each side's client sends start with these (bench/core.py's wrk script and Python client);
+# The bodies each side's client sends start with these (bench/harness/load.py's wrk script and Python client);
 # the warm-up requests' bodies start with "warm-up", so neither count includes them.
 BODY_PREFIX = {"v1": "ingest ", "facade": "facade "}
 TARGET_RATIO = 0.9
@@ -38,7 +40,7 @@ def basic_credential(account_sid: str, key: str) -> str:
 
 
 def _facade_warmup(port: int, path: str, credential: str, sender: str, workers: int, threads: int) -> int:
-    """As ``_ingest_warmup``, through the facade's view: its imports and first queries before the clock."""
+    """As ``ingest_warmup``, through the facade's view: its imports and first queries before the clock."""
     n = 8 * workers * max(1, threads)
     headers = {"Authorization": f"Basic {credential}", "Content-Type": "application/x-www-form-urlencoded"}
     for i in range(n):
@@ -135,9 +137,9 @@ def facade(
     base = f"http://127.0.0.1:{port}"
     wrk = None if os.environ.get("SMSGW_BENCH_CLIENT") == "python" else shutil.which("wrk")
     client = (
-        partial(_ingest_wrk, wrk, seconds=seconds, concurrency=concurrency)
+        partial(ingest_wrk, wrk, seconds=seconds, concurrency=concurrency)
         if wrk
-        else partial(_ingest_python, seconds=seconds, concurrency=concurrency)
+        else partial(ingest_python, seconds=seconds, concurrency=concurrency)
     )
     calls = {
         "v1": partial(client, f"{base}/v1/messages", key),
@@ -147,11 +149,11 @@ def facade(
     }
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     try:
-        warmup = _ingest_warmup(port, key, web_workers, threads)
+        warmup = ingest_warmup(port, key, web_workers, threads)
         warmup += _facade_warmup(port, facade_path(account_sid), credential, sender, web_workers, threads)
         for r in range(rounds):
             for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
-                _say(f"facade bench: round {r + 1}, {side}")
+                say(f"facade bench: round {r + 1}, {side}")
                 runs[side].append(calls[side]())
     finally:
         web.stop()
@@ -174,5 +176,5 @@ def facade(
     # Target (docs/benchmarks.md): >= 0.9, the Twilio-shaped endpoint costs at most a tenth more.
     result["ratio_facade_to_v1"] = ratio(result)
     for line in summary_lines(result):
-        _say(line)
+        say(line)
     return result
