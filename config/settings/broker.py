@@ -10,8 +10,7 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
 if BROKER_IS_FILESYSTEM:
     # smsgw.runtime.transports.FilesystemTransport: messages are written whole in tmp/ and renamed into out/,
-    # a
-    # consumer renames the one it takes into claimed/, and a file it cannot read goes to bad/.
+    # a consumer renames the one it takes into claimed/, and a file it cannot read goes to bad/.
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("out", "tmp", "claimed", "bad", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
@@ -78,7 +77,7 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours. Set
 # above what a warm send child holds with a full batch in flight (about 150 MB at 250 submissions in
 # flight, 105-111 MB at 200/s): at 140,000 KB every send child crossed it during each task of a burst and
-# was replaced after it, which cost a quarter of the send workers' CPU (docs/benchmarks.md, 2026-12-03).
+# was replaced after it, which cost a quarter of the send workers' CPU (docs/benchmarks-history.md, 2026-12-03).
 CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 200_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A warm shutdown (SIGTERM) still waiting for running tasks after this long becomes a cold one

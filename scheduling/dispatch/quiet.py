@@ -119,8 +119,7 @@ class QuietWindow:
     def end_after(self, instant: datetime) -> datetime:
         """The UTC instant at which the window containing ``instant`` ends. The local end time is
         resolved like any local time (docs/api.md, `dst_policy`): inside a DST gap it moves forward by the
-        gap; when it
-        occurs twice, the first reading that is still after ``instant`` is used."""
+        gap; when it occurs twice, the first reading that is still after ``instant`` is used."""
         local = self._local(instant)
         day: date = local.date()
         if self.start > self.end and local.time() >= self.start:
