@@ -214,11 +214,32 @@ class Occurrence:
         return f"Occurrence({self.local.isoformat()} -> {self.due_at.isoformat()} {self.adjustment.value})"
 
 
+def _explicit(rule: ParsedRule, start: datetime) -> dict:
+    """The rule's dateutil arguments with every default dateutil would derive from DTSTART made explicit,
+    so that restarting the rule at a later instance or period boundary cannot change what it means."""
+    kwargs = dict(rule.kwargs)
+    if not {"byweekno", "byyearday", "bymonthday", "byweekday"} & kwargs.keys():
+        if rule.freq == du.YEARLY:
+            kwargs.setdefault("bymonth", (start.month,))
+            kwargs["bymonthday"] = (start.day,)
+        elif rule.freq == du.MONTHLY:
+            kwargs["bymonthday"] = (start.day,)
+        elif rule.freq == du.WEEKLY:
+            kwargs["byweekday"] = (start.weekday(),)
+    if "byhour" not in kwargs and rule.freq < du.HOURLY:
+        kwargs["byhour"] = (start.hour,)
+    if "byminute" not in kwargs and rule.freq < du.MINUTELY:
+        kwargs["byminute"] = (start.minute,)
+    if "bysecond" not in kwargs and rule.freq < du.SECONDLY:
+        kwargs["bysecond"] = (start.second,)
+    return kwargs
+
+
 class Recurrence:
     """A parsed rule bound to a start, a zone, a DST policy and its exceptions. Immutable; cheap to
     keep in a cache keyed by the schedule's definition."""
 
-    def __init__(  # noqa: C901
+    def __init__(
         self,
         rule: ParsedRule,
         *,
@@ -236,30 +257,15 @@ class Recurrence:
         self.dst_policy = DstPolicy(dst_policy or DstPolicy.EARLIER)
         self.exdates = exdates
         self.exdays = exdays
-        kwargs = dict(rule.kwargs)
-        # Every default dateutil would derive from DTSTART, made explicit, so that restarting the rule
-        # at a later instance or period boundary cannot change what it means.
-        if not {"byweekno", "byyearday", "bymonthday", "byweekday"} & kwargs.keys():
-            if rule.freq == du.YEARLY:
-                kwargs.setdefault("bymonth", (start.month,))
-                kwargs["bymonthday"] = (start.day,)
-            elif rule.freq == du.MONTHLY:
-                kwargs["bymonthday"] = (start.day,)
-            elif rule.freq == du.WEEKLY:
-                kwargs["byweekday"] = (start.weekday(),)
-        if "byhour" not in kwargs and rule.freq < du.HOURLY:
-            kwargs["byhour"] = (start.hour,)
-        if "byminute" not in kwargs and rule.freq < du.MINUTELY:
-            kwargs["byminute"] = (start.minute,)
-        if "bysecond" not in kwargs and rule.freq < du.SECONDLY:
-            kwargs["bysecond"] = (start.second,)
-        bound = start + MAX_SPAN
-        if rule.until is not None:
-            # UNTIL=99991231T235959Z ("forever") overflows here: start + MAX_SPAN bounds it anyway.
-            with contextlib.suppress(OverflowError):
-                bound = min(bound, rule.until.astimezone(self.zone).replace(tzinfo=None) + UNTIL_SLACK)
+        bound = self._bound(rule, start)
         try:
-            base = du.rrule(_frequency(rule), dtstart=start, interval=rule.interval, wkst=rule.wkst, **kwargs)
+            base = du.rrule(
+                _frequency(rule),
+                dtstart=start,
+                interval=rule.interval,
+                wkst=rule.wkst,
+                **_explicit(rule, start),
+            )
         except ValueError as exc:  # e.g. HOURLY;INTERVAL=5;BYHOUR=3 can never be reached from start
             raise RuleError("rrule", f"can never fire from this start: {exc}") from None
         if rule.count is not None:
@@ -270,6 +276,15 @@ class Recurrence:
         self.last_local = last_local
         self.bound = bound
         self._rule = _stop_at(base.replace(until=bound), bound)
+
+    def _bound(self, rule: ParsedRule, start: datetime) -> datetime:
+        """The last local time the rule may reach: MAX_SPAN after the start, or UNTIL (with its slack)."""
+        bound = start + MAX_SPAN
+        if rule.until is not None:
+            # UNTIL=99991231T235959Z ("forever") overflows here: start + MAX_SPAN bounds it anyway.
+            with contextlib.suppress(OverflowError):
+                bound = min(bound, rule.until.astimezone(self.zone).replace(tzinfo=None) + UNTIL_SLACK)
+        return bound
 
     @staticmethod
     def _count_last(rule: du.rrule, bound: datetime, count: int) -> datetime | None:
