@@ -56,9 +56,9 @@ from django.utils import timezone
 
 from delivery.flow import capacity, circuit
 from delivery.models import RateBucket
+from delivery.outcomes import delays
 from delivery.providers import get_adapter
 from delivery.routing import failover
-from delivery.sending import delays
 from scheduling.dispatch.release import Candidate, Decision, Park
 from scheduling.lifecycle.reasons import ReasonCode
 from smsgw.models import Tenant

@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from delivery.flow import circuit
 from delivery.models import Attempt, AttemptOutcome, ProviderCircuit, ProviderHostCircuit
+from delivery.outcomes import table as outcomes
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, Outcome, SubmitResult
-from delivery.sending import outcomes, reconcile
+from delivery.sending import health, reconcile
 from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
@@ -75,7 +76,7 @@ def account_open(adapter) -> bool:
 
 def report(adapter, results: list[SubmitResult]):
     rows = [{"reason_code": "", "from_number": SENDER, "messaging_service_sid": ""} for _ in results]
-    return sending._report_health(adapter, rows, results)
+    return health.answers_report(adapter, rows, results)
 
 
 def queued(tenant, to) -> Message:

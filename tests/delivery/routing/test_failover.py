@@ -277,7 +277,7 @@ def test_the_claims_rows_carry_the_plan_as_legs_and_fail_over_from_them(routed, 
         now=now,
     )
     assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]
-    # As the recording hands it over (delivery.sending.worker._move_add).
+    # As the recording hands it over (delivery.sending.recording._move_add).
     moved = failover.failover_rows(
         [({**row, "status": Status.SENDING}, failover.Why.CIRCUIT, "provider circuit open")], now=now
     )
