@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduling.lifecycle.reasons import ReasonCode
-from scheduling.messages import batch, examples, selectors
+from scheduling.messages import batch, edits, examples, selectors
 from scheduling.messages import service as services
 from scheduling.models import Message, Priority, Status
 from smsgw.config.providers import body_max_length
@@ -662,7 +662,7 @@ class MessageDetailApi(APIView):
     def patch(self, request, public_id: str):
         data = MessageUpdateInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        message = services.message_update(
+        message = edits.message_update(
             tenant=request.user.tenant, public_id=public_id, actor=_actor(request), data=data.validated_data
         )
         return Response(message_data(message))
