@@ -293,5 +293,5 @@ def test_raw_rows_give_the_plan_as_legs_when_the_driver_reads_json_as_text(route
     msg = born(tenant, US)
     with connection.cursor() as cur:
         cur.execute("SELECT CAST(route_plan AS text) FROM scheduling_message WHERE id = %s", [msg.pk])
-        (row,) = transitions._rows(cur, ["route_plan"])
+        (row,) = transitions.rows_from(cur, ["route_plan"])
     assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]
