@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from delivery.flow import circuit
+from delivery.flow import circuit, host_circuit
 from delivery.flow import provider_holds as holds_service
 from delivery.outcomes import delays
 from delivery.routing import failover
@@ -120,11 +120,15 @@ class _Split:
     def host_wait(self, row: Mapping[str, Any], hold: holds_service.OpenHold | None) -> None:
         """This host cannot reach the provider: the host's probe, handed over, or a brief wait."""
         assert self.host is not None
-        if hold is None and self.host_probe is None and circuit.host_probe_take(*self.host, now=self.now):
+        if (
+            hold is None
+            and self.host_probe is None
+            and host_circuit.host_probe_take(*self.host, now=self.now)
+        ):
             self.host_probe = row  # this host's probe: submitted as the account circuit's probes are
             return
         if self.others is None:
-            self.others = circuit.others_answered(*self.host, host=circuit.host_id(), now=self.now)
+            self.others = host_circuit.others_answered(*self.host, host=host_circuit.host_id(), now=self.now)
         if self.others:
             self.handed.append(row)  # published again as it is: a worker of another host takes it
             return
@@ -132,7 +136,7 @@ class _Split:
         # The host's name goes in the details (operators see it; the tenant's API drops it), not in the
         # status reason a tenant reads (smsgw.values.actors).
         text = "this host cannot reach the provider; waiting"
-        park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": circuit.host_id()})
+        park = Park(until, circuit.REASON_HOST, text, "host_unreachable", {"host": host_circuit.host_id()})
         self.admission.parks.append((row, park))
 
     def hold_pass(self, row: Mapping[str, Any], hold: holds_service.OpenHold | None) -> None:
@@ -171,7 +175,7 @@ class _Split:
                     "reason_code": circuit.REASON_PROBE,
                     "status_reason": "probe: can this host reach it?",
                 },
-                details={"probe": True, "host": circuit.host_id()},
+                details={"probe": True, "host": host_circuit.host_id()},
                 now=self.now,
             )
             self.admission.allowed += marked
@@ -186,7 +190,7 @@ def hand_over(rows: list[Mapping[str, Any]], *, provider: str, now: datetime) ->
     and re-released message would spend again for nothing. One ``host_unreachable`` entry per message
     (the reason says it was handed over); ``run_after`` stays the recovery time, as for any published
     message whose task could be lost."""
-    host = circuit.host_id()
+    host = host_circuit.host_id()
     fresh: list[tuple[int, int, dict[str, Any]]] = [
         (r["id"], r["version"], {}) for r in rows if r["reason_code"] != circuit.REASON_HOST
     ]

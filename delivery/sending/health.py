@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from delivery.flow import circuit, pacing
+from delivery.flow import circuit, host_circuit, pacing
 from delivery.outcomes.table import provider_failure, unanswered
 from delivery.providers.base import ErrorClass, ProviderAdapter, SubmitResult
 
@@ -34,7 +34,7 @@ def answers_report(
         for row, res in zip(rows, results, strict=True)
         if row["reason_code"] == circuit.REASON_PROBE and res.sent
     ]
-    own = circuit.host_report(
+    own = host_circuit.host_report(
         provider=adapter.name,
         account=adapter.account,
         answered=len(reached),

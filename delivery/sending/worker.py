@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from delivery.flow import circuit, pacing
+from delivery.flow import circuit, host_circuit, pacing
 from delivery.flow import provider_holds as holds_service
 from delivery.guards import screening
 from delivery.models import Attempt
@@ -161,7 +161,7 @@ def _claim(message_ids: list[int], adapter: ProviderAdapter, now: datetime, repo
         # a second "held" entry). Holding is the rare path; it can afford a fresh read.
         open_holds = holds_service.holds_open(adapter.name, adapter.account, fresh=True)
     circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
-    host_open = circuit.host_state(adapter.name, adapter.account).is_open
+    host_open = host_circuit.host_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
     with transaction.atomic():
         message_ids = _screen(message_ids, now, report)
@@ -261,7 +261,7 @@ def _in_flight(
     probing = {r["id"] for r in rows if r["reason_code"] == circuit.REASON_PROBE}
 
     def wanted(name: str = adapter.name, account: str = adapter.account) -> bool:
-        return not circuit.seen_open(name, account) and not circuit.host_seen_open(name, account)
+        return not circuit.seen_open(name, account) and not host_circuit.host_seen_open(name, account)
 
     def campaign_wanted(cid: int, name: str = adapter.name, account: str = adapter.account) -> bool:
         return campaign_watch.running(cid) and not circuit.seen_open(name, account)
