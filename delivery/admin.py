@@ -4,7 +4,7 @@ reported by the provider. Read-only; nothing here is added or deleted by hand.""
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from delivery.flow import capacity, circuit
+from delivery.flow import capacity, circuit, host_circuit
 from delivery.flow.provider_holds import hold_clear
 from delivery.guards import review_holds as review
 from delivery.guards import suppression
@@ -263,7 +263,7 @@ class ProviderHostCircuitAdmin(_ReadOnly):
     def close(self, request, queryset):
         closed = 0
         for row in queryset.filter(state=circuit.OPEN):
-            if circuit.host_circuit_close(
+            if host_circuit.host_circuit_close(
                 row.provider, row.account, row.host, actor=f"admin:{request.user.get_username()}"
             ):
                 closed += 1

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from delivery.flow.circuit import circuit_state
 from delivery.providers import ProviderQueryError, get_adapter
-from delivery.providers.base import LOOKUP_SOURCE
+from delivery.providers.base import LOOKUP_SOURCE, ProviderAdapter
 from receipts.ingest import receipt_ingest
 from receipts.models import StatusLookup
 from scheduling.lifecycle import transitions
@@ -132,52 +132,80 @@ def _stop(message_id: int, tries: int, status: str, note: str, now: datetime) ->
         )
 
 
-def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:  # noqa: C901, PLR0915
+def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:
     """One bounded pass; returns counts by what happened (for logs and tests)."""
-    counts = {"looked_up": 0, "final": 0, "not_final": 0, "stopped": 0, "missing": 0, "skipped": 0}
     now = now or timezone.now()
     due = stale_sent_due(now, settings.STATUS_LOOKUP_BATCH_SIZE)
+    run = _Run(now)  # its time budget starts once the due messages are read
     if not due:
-        return counts
-    deadline = time.monotonic() + settings.STATUS_LOOKUP_BUDGET_SECONDS
-    timeout = settings.STATUS_LOOKUP_TIMEOUT_SECONDS
-    spacing = 1.0 / settings.STATUS_LOOKUP_RATE
-    next_request = time.monotonic()
-    skip: set[str] = set()  # providers with an open circuit, or that failed to answer in this run
-    checked: set[str] = set()
+        return run.counts
     for msg in due:
         provider = msg["provider"] or settings.SMSGW_PROVIDER
         adapter = get_adapter(provider)
-        if provider not in checked:
-            checked.add(provider)
-            if not adapter.capabilities.fetch_by_id or circuit_state(provider, adapter.account).is_open:
-                skip.add(provider)  # it cannot be asked by id (its receipts are all we get), or it is down
-        if provider in skip:
-            counts["skipped"] += 1
+        if not run.may_ask(provider, adapter):
+            run.counts["skipped"] += 1
             continue
-        wait = next_request - time.monotonic()
-        if time.monotonic() + max(wait, 0.0) + timeout > deadline:
+        if not run.turn():
             break  # the rest waits for the next run
+        run.look_up(msg, provider, adapter)
+    if run.counts["looked_up"]:
+        log.info("status lookup: %s", run.counts)
+    return run.counts
+
+
+class _Run:
+    """One pass's bounds (its time budget, the request rate) and what it has met so far."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.counts = {"looked_up": 0, "final": 0, "not_final": 0, "stopped": 0, "missing": 0, "skipped": 0}
+        self.deadline = time.monotonic() + settings.STATUS_LOOKUP_BUDGET_SECONDS
+        self.timeout = settings.STATUS_LOOKUP_TIMEOUT_SECONDS
+        self.spacing = 1.0 / settings.STATUS_LOOKUP_RATE
+        self.next_request = time.monotonic()
+        self.skip: set[str] = set()  # providers with an open circuit, or that failed to answer in this run
+        self.checked: set[str] = set()
+
+    def may_ask(self, provider: str, adapter: ProviderAdapter) -> bool:
+        if provider not in self.checked:
+            self.checked.add(provider)
+            if not adapter.capabilities.fetch_by_id or circuit_state(provider, adapter.account).is_open:
+                self.skip.add(
+                    provider
+                )  # it cannot be asked by id (its receipts are all we get), or it is down
+        return provider not in self.skip
+
+    def turn(self) -> bool:
+        """Wait for the next request's turn (the rate limit); False when a request could no longer end
+        within the run's budget."""
+        wait = self.next_request - time.monotonic()
+        if time.monotonic() + max(wait, 0.0) + self.timeout > self.deadline:
+            return False
         if wait > 0:
-            time.sleep(wait)  # the rate limit
+            time.sleep(wait)
+        return True
+
+    def look_up(self, msg: StaleSent, provider: str, adapter: ProviderAdapter) -> None:
+        """One message's try: claimed, asked, and its answer stored as a receipt (or the look-ups stopped)."""
+        now, counts = self.now, self.counts
         tries = _claim(msg["id"], now)
         if tries is None:
-            continue
-        next_request = time.monotonic() + spacing
+            return
+        self.next_request = time.monotonic() + self.spacing
         try:
-            callback = adapter.fetch_status(msg["provider_message_id"], timeout=timeout)
+            callback = adapter.fetch_status(msg["provider_message_id"], timeout=self.timeout)
         except ProviderQueryError as exc:
             log.warning(
                 "status lookup: %s did not answer (%s); its messages wait for the next run", provider, exc
             )
             _unclaim(msg["id"], tries, now)
-            skip.add(provider)
-            continue
+            self.skip.add(provider)
+            return
         counts["looked_up"] += 1
         if callback is None:
             counts["missing"] += 1
             _stop(msg["id"], tries, "", "the provider has no message with this sid; not looked up again", now)
-            continue
+            return
         receipt_ingest(provider=provider, callback=callback)
         StatusLookup.objects.filter(message_id=msg["id"]).update(last_status=callback.raw_status)
         if callback.normalized_status in FINAL:
@@ -194,6 +222,3 @@ def stale_sent_lookup_run(*, now: datetime | None = None) -> dict[str, int]:  # 
             )
         else:
             counts["not_final"] += 1
-    if counts["looked_up"]:
-        log.info("status lookup: %s", counts)
-    return counts

@@ -27,7 +27,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
-from delivery.sending.reconcile import found_record
+from delivery.sending.verdicts import found_record
 from receipts.models import ReceiptEvent
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status

@@ -120,7 +120,7 @@ class Message(models.Model):
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
-    # Deleted by the tenant (the Twilio-compatible DELETE, scheduling.messages.service.message_delete):
+    # Deleted by the tenant (the Twilio-compatible DELETE, scheduling.messages.final.message_delete):
     # gone from its API (404, left out of lists), its content erased, the row, timeline and attempts kept
     # as the audit trail that operators see in the admin.
     deleted_at = models.DateTimeField(null=True, blank=True)

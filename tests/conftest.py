@@ -36,7 +36,7 @@ UNLIMITED = 100_000.0
 
 @pytest.fixture(autouse=True)
 def _fast_capacity_defaults(settings):
-    from delivery.flow import capacity, circuit
+    from delivery.flow import capacity, circuit, host_circuit
     from delivery.flow import provider_holds as holds
 
     settings.SENDER_RATE_DEFAULTS = dict.fromkeys(settings.SENDER_RATE_DEFAULTS, UNLIMITED)
@@ -46,8 +46,8 @@ def _fast_capacity_defaults(settings):
     # Per-process circuit views (buffered successes, the last state seen) must not leak between tests.
     circuit._ok_buffer.clear()
     circuit._local.clear()
-    circuit._host_ok_buffer.clear()
-    circuit._host_local.clear()
+    host_circuit._host_ok_buffer.clear()
+    host_circuit._host_local.clear()
     yield
     capacity.cache_clear()
 

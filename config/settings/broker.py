@@ -77,7 +77,8 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # task (in-flight submissions drain first, delivery.tasks); growth never accumulates across hours. Set
 # above what a warm send child holds with a full batch in flight (about 150 MB at 250 submissions in
 # flight, 105-111 MB at 200/s): at 140,000 KB every send child crossed it during each task of a burst and
-# was replaced after it, which cost a quarter of the send workers' CPU (docs/benchmarks-history.md, 2026-12-03).
+# was replaced after it, which cost a quarter of the send workers' CPU (docs/benchmarks-history.md,
+# 2026-12-03).
 CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("SMSGW_WORKER_MAX_MEMORY_KB", 200_000, minimum=10_000)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A warm shutdown (SIGTERM) still waiting for running tasks after this long becomes a cold one

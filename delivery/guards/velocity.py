@@ -1,5 +1,6 @@
-"""The velocity guard against SMS pumping (docs/guards.md): a release gate (scheduling.dispatch.release) that
-holds a tenant's sends for review when, within one fixed window (SMSGW_VELOCITY_WINDOW_SECONDS),
+"""The velocity guard against SMS pumping (docs/guards.md): a release gate (the sweep's, listed in
+config.wiring) that holds a tenant's sends for review when, within one fixed window
+(SMSGW_VELOCITY_WINDOW_SECONDS),
 
 * more than ``velocity_prefix_max`` messages go to one destination prefix (the first
   ``velocity_prefix_digits`` digits of the E.164 number, country code included), or

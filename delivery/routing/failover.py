@@ -5,7 +5,7 @@ take it. The triggers, each decided where it is seen:
   claim, at the release step, or when the fault is the answer;
 * the leg's provider circuit is open (delivery.flow.circuit), likewise;
 * a transient answer (the provider said it did not process the request) past the leg's retry budget,
-  ``SMSGW_FAILOVER_RETRY_ATTEMPTS`` (delivery.sending.worker);
+  ``SMSGW_FAILOVER_RETRY_ATTEMPTS`` (delivery.sending.recording);
 * an uncertain submission that reconciliation proved absent (delivery.sending.reconcile).
 
 Never on an unresolved uncertain submission: it stays ``sending`` on its leg until the reconciler has

@@ -38,6 +38,8 @@ A signed status callback naming the attempt (``?m=&a=``) proves existence at any
 A tenant may shorten the wait per message (``uncertain_wait_seconds``, a one-time code where late is
 worse than a rare duplicate) down to SMSGW_RECONCILE_MIN_WAIT_SECONDS, never below ``timeout + grace``
 (rule ``tenant_wait``). The timeline names the rule that released each resend.
+
+Each verdict is a move of the outcome tables (delivery.outcomes.table), made in delivery.sending.verdicts.
 """
 
 from __future__ import annotations
@@ -48,18 +50,14 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from delivery.flow import provider_holds
-from delivery.models import Attempt, AttemptOutcome
+from delivery.models import Attempt
 from delivery.providers import ProviderQueryError, get_adapter
-from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage, Scope
-from delivery.routing import failover
-from delivery.sending.delays import retry_decide
+from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage
+from delivery.sending import verdicts
 from scheduling.lifecycle import transitions
-from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
 from smsgw import stages
 
@@ -137,7 +135,9 @@ def message_reconcile(message_id: int) -> str:
             return _by_sid(msg, attempt, adapter, now)
         if can.lookup_by_recipient:
             return _by_listing(msg, attempt, adapter, now)
-        return _inconclusive(msg, {"method": "none", "reason": "the provider can be asked neither way"}, now)
+        return verdicts.inconclusive(
+            msg, {"method": "none", "reason": "the provider can be asked neither way"}, now
+        )
     except ProviderQueryError as exc:  # the provider is down or erroring: stay `sending`, the lease returns
         log.warning(
             "reconcile: provider look-up failed for message %s: %s",
@@ -164,8 +164,8 @@ def _by_sid(msg: Message, attempt: Attempt, adapter: ProviderAdapter, now: datet
     answers, detail = adapter.account_answers()
     lookup["account_check"] = detail
     if not answers:
-        return _held(msg, adapter, lookup, now, detail)
-    return _absent(
+        return verdicts.held(msg, adapter, lookup, now, detail)
+    return verdicts.absent(
         msg,
         attempt,
         lookup,
@@ -205,12 +205,12 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
         alike = _uncertain_alike(msg)
         lookup["uncertain_messages_alike"] = alike
         if len(free) > alike:
-            return _ambiguous(msg, attempt, free, lookup, now)
+            return verdicts.ambiguous(msg, attempt, free, lookup, now)
         return _found(msg, attempt, free[0], lookup, now, source="list", adapter=adapter)
     if not result.complete:
-        return _inconclusive(msg, lookup, now)
+        return verdicts.inconclusive(msg, lookup, now)
     if attempt is None:
-        return _absent(
+        return verdicts.absent(
             msg,
             None,
             lookup,
@@ -222,7 +222,7 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
     lookup["absent_from"] = release_at.isoformat()
     if now < release_at:
         grace = timedelta(seconds=settings.RECONCILE_ABSENT_GRACE_SECONDS)
-        return _absent_once(msg, attempt, lookup, now, min(now + grace, release_at))
+        return verdicts.absent_once(msg, attempt, lookup, now, min(now + grace, release_at))
     first = attempt.lookup_absent_at or now
     if rule == RULE_TENANT_WAIT:
         why = (
@@ -237,7 +237,7 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
             f"submission: past the request timeout, the provider's processing grace and the list's lag bound "
             f"({settings.RECONCILE_LIST_LAG_SECONDS} s), a stored copy would be listed"
         )
-    return _absent(msg, attempt, lookup, now, rule=rule, why=why)
+    return verdicts.absent(msg, attempt, lookup, now, rule=rule, why=why)
 
 
 # Which rule released a resend (the `reconciled_absent` entry's details.rule).
@@ -294,76 +294,6 @@ def _uncertain_alike(msg: Message) -> int:
     )
 
 
-def _verdict(
-    msg: Message,
-    attempt: Attempt | None,
-    *,
-    to_status: str,
-    kind: str,
-    details: dict,
-    set_fields: dict,
-    now: datetime,
-    attempt_fields: dict | None = None,
-    from_statuses: tuple[str, ...] = (Status.SENDING,),
-) -> bool:
-    """One verdict on an uncertain message: its transition and, if this call made it, what the attempt
-    records (``attempt_fields``), in one transaction. Returns whether this call made the move."""
-    with transaction.atomic():
-        result = transitions.transition(
-            msg.pk,
-            from_statuses=list(from_statuses),
-            to_status=to_status,
-            kind=kind,
-            expected_version=msg.version,
-            details=details,
-            set_fields=set_fields,
-            now=now,
-        )
-        if result.won and attempt is not None and attempt_fields:
-            Attempt.objects.filter(pk=attempt.pk).update(**attempt_fields)
-    return result.won
-
-
-def _closed(attempt: Attempt | None, outcome: str, now: datetime, **fields) -> dict:
-    """An attempt's fields once reconciliation decided it: its outcome, and when it ended."""
-    return {"outcome": outcome, "finished_at": (attempt.finished_at if attempt else None) or now, **fields}
-
-
-def found_record(
-    msg: Message,
-    attempt: Attempt | None,
-    *,
-    provider_message_id: str,
-    provider_status: str,
-    sent_at: datetime,
-    details: dict,
-    now: datetime,
-) -> bool:
-    """Record that the provider has this attempt's submission (``reconciled_found``): the message is sent
-    under ``provider_message_id`` and is never sent again. From `sending`, or from `queued` when a resend
-    was queued before the proof came (receipts.unknown). Returns whether this call made the move."""
-    return _verdict(
-        msg,
-        attempt,
-        from_statuses=(msg.status,) if msg.status in (Status.SENDING, Status.QUEUED) else (Status.SENDING,),
-        to_status=Status.SENT,
-        kind="reconciled_found",
-        details={"provider_message_id": provider_message_id, "provider_status": provider_status, **details},
-        set_fields={
-            "provider_message_id": provider_message_id,
-            "provider_status": provider_status,
-            "sent_at": sent_at,
-            "run_after": None,
-            "status_reason": "",
-            "reason_code": "",
-        },
-        now=now,
-        attempt_fields=_closed(
-            attempt, AttemptOutcome.RECONCILED_FOUND, now, provider_message_id=provider_message_id
-        ),
-    )
-
-
 def _found(
     msg: Message,
     attempt: Attempt | None,
@@ -379,7 +309,7 @@ def _found(
     sent_at = max(d for d in (found.date_created, attempt.started_at if attempt else None, msg.due_at) if d)
     normalized = adapter.normalize_status(found.status)
     failed = normalized in ("failed", "undelivered")
-    won = found_record(
+    won = verdicts.found_record(
         msg,
         attempt,
         provider_message_id=found.provider_message_id,
@@ -413,169 +343,3 @@ def _found(
             ),
         )
     return "found" if won else "not_sending"
-
-
-def _ambiguous(
-    msg: Message, attempt: Attempt | None, free: list[ProviderMessage], lookup: dict, now: datetime
-) -> str:
-    """More copies at the provider match than we have uncertain messages for them: one is probably ours,
-    but which cannot be told. Never resent (that could be a second copy); recorded sent without a sid and
-    flagged for an operator (reason code reconciled_ambiguous)."""
-    won = _verdict(
-        msg,
-        attempt,
-        to_status=Status.SENT,
-        kind="reconciled_ambiguous",
-        details={
-            "lookup": lookup,
-            "candidates": [c.provider_message_id for c in free[:10]],
-            "decision": "found, ambiguous: more matching copies than uncertain messages; not resent",
-        },
-        set_fields={
-            "run_after": None,
-            "sent_at": max(attempt.started_at if attempt else msg.due_at, msg.due_at),
-            "reason_code": ReasonCode.RECONCILED_AMBIGUOUS,
-            "status_reason": f"found, ambiguous: {len(free)} matching copies at the provider; not resent",
-        },
-        now=now,
-        attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_AMBIGUOUS, now),
-    )
-    if won:
-        log.warning(
-            "reconcile: message %s found ambiguous (%d matching copies); not resent",
-            msg.public_id,
-            len(free),
-            extra={"message_id": msg.public_id},
-        )
-    return "ambiguous" if won else "not_sending"
-
-
-def _held(msg: Message, adapter: ProviderAdapter, lookup: dict, now: datetime, detail: str) -> str:
-    """A fetch answered 404 and the account did not answer either: the configuration (account SID, base
-    URL, credentials) is wrong, not the message. The account is held (its send worker stops), and the
-    message stays `sending`, looked up again when the hold clears: nothing is resent meanwhile."""
-    hold = provider_holds.hold_open(
-        provider=adapter.name,
-        account=adapter.account,
-        scope=Scope.ACCOUNT,
-        scope_value="",
-        error_code="20404",
-        reason=f"a message fetch answered 404 and the account fetch failed ({detail})",
-        now=now,
-    )
-    won = _verdict(
-        msg,
-        None,
-        to_status=Status.SENDING,
-        kind="reconcile_held",
-        details={
-            "lookup": lookup,
-            "hold_id": hold.id,
-            "decision": "404 not believed: the account itself does not answer; held, not resent",
-        },
-        set_fields={
-            "run_after": hold.park_until(now),
-            "reason_code": provider_holds.REASON_HELD,
-            "status_reason": "uncertain; the provider account is held (a fetch and the account fetch failed)",
-        },
-        now=now,
-    )
-    return "held" if won else "not_sending"
-
-
-def _inconclusive(msg: Message, lookup: dict, now: datetime) -> str:
-    """The listing hit its page bound: absence cannot be proven. Wait (another look at the next lease
-    expiry); once the validity has passed, the message can no longer be sent anyway: it fails, saying
-    that it may or may not have been sent, instead of risking a second copy."""
-    if now >= msg.expires_at:
-        transitions.transition(
-            msg.pk,
-            from_statuses=[Status.SENDING],
-            to_status=Status.FAILED,
-            kind="failed",
-            expected_version=msg.version,
-            details={"dead_letter": True, "lookup": lookup, "reason": "validity passed while uncertain"},
-            set_fields={
-                "run_after": None,
-                "reason_code": ReasonCode.UNCERTAIN_EXPIRED,
-                "status_reason": "validity passed before the provider could be shown not to have it",
-            },
-            now=now,
-        )
-        return "inconclusive"
-    transitions.event_record(
-        msg.pk,
-        kind="reconcile_inconclusive",
-        status=msg.status,
-        details={"lookup": lookup, "decision": "listing incomplete: not resending; will look again"},
-    )
-    return "inconclusive"
-
-
-def _absent_once(msg: Message, attempt: Attempt, lookup: dict, now: datetime, again_at: datetime) -> str:
-    won = _verdict(
-        msg,
-        attempt,
-        to_status=Status.SENDING,
-        kind="reconcile_absent_once",
-        details={
-            "lookup": lookup,
-            "decision": "not found yet; a listing this early cannot prove absence: looking again",
-            "look_again_at": again_at.isoformat(),
-        },
-        set_fields={"run_after": again_at},
-        now=now,
-        attempt_fields=None if attempt.lookup_absent_at else {"lookup_absent_at": now},
-    )
-    return "absent_once" if won else "not_sending"
-
-
-def _absent(
-    msg: Message, attempt: Attempt | None, lookup: dict, now: datetime, *, rule: str, why: str
-) -> str:
-    # The provider never got it: like a connection that failed, not the message's attempt (uncharged;
-    # only its validity and the retry window can end it).
-    uncharged = max(0, msg.attempt_count - 1)
-    decision = retry_decide(
-        attempt_number=uncharged,
-        now=now,
-        first_due=msg.due_at,
-        expires_at=msg.expires_at,
-    )
-    # A route with another leg moves on: the provider proved it did not take it (delivery.routing.failover).
-    moves_on = failover.has_next({"route_plan": msg.route_plan, "route_leg": msg.route_leg})
-    if decision.retry or moves_on:  # at once: the backoff already ran as the lease and the wait for proof
-        to_status, kind = Status.QUEUED, "reconciled_absent"
-        details: dict = {"lookup": lookup, "decision": "retry is safe", "rule": rule, "why": why}
-        set_fields: dict = {
-            "run_after": now,
-            "attempt_count": uncharged,
-            "reason_code": "",
-            "status_reason": "reconciled: not at provider, retrying",
-        }
-    else:
-        to_status, kind = Status.FAILED, "failed"
-        details = {"dead_letter": True, "reason": decision.reason, "lookup": lookup, "rule": rule, "why": why}
-        set_fields = {
-            "run_after": None,
-            "reason_code": ReasonCode.RETRIES_EXHAUSTED,
-            "status_reason": decision.reason,
-        }
-    # One transaction: the row stays locked by the verdict's update until the move to the next leg, so no
-    # sweep can hand it to this leg's provider in between.
-    with transaction.atomic():
-        won = _verdict(
-            msg,
-            attempt,
-            to_status=to_status,
-            kind=kind,
-            details=details,
-            set_fields=set_fields,
-            now=now,
-            attempt_fields=_closed(attempt, AttemptOutcome.RECONCILED_ABSENT, now),
-        )
-        if won and moves_on:
-            row = Message.objects.filter(pk=msg.pk, status=Status.QUEUED).values(*failover.ROW_FIELDS).first()
-            if row is not None:
-                failover.failover_rows([(row, failover.Why.ABSENT, f"rule {rule}")], now=now)
-    return "absent" if won else "not_sending"

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
@@ -190,115 +191,136 @@ def error_row(
     )
 
 
-def rows_build(  # noqa: C901, PLR0915
+def rows_build(
     maker: RowBuilder, records: list[tuple[int, list[str] | None]], names: list[str], now: datetime
 ) -> BuiltBatch:
     """Message rows and per-row errors for one batch of records. The hot loop of a campaign: per row one
     number check, one substitution and dict building; everything that depends on the zone is cached."""
-    c = maker.c
-    cid = c.pk
-    batch = BuiltBatch()
-    base = maker.base_row(now)
-    by_zone: dict[str, _ZoneTime] = {}
-    template, plain, max_segments = maker.template, maker.plain, settings.MAX_SEGMENTS
-    width = len(names)
-    has_tz = "timezone" in names
-    recipient = batch.recipient_field = recipient_column(names)
-    keyed_by_line = c.allow_duplicates
-    seen: set[str] = set()
-    campaign_details = {"source": "campaign", "campaign": c.public_id}
-    prefixes: dict[tuple[str, str], str] = {}
-    errors = batch.errors
+    rows = _Rows(maker, names, now)
     for line, fields in records:
+        rows.add(line, fields)
+    return rows.batch
+
+
+class _Recipient(NamedTuple):
+    """A record that passed its checks: what its message row is made of."""
+
+    raw: str  # the number as the list wrote it (errors quote it)
+    to: str
+    zone: str  # the record's own timezone column, "" if none
+    body: str
+    encoding: str
+    segments: int
+    key: str  # the campaign key: the number, or the line when duplicates are allowed
+
+
+class _Rows:
+    """One batch's pass over its records, and what it caches across them."""
+
+    def __init__(self, maker: RowBuilder, names: list[str], now: datetime) -> None:
+        self.maker = maker
+        self.now = now
+        self.cid = maker.c.pk
+        self.batch = BuiltBatch()
+        self.base = maker.base_row(now)
+        self.by_zone: dict[str, _ZoneTime] = {}
+        self.names = names
+        self.width = len(names)
+        self.has_tz = "timezone" in names
+        self.recipient = self.batch.recipient_field = recipient_column(names)
+        self.keyed_by_line = maker.c.allow_duplicates
+        self.seen: set[str] = set()
+        self.campaign_details = {"source": "campaign", "campaign": maker.c.public_id}
+        self.prefixes: dict[tuple[str, str], str] = {}
+        self.template, self.plain, self.max_segments = maker.template, maker.plain, settings.MAX_SEGMENTS
+
+    def _error(self, line: int, phone: str, field_name: str, code: str, message: str) -> None:
+        self.batch.errors.append(error_row(self.cid, line, phone, field_name, code, message))
+
+    def add(self, line: int, fields: list[str] | None) -> None:
+        batch = self.batch
         batch.read += 1
         batch.last_line = line
         if fields is None:
-            errors.append(error_row(cid, line, "", "row", "invalid_row", "the line is not valid CSV"))
-            continue
+            self._error(line, "", "row", "invalid_row", "the line is not valid CSV")
+            return
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             batch.read -= 1  # a blank line is not a recipient
-            continue
-        if len(fields) > width:
-            errors.append(
-                error_row(
-                    cid,
-                    line,
-                    "",
-                    "row",
-                    "invalid_row",
-                    f"{len(fields)} values; the header names {width} columns",
-                )
+            return
+        if len(fields) > self.width:
+            self._error(
+                line, "", "row", "invalid_row", f"{len(fields)} values; the header names {self.width} columns"
             )
-            continue
+            return
         if "\x00" in "".join(fields):  # PostgreSQL cannot store a NUL in text (nor in an error row)
-            errors.append(error_row(cid, line, "", "row", "invalid_row", "the line contains a NUL character"))
-            continue
-        values = dict(zip(names, fields, strict=False))
-        raw = values.get(recipient, "").strip()
+            self._error(line, "", "row", "invalid_row", "the line contains a NUL character")
+            return
+        recipient = self._recipient(line, dict(zip(self.names, fields, strict=False)))
+        if recipient is not None:
+            self._row(line, recipient)
+
+    def _recipient(self, line: int, values: dict[str, str]) -> _Recipient | None:
+        """The record's number, timezone, body and key, checked (None: an error row says why)."""
+        raw = values.get(self.recipient, "").strip()
         try:
             to = normalize_e164(raw)
         except PhoneNumberError as exc:
-            errors.append(error_row(cid, line, raw, recipient, "invalid_number", str(exc)))
-            continue
-        zone = values.get("timezone", "").strip() if has_tz else ""
+            self._error(line, raw, self.recipient, "invalid_number", str(exc))
+            return None
+        zone = values.get("timezone", "").strip() if self.has_tz else ""
         if zone and not _zone_ok(zone):
-            errors.append(
-                error_row(cid, line, raw, "timezone", "invalid_timezone", f"unknown timezone {zone[:64]!r}")
-            )
-            continue
+            self._error(line, raw, "timezone", "invalid_timezone", f"unknown timezone {zone[:64]!r}")
+            return None
         try:
-            body = template.render(values)
+            body = self.template.render(values)
         except KeyError as exc:
             name = exc.args[0]
-            errors.append(error_row(cid, line, raw, name, "missing_variable", f"no value for {{{name}}}"))
-            continue
-        encoding, segments = plain or segments_of(body)
-        if segments > max_segments:
-            errors.append(
-                error_row(
-                    cid,
-                    line,
-                    raw,
-                    "body",
-                    "too_long",
-                    f"the body needs {segments} segments; the limit is {max_segments}",
-                )
+            self._error(line, raw, name, "missing_variable", f"no value for {{{name}}}")
+            return None
+        encoding, segments = self.plain or segments_of(body)
+        if segments > (limit := self.max_segments):
+            self._error(
+                line, raw, "body", "too_long", f"the body needs {segments} segments; the limit is {limit}"
             )
-            continue
-        key = f"line:{line}" if keyed_by_line else to
-        if not keyed_by_line:
-            if to in seen:
-                errors.append(error_row(cid, line, raw, recipient, "duplicate", DUPLICATE_MESSAGE))
-                continue
-            seen.add(to)
-        source = "row"
+            return None
+        key = f"line:{line}" if self.keyed_by_line else to
+        if not self.keyed_by_line:
+            if to in self.seen:
+                self._error(line, raw, self.recipient, "duplicate", DUPLICATE_MESSAGE)
+                return None
+            self.seen.add(to)
+        return _Recipient(raw, to, zone, body, encoding, segments, key)
+
+    def _row(self, line: int, r: _Recipient) -> None:
+        """The message row, at its zone's due time (cached per zone), with its "created" entry's details."""
+        maker = self.maker
+        zone, source = r.zone, "row"
         if maker.zones_needed:
             if not zone:
-                zone = zone_of_number(to) or ""
+                zone = zone_of_number(r.to) or ""
                 source = "number" if zone else "default"
                 zone = zone or maker.default_zone
         else:
             zone, source = maker.default_zone, "default"
-        zt = by_zone.get(zone)
+        zt = self.by_zone.get(zone)
         if zt is None:
-            zt = by_zone[zone] = maker.zone_time(zone, now)
+            zt = self.by_zone[zone] = maker.zone_time(zone, self.now)
         if zt.due is None:
-            errors.append(error_row(cid, line, raw, "send_at", "send_at_passed", zt.error))
-            continue
-        row = base.copy()
+            self._error(line, r.raw, "send_at", "send_at_passed", zt.error)
+            return
+        row = self.base.copy()
         row.update(zt.fields)
         row["public_id"] = new_public_id()
-        row["to"] = to
-        row["body"] = body
-        row["encoding"] = encoding
-        row["segments"] = segments
-        row["campaign_key"] = key
-        prefix = prefixes.get((zone, source))
+        row["to"] = r.to
+        row["body"] = r.body
+        row["encoding"] = r.encoding
+        row["segments"] = r.segments
+        row["campaign_key"] = r.key
+        prefix = self.prefixes.get((zone, source))
         if prefix is None:
             # The "created" event's details as JSON text up to the line, built once per zone and source:
             # json.dumps per row was a tenth of the job's time.
-            shared = {**campaign_details, **zt.details, "timezone_source": source}
-            prefix = prefixes[(zone, source)] = json.dumps(shared)[:-1] + ', "line": '
-        batch.rows.append((row, f"{prefix}{line}}}"))
-        batch.lines.append(line)
-    return batch
+            shared = {**self.campaign_details, **zt.details, "timezone_source": source}
+            prefix = self.prefixes[(zone, source)] = json.dumps(shared)[:-1] + ', "line": '
+        self.batch.rows.append((row, f"{prefix}{line}}}"))
+        self.batch.lines.append(line)

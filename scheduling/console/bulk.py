@@ -21,6 +21,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
+from scheduling.messages import edits, final
 from scheduling.messages import service as services
 from scheduling.models import Message, Status
 from smsgw.domain_errors import ConflictError, DomainError, InvalidInput
@@ -75,11 +76,11 @@ def _cancel(message: Message, actor: str, data: dict) -> object:
 
 
 def _reschedule(message: Message, actor: str, data: dict) -> object:
-    return services.message_update(tenant=message.tenant, public_id=message.public_id, actor=actor, data=data)
+    return edits.message_update(tenant=message.tenant, public_id=message.public_id, actor=actor, data=data)
 
 
 def _replay(message: Message, actor: str, data: dict) -> object:
-    return services.message_replay(tenant=message.tenant, public_id=message.public_id, actor=actor)
+    return final.message_replay(tenant=message.tenant, public_id=message.public_id, actor=actor)
 
 
 CANCEL = Operation(

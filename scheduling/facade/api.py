@@ -19,7 +19,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from scheduling.facade import requests as facade
 from scheduling.facade.resources import TwilioError, message_resource, messages_path, public_id_of
 from scheduling.limits import ratelimit
-from scheduling.messages import service
+from scheduling.messages import final, service
 from scheduling.models import Message, Status
 from smsgw.domain_errors import ConflictError, DomainError, NotFoundError
 from smsgw.http.boundary import body_too_large, first_bad_field, max_body_bytes, not_utf8_field
@@ -216,7 +216,7 @@ def _update(request: HttpRequest, tenant: Tenant, key: ApiKey, current: Message)
                 raise ConflictError("Too late to cancel", current_status=current.status)
             current = service.message_cancel(tenant=tenant, public_id=current.public_id, actor=_actor(key))
         if body == "":
-            current = service.message_redact(tenant=tenant, public_id=current.public_id, actor=_actor(key))
+            current = final.message_redact(tenant=tenant, public_id=current.public_id, actor=_actor(key))
     except ConflictError as exc:
         if status == "canceled" and body is None:
             raise TwilioError(
@@ -230,7 +230,7 @@ def _update(request: HttpRequest, tenant: Tenant, key: ApiKey, current: Message)
 
 def _delete(tenant: Tenant, key: ApiKey, current: Message) -> None:
     try:
-        service.message_delete(tenant=tenant, public_id=current.public_id, actor=_actor(key))
+        final.message_delete(tenant=tenant, public_id=current.public_id, actor=_actor(key))
     except ConflictError as exc:
         raise TwilioError(
             400, 20009, f"Cannot delete message because delivery has not been completed: {exc}"

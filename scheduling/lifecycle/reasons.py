@@ -56,7 +56,7 @@ class ReasonCode(models.TextChoices):
 # A scheduled message with one of these has passed the velocity guard (delivery.guards.velocity) and came
 # back to wait (paced, the provider unavailable or held, a circuit's probe), or an operator released it
 # after review: the guard does not count it again. A new recipient makes it a new message for the guard:
-# an edit of ``to`` clears these (scheduling.messages.service.message_update), and a held one too.
+# an edit of ``to`` clears these (scheduling.messages.edits.message_update), and a held one too.
 PASSED_VELOCITY: frozenset[str] = frozenset(
     {
         ReasonCode.PACED,

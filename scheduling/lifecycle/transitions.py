@@ -10,6 +10,9 @@ Campaigns and schedules have their own (scheduling.lifecycle.campaigns, scheduli
 Batch variants exist because one transaction per SMS caps a single PostgreSQL near ~2,600 rows/s while
 one UPDATE ... RETURNING over a batch runs at tens of thousands of rows/s; each row still gets its own
 CAS condition, version bump and event.
+
+The columns a move may set and return are scheduling.lifecycle.columns; timeline notes without a status
+change, scheduling.lifecycle.notes (``event_record``, named here too).
 """
 
 from __future__ import annotations
@@ -17,16 +20,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from scheduling.campaigns.progress import progress_add
-from scheduling.lifecycle.reasons import REASON_CODES
+from scheduling.lifecycle.columns import (
+    SETTABLE,
+    field_of,
+    reason_check,
+    returning_clause,
+    rows_from,
+    set_clause,
+    settable_check,
+)
+from scheduling.lifecycle.notes import event_record as event_record  # notes go through here too
+from scheduling.lifecycle.notes import events_record_many as events_record_many
 from scheduling.models import Message, MessageEvent, Status
 from smsgw import stages
 from smsgw.runtime.db import PgInts, PgTexts, in_clause, is_postgres, pg_array, pg_array_type
@@ -67,61 +78,6 @@ EDGES: dict[tuple[str, str], dict[str, object]] = {
 }
 ALLOWED: frozenset[tuple[str, str]] = frozenset(EDGES)
 
-# Columns a transition may set besides status/version. Guarding the names keeps raw SQL injection-proof.
-SETTABLE = frozenset(
-    {
-        "run_after",
-        "status_reason",
-        "reason_code",
-        "queued_at",
-        "published_at",
-        "sending_at",
-        "sent_at",
-        "delivered_at",
-        "failed_at",
-        "cancelled_at",
-        "expired_at",
-        "provider",
-        "provider_message_id",
-        "provider_status",
-        "error_code",
-        "attempt_count",
-        "provider_calls",
-        "due_at",
-        "expires_at",
-        "body",
-        "to",
-        "encoding",
-        "segments",
-        "priority",
-        "metadata",
-        "uncertain_wait_seconds",
-        "requested_send_at",
-        "requested_local_time",
-        "requested_timezone",
-        "dst_policy",
-        "dst_adjustment",
-        "from_number",
-        "messaging_service_sid",
-        "quiet_deferred_from",  # quiet hours: the due time before a move into the window's end
-        "quiet_start",  # quiet hours: the window copied onto the message (reschedule re-applies it)
-        "quiet_end",
-        "quiet_timezone",
-        "route_leg",  # a failover moves a message to its route's next leg (delivery.routing.failover)
-    }
-)
-RETURNABLE = SETTABLE | {
-    "route",
-    "route_plan",
-    "id",
-    "public_id",
-    "version",
-    "status",
-    "expires_at",
-    "tenant_id",
-    "created_at",
-    "campaign_id",
-}
 # Every status-changing statement returns the campaign too, so the campaign's progress counters move in
 # the same transaction at no extra query (scheduling.campaigns.progress); non-campaign rows cost nothing.
 CAMPAIGN = "campaign_id"
@@ -177,13 +133,6 @@ def stamp_column(from_status: str, to_status: str) -> str | None:
     return next((column for column, value in EDGES[(from_status, to_status)].items() if value is NOW), None)
 
 
-def reason_check(code: str) -> None:
-    """A reason code is one of ReasonCode's (or none): a misspelt one would be a message nobody's filter
-    or report ever finds."""
-    if code not in REASON_CODES:
-        raise ValueError(f"not a ReasonCode: {code!r}")
-
-
 def _unpublished(to_status: str, set_fields: dict[str, Any], per_row: Sequence[str] = ()) -> dict:
     """A message that becomes `queued` (or stays so) any other way than by being published (a hold
     released, a retry after reconciliation, a replay) has no task in the broker: ``published_at`` is
@@ -193,75 +142,6 @@ def _unpublished(to_status: str, set_fields: dict[str, Any], per_row: Sequence[s
     if to_status == "queued" and "published_at" not in fields and "published_at" not in per_row:
         fields["published_at"] = None
     return fields
-
-
-def _settable(set_fields: dict[str, Any]) -> None:
-    unknown = set(set_fields) - SETTABLE
-    if unknown:
-        raise ValueError(f"not settable by a transition: {sorted(unknown)}")
-    reason_check(set_fields.get("reason_code", ""))
-
-
-def _field(name: str) -> Field:
-    """A Message column's field (get_field also finds reverse relations; these names are never one)."""
-    field = Message._meta.get_field(name)
-    assert isinstance(field, Field)
-    return field
-
-
-def _set_clause(set_fields: dict[str, Any]) -> tuple[str, list[Any]]:
-    _settable(set_fields)
-    parts, params = [], []
-    for column, value in set_fields.items():
-        field = _field(column)
-        parts.append(f'"{field.column}" = %s')
-        params.append(field.get_db_prep_save(value, connection))
-    return (", " + ", ".join(parts)) if parts else "", params
-
-
-def _returning(columns: Sequence[str]) -> str:
-    unknown = set(columns) - RETURNABLE
-    if unknown:
-        raise ValueError(f"not returnable: {sorted(unknown)}")
-    return ", ".join(f'"{_field(c).column}"' for c in columns)
-
-
-def rows_from(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """A raw cursor's rows of Message columns as dicts, values as the ORM would give them."""
-    return _rows(cursor, columns)
-
-
-def _rows(cursor, columns: Sequence[str]) -> list[dict[str, Any]]:
-    out = []
-    fields = [Message._meta.get_field(c) for c in columns]
-    sqlite = connection.vendor == "sqlite"
-    # Django has psycopg return jsonb as text (JSONField.from_db_value decodes it): a raw cursor gets the
-    # text, decoded here as the ORM would.
-    json_columns = {i for i, field in enumerate(fields) if isinstance(field, JSONField)}
-    for raw in cursor.fetchall():
-        row = {}
-        for i, (name, field, value) in enumerate(zip(columns, fields, raw, strict=True)):
-            if sqlite and value is not None:
-                value = _sqlite_value(field, value)
-            elif i in json_columns and isinstance(value, str):
-                value = json.loads(value)
-            row[name] = value
-        out.append(row)
-    return out
-
-
-def _sqlite_value(field, value):
-    # Raw cursors on SQLite return naive datetimes (or text) and JSON as text; normalise to what the ORM
-    # would give, since USE_TZ stores UTC there.
-    if isinstance(field, DateTimeField):
-        if isinstance(value, str):
-            value = parse_datetime(value)
-        if value is not None and timezone.is_naive(value):
-            value = timezone.make_aware(value, UTC)
-        return value
-    if isinstance(field, JSONField) and isinstance(value, str):
-        return json.loads(value)
-    return value
 
 
 def _events(
@@ -336,13 +216,6 @@ def _strip(rows: list[dict[str, Any]], asked: Sequence[str]) -> list[dict[str, A
     return rows
 
 
-def event_record(
-    message_id: int, *, kind: str, actor: str = "system", details: dict | None = None, status: str = ""
-) -> None:
-    """Timeline entry without a status change (cancel_rejected, attempt notes, ...)."""
-    events_record_many([(message_id, kind, status, details or {})], actor=actor)
-
-
 def transition(
     message_id: int,
     *,
@@ -358,7 +231,7 @@ def transition(
     """Compare-and-set one message. Never raises on a lost race: returns won=False and the current state."""
     froms = [str(s) for s in from_statuses]
     _check(froms, to_status)
-    _settable(set_fields or {})  # before the transaction: a refused column must not spoil the caller's
+    settable_check(set_fields or {})  # before the transaction: a refused column must not spoil the caller's
     now = now or timezone.now()
     with transaction.atomic(savepoint=False):
         # Read-then-CAS on (status, version): the version pins the exact row state we read, so the
@@ -371,7 +244,7 @@ def transition(
         status, version, campaign_id = current
         if status not in froms or (expected_version is not None and version != expected_version):
             return CasResult(False, status, version)
-        set_sql, set_params = _set_clause(_fields(status, to_status, set_fields, now))
+        set_sql, set_params = set_clause(_fields(status, to_status, set_fields, now))
         with connection.cursor() as cur:
             cur.execute(
                 f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
@@ -416,7 +289,7 @@ def transition_many(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now))
+    set_sql, set_params = set_clause(_fields(from_status, to_status, set_fields, now))
     if bump_attempts:
         set_sql += ', "attempt_count" = "attempt_count" + 1, "provider_calls" = "provider_calls" + 1'
     extra = f" AND ({extra_where})" if extra_where else ""
@@ -426,10 +299,10 @@ def transition_many(
         with connection.cursor() as cur:
             cur.execute(
                 f'UPDATE "{TABLE}" SET "status" = %s, "version" = "version" + 1, "updated_at" = %s{set_sql} '
-                f"WHERE {id_sql} AND {EXPECTED_STATUS}{extra} RETURNING {_returning(cols)}",
+                f"WHERE {id_sql} AND {EXPECTED_STATUS}{extra} RETURNING {returning_clause(cols)}",
                 [to_status, now, *set_params, *id_params, from_status, *extra_params],
             )
-            rows = _rows(cur, cols)
+            rows = rows_from(cur, cols)
         _progress(rows, from_status, to_status)
         _events(
             [r["id"] for r in rows],
@@ -461,14 +334,14 @@ def transition_versioned(
         return []
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now, per_row_columns))
+    set_sql, set_params = set_clause(_fields(from_status, to_status, set_fields, now, per_row_columns))
     per_row = list(per_row_columns)
     if set(per_row) - SETTABLE:
         raise ValueError(f"not settable: {per_row}")
     if "reason_code" in per_row:
         for _, _, values in items:
             reason_check(values["reason_code"])
-    fields = [_field(c) for c in per_row]
+    fields = [field_of(c) for c in per_row]
     vcols = ", ".join(["vid", "vversion", *[f"v_{c}" for c in per_row]])
     per_row_set = "".join(f', "{f.column}" = v.v_{f.name}' for f in fields)
     columns = [[mid for mid, _, _ in items], [version for _, version, _ in items]] + [
@@ -529,12 +402,12 @@ def claim(
     transaction serialises writers and the outer status condition keeps it a compare-and-set."""
     _check([from_status], to_status)
     now = now or timezone.now()
-    set_sql, set_params = _set_clause(_fields(from_status, to_status, set_fields, now))
+    set_sql, set_params = set_clause(_fields(from_status, to_status, set_fields, now))
     cols = list(dict.fromkeys(["id", *returning, CAMPAIGN]))
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     # A MATERIALIZED CTE, not `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`: PostgreSQL may
     # re-run such a sub-select per outer row and so claim more than `limit` rows.
-    returning_sql = ", ".join(f'"{TABLE}".{c}' for c in _returning(cols).split(", "))
+    returning_sql = ", ".join(f'"{TABLE}".{c}' for c in returning_clause(cols).split(", "))
     sql = (
         f'WITH picked AS MATERIALIZED (SELECT "id" AS pid FROM "{TABLE}" WHERE "status" = %s AND {where_sql} '
         f"ORDER BY {order_by} LIMIT %s{lock}) "
@@ -546,7 +419,7 @@ def claim(
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cur:
             cur.execute(sql, [from_status, *where_params, limit, to_status, now, *set_params, from_status])
-            rows = _rows(cur, cols)
+            rows = rows_from(cur, cols)
         _progress(rows, from_status, to_status)
         _events(
             [r["id"] for r in rows],
@@ -558,29 +431,6 @@ def claim(
             now=now,
         )
     return _strip(rows, returning)
-
-
-def events_record_many(
-    entries: Sequence[tuple[int, str, str, dict]], *, actor: str = "system", now: datetime | None = None
-) -> None:
-    """Timeline entries without a status change, in one insert: (message_id, kind, status, details)."""
-    if not entries:
-        return
-    now = now or timezone.now()
-    MessageEvent.objects.bulk_create(
-        [
-            MessageEvent(
-                message_id=mid,
-                kind=kind,
-                from_status=status,
-                to_status=status,
-                actor=actor,
-                details=details,
-                created_at=now,
-            )
-            for mid, kind, status, details in entries
-        ]
-    )
 
 
 def run_after_push(ids: Sequence[int], *, status: str, run_after: datetime) -> int:

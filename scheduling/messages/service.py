@@ -1,11 +1,12 @@
-"""Writes behind the tenant API: create, cancel, edit/reschedule. Views call these and nothing else
-writes a message. Status changes go through ``scheduling.lifecycle.transitions``."""
+"""Writes behind the tenant API: create and cancel, and the checks of a request's values they share with
+an edit (scheduling.messages.edits) and a schedule (scheduling.schedules.service); what is done to a message
+that has left the gateway is scheduling.messages.final. Views call these and nothing else writes a
+message. Status changes go through ``scheduling.lifecycle.transitions``."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -18,39 +19,22 @@ from django.utils import timezone
 
 from scheduling.dispatch import quiet
 from scheduling.lifecycle import transitions
-from scheduling.lifecycle.reasons import RECOUNTED_ON_NEW_RECIPIENT, ReasonCode
+from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.limits import quotas
 from scheduling.messages import acceptance, birth
-from scheduling.models import TERMINAL_STATUSES, Message, Priority, Status
+from scheduling.models import Message, Priority, Status
 from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.tenancy.priority import priority_for
 from smsgw.tenancy.senders import OwnershipCheck
-from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
+from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 
-log = logging.getLogger(__name__)
-
 REASON_CANCELLED = ReasonCode.CANCELLED_BY_REQUEST  # after the tenant's (or an operator's) cancel
 ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
-EDITABLE_FIELDS = frozenset(
-    {
-        "to",
-        "body",
-        "from",
-        "messaging_service_sid",
-        "send_at",
-        "timezone",
-        "dst_policy",
-        "priority",
-        "validity_seconds",
-        "metadata",
-        "uncertain_wait_seconds",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -146,17 +130,6 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str 
     except TimeResolutionError as exc:
         raise InvalidInput(exc.field, str(exc), reason="window") from exc
     return resolved, dst_policy
-
-
-def _iana_or_none(name: str) -> str | None:
-    """The stored timezone may be an offset taken from an absolute send_at; only a zone name carries over."""
-    from smsgw.values.timeutil import parse_timezone
-
-    try:
-        parse_timezone(name)
-    except TimeResolutionError:
-        return None
-    return name
 
 
 def fingerprint_of(data: dict) -> str:
@@ -392,198 +365,5 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
             raise ConflictError(
                 f"Too late to cancel: the message is already {result.status}.", current_status=result.status
             )
-    message.refresh_from_db()
-    return message
-
-
-def _recount_new_recipient(message: Message, changes: dict[str, Any]) -> dict[str, Any]:
-    """A new ``to`` on a message the velocity guard already counted, released or holds: it waits again as a
-    fresh message from its due time, so the guard counts the new number and holds it over the limit
-    (else a number let through, or released after review, could be swapped for any other)."""
-    if changes.get("to", message.to) == message.to or message.reason_code not in RECOUNTED_ON_NEW_RECIPIENT:
-        return {}
-    return {"reason_code": "", "status_reason": "", "run_after": changes.get("due_at", message.due_at)}
-
-
-def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:  # noqa: C901
-    message = message_get(tenant=tenant, public_id=public_id)
-    if message.status != Status.SCHEDULED:
-        raise ConflictError(
-            f"Only a scheduled message can be changed; this one is {message.status}.",
-            current_status=message.status,
-        )
-    now = timezone.now()
-    changes: dict[str, Any] = {}
-    if "to" in data:
-        changes["to"] = _recipient(data["to"])
-        destination_allowed(tenant, changes["to"])
-    if "body" in data:
-        changes["encoding"], changes["segments"] = _body(data["body"])
-        changes["body"] = data["body"]
-    if "from" in data or "messaging_service_sid" in data:
-        changes["from_number"], changes["messaging_service_sid"] = _sender(
-            tenant, data.get("from"), data.get("messaging_service_sid")
-        )
-    if {"to", "from_number"} & changes.keys():
-        _not_suppressed(
-            tenant,
-            changes.get("to", message.to),
-            changes.get("from_number", message.from_number),
-            changes.get("messaging_service_sid", message.messaging_service_sid),
-        )
-    if "priority" in data:
-        changes["priority"] = priority_for(tenant, data["priority"], default=message.priority)
-    if "metadata" in data:
-        changes["metadata"] = data["metadata"]
-    if "uncertain_wait_seconds" in data:
-        changes["uncertain_wait_seconds"] = data["uncertain_wait_seconds"]
-    time_changed = any(k in data for k in ("send_at", "timezone", "dst_policy"))
-    validity = data.get("validity_seconds") or int((message.expires_at - message.due_at).total_seconds())
-    if time_changed:
-        send_at = data.get("send_at", message.requested_send_at)
-        tz_name = data["timezone"] if "timezone" in data else _iana_or_none(message.requested_timezone)
-        policy = data.get("dst_policy", message.dst_policy)
-        resolved, dst_policy = _time(tenant, send_at, tz_name, policy, now)
-        changes.update(_time_fields(resolved, send_at or "", tz_name or "", dst_policy, now))
-        priority = changes.get("priority", message.priority)
-        changes.update(_quiet(tenant, data, changes["due_at"], priority, current=message))
-        changes["run_after"] = changes["due_at"]
-    if time_changed or "validity_seconds" in data:
-        changes["expires_at"] = changes.get("due_at", message.due_at) + timedelta(seconds=validity)
-    if not changes:
-        return message
-    changes.update(_recount_new_recipient(message, changes))
-    details: dict[str, Any] = {"changed": sorted(k for k in data if k in EDITABLE_FIELDS)}
-    if "due_at" in changes:
-        details.update(
-            old_due_at=message.due_at.isoformat(),
-            new_due_at=changes["due_at"].isoformat(),
-            timezone=changes["requested_timezone"],
-            dst_adjustment=changes["dst_adjustment"],
-        )
-        if changes.get("quiet_deferred_from"):
-            details["quiet_hours_note"] = quiet.move_note(changes)
-    with transaction.atomic():
-        result = transitions.transition(
-            message.pk,
-            from_statuses=[Status.SCHEDULED],
-            to_status=Status.SCHEDULED,
-            kind="rescheduled" if "due_at" in changes else "edited",
-            actor=actor,
-            details=details,
-            set_fields=changes,
-            expected_version=message.version,
-            now=now,
-        )
-        if result.won:
-            # Another day or more segments: the booking moves with it (429 if it does not fit there).
-            quotas.rebook(
-                tenant=tenant,
-                old_due=message.due_at,
-                old_segments=message.segments,
-                new_due=changes.get("due_at", message.due_at),
-                new_segments=changes.get("segments", message.segments),
-                now=now,
-            )
-    if not result.won:
-        raise ConflictError(
-            f"The message changed while this edit was applied; it is now {result.status}.",
-            current_status=result.status,
-        )
-    message.refresh_from_db()
-    return message
-
-
-# A body can be redacted once the message has left the gateway: before, the send worker still needs it.
-REDACTABLE = frozenset({Status.SENT, *TERMINAL_STATUSES})
-
-
-def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
-    """Blank the body of a message that has left the gateway (Twilio's ``update(body="")``); the timeline
-    records who did it. ConflictError while it is still to be sent."""
-    message = message_get(tenant=tenant, public_id=public_id)
-    with transaction.atomic():
-        done = Message.objects.filter(pk=message.pk, status__in=REDACTABLE).update(
-            body="", updated_at=timezone.now()
-        )
-        if done:
-            transitions.event_record(message.pk, kind="redacted", actor=actor, status=message.status)
-    if not done:
-        message.refresh_from_db(fields=["status"])
-        raise ConflictError(
-            f"The body can be redacted once the message has been sent; this one is {message.status}.",
-            current_status=message.status,
-        )
-    message.refresh_from_db()
-    return message
-
-
-def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
-    """Twilio's ``delete()`` of a message in a final status: it leaves the tenant's view (its API answers
-    404 for it, lists leave it out) and its content is erased (body and metadata blanked, the recipient
-    masked), but the row, its timeline and its attempts stay as the audit trail, with a ``deleted`` entry
-    naming who deleted it and when; operators still find it in the admin. Not a status change (the
-    lifecycle's one writer is not bypassed): a deleted message is already final and stays so.
-    ConflictError before it is final: its delivery is not complete."""
-    message = message_get(tenant=tenant, public_id=public_id)
-    now = timezone.now()
-    with transaction.atomic():
-        deleted = Message.objects.filter(
-            pk=message.pk, status__in=TERMINAL_STATUSES, deleted_at__isnull=True
-        ).update(deleted_at=now, body="", metadata={}, to=mask(message.to)[:20], updated_at=now)
-        if deleted:
-            transitions.event_record(message.pk, kind="deleted", actor=actor, status=message.status)
-    if not deleted:
-        message.refresh_from_db(fields=["status"])
-        raise ConflictError(
-            f"A message can be deleted once its delivery is complete; this one is {message.status}.",
-            current_status=message.status,
-        )
-    log.info("message deleted", extra={"message_id": message.public_id, "actor": actor})
-
-
-def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:
-    """Send a dead-lettered (``failed``) message again: ``failed`` -> ``queued`` with a fresh attempt
-    budget, published by the next sweep like any released message. A validity window that has run out
-    since is granted again from now (the same length as the original one), or the send worker would
-    expire the replay at once. Raises ConflictError when the message is not ``failed`` (any more)."""
-    message = message_get(tenant=tenant, public_id=public_id)
-    if message.reason_code == ReasonCode.QUOTA_EXCEEDED:
-        # It failed on the tenant's daily quota (policy "fail"): `queued` is past the quota gate, so a
-        # replay would send it over the quota the tenant chose to enforce.
-        raise ConflictError(
-            "It failed on the tenant's daily quota; a replay would send it past that quota.",
-            current_status=message.status,
-        )
-    now = timezone.now()
-    set_fields: dict[str, Any] = {
-        "run_after": now,
-        "attempt_count": 0,
-        "reason_code": "",
-        "status_reason": "replayed by an operator",
-    }
-    details: dict[str, Any] = {
-        "previous_reason": message.status_reason[:200],
-        "error_code": message.error_code,
-    }
-    if message.expires_at <= now:
-        set_fields["expires_at"] = now + max(message.expires_at - message.due_at, timedelta(minutes=5))
-        details["new_expires_at"] = set_fields["expires_at"].isoformat()
-    result = transitions.transition(
-        message.pk,
-        from_statuses=[Status.FAILED],
-        to_status=Status.QUEUED,
-        kind="replayed",
-        actor=actor,
-        details=details,
-        set_fields=set_fields,
-        expected_version=message.version,
-        now=now,
-    )
-    if not result.won:
-        raise ConflictError(
-            f"Only a failed message can be replayed; this one is {result.status}.",
-            current_status=result.status,
-        )
     message.refresh_from_db()
     return message

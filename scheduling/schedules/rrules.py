@@ -184,12 +184,42 @@ def _until(value: str) -> datetime:
     raise _err(f"UNTIL={value}: expected a UTC date-time such as 20270630T215959Z")
 
 
-def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
+def parse_rrule(text: str) -> ParsedRule:
     """Parse an RRULE value (``"FREQ=WEEKLY;BYDAY=MO,TU"``, optionally prefixed ``RRULE:``).
 
     Errors name the offending part (``BYMONTHDAY=32: 32 is out of range``). Syntax and RFC 5545
     combination rules only; whether the rule fires at all is checked by :func:`recurrence_build`.
     """
+    values = _rule_values(_rule_line(text))
+    if "FREQ" not in values:
+        raise _err("FREQ is required (YEARLY, MONTHLY, WEEKLY, DAILY, HOURLY, MINUTELY or SECONDLY)")
+    if values["FREQ"] not in FREQS:
+        raise _err(f"FREQ={values['FREQ']}: must be one of {', '.join(FREQS)}")
+    freq = FREQS[values["FREQ"]]
+    parts = {"FREQ": values["FREQ"]}
+    interval = _interval(values, parts)
+    count, until = _end(values, parts)
+    wkst = 0
+    if "WKST" in values:
+        if values["WKST"] not in WEEKDAYS:
+            raise _err(f"WKST={values['WKST']}: must be one of {', '.join(WEEKDAY_NAMES)}")
+        wkst = WEEKDAY_NAMES.index(values["WKST"])
+        parts["WKST"] = values["WKST"]
+    kwargs: dict = {}
+    for name, (kwarg, _, _) in _NUMBER_LISTS.items():
+        if name in values:
+            kwargs[kwarg] = _number_list(name, values[name])
+            parts[name] = ",".join(str(n) for n in kwargs[kwarg])
+    if "BYDAY" in values:
+        kwargs["byweekday"], parts["BYDAY"] = _byday(values["BYDAY"], freq, "BYWEEKNO" in values)
+    _combinations_check(kwargs, freq, values["FREQ"])
+    return ParsedRule(
+        freq=freq, interval=interval, count=count, until=until, wkst=wkst, kwargs=kwargs, parts=parts
+    )
+
+
+def _rule_line(text: str) -> str:
+    """The rule's one line, without its ``RRULE:`` prefix."""
     if not isinstance(text, str) or not text.strip():
         raise _err("must be an RRULE such as FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR")
     raw = text.strip()
@@ -199,6 +229,11 @@ def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
         raw = raw[6:]
     if "\n" in raw or "\r" in raw:
         raise _err("must be a single RRULE line (put the start time in 'start' and dates in 'exdate')")
+    return raw
+
+
+def _rule_values(raw: str) -> dict[str, str]:
+    """Each part's value by its name (upper case), each known part at most once."""
     values: dict[str, str] = {}
     for part in raw.split(";"):
         if not part:
@@ -215,21 +250,23 @@ def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
         if name in values:
             raise _err(f"{name}: given twice")
         values[name] = value
-    if "FREQ" not in values:
-        raise _err("FREQ is required (YEARLY, MONTHLY, WEEKLY, DAILY, HOURLY, MINUTELY or SECONDLY)")
-    if values["FREQ"] not in FREQS:
-        raise _err(f"FREQ={values['FREQ']}: must be one of {', '.join(FREQS)}")
-    freq = FREQS[values["FREQ"]]
-    parts = {"FREQ": values["FREQ"]}
-    interval = 1
-    if "INTERVAL" in values:
-        v = values["INTERVAL"]
-        n = ascii_int(v, max_digits=9)
-        if n is None or not 1 <= n <= MAX_INTERVAL:
-            raise _err(f"INTERVAL={v}: must be a whole number from 1 to {MAX_INTERVAL}")
-        interval = n
-        if interval != 1:
-            parts["INTERVAL"] = str(interval)
+    return values
+
+
+def _interval(values: dict[str, str], parts: dict[str, str]) -> int:
+    if "INTERVAL" not in values:
+        return 1
+    v = values["INTERVAL"]
+    n = ascii_int(v, max_digits=9)
+    if n is None or not 1 <= n <= MAX_INTERVAL:
+        raise _err(f"INTERVAL={v}: must be a whole number from 1 to {MAX_INTERVAL}")
+    if n != 1:
+        parts["INTERVAL"] = str(n)
+    return n
+
+
+def _end(values: dict[str, str], parts: dict[str, str]) -> tuple[int | None, datetime | None]:
+    """(COUNT, UNTIL): at most one of them."""
     if "COUNT" in values and "UNTIL" in values:
         raise _err("COUNT and UNTIL cannot both be given (RFC 5545); keep one of them")
     count = None
@@ -243,31 +280,19 @@ def parse_rrule(text: str) -> ParsedRule:  # noqa: C901, PLR0915
     if "UNTIL" in values:
         until = _until(values["UNTIL"])
         parts["UNTIL"] = until.strftime("%Y%m%dT%H%M%SZ")
-    wkst = 0
-    if "WKST" in values:
-        if values["WKST"] not in WEEKDAYS:
-            raise _err(f"WKST={values['WKST']}: must be one of {', '.join(WEEKDAY_NAMES)}")
-        wkst = WEEKDAY_NAMES.index(values["WKST"])
-        parts["WKST"] = values["WKST"]
-    kwargs: dict = {}
-    for name, (kwarg, _, _) in _NUMBER_LISTS.items():
-        if name in values:
-            kwargs[kwarg] = _number_list(name, values[name])
-            parts[name] = ",".join(str(n) for n in kwargs[kwarg])
-    if "BYDAY" in values:
-        kwargs["byweekday"], parts["BYDAY"] = _byday(values["BYDAY"], freq, "BYWEEKNO" in values)
-    # RFC 5545 §3.3.10 combination rules.
+    return count, until
+
+
+def _combinations_check(kwargs: dict, freq: int, freq_name: str) -> None:
+    """RFC 5545 §3.3.10 combination rules."""
     if "bymonthday" in kwargs and freq == du.WEEKLY:
         raise _err("BYMONTHDAY cannot be used with FREQ=WEEKLY")
     if "byyearday" in kwargs and freq in (du.MONTHLY, du.WEEKLY, du.DAILY):
-        raise _err(f"BYYEARDAY cannot be used with FREQ={values['FREQ']}")
+        raise _err(f"BYYEARDAY cannot be used with FREQ={freq_name}")
     if "byweekno" in kwargs and freq != du.YEARLY:
         raise _err("BYWEEKNO can only be used with FREQ=YEARLY")
     if "bysetpos" in kwargs and len(kwargs) == 1:
         raise _err("BYSETPOS needs another BYxxx part to select from (e.g. BYDAY=MO,TU,WE,TH,FR)")
-    return ParsedRule(
-        freq=freq, interval=interval, count=count, until=until, wkst=wkst, kwargs=kwargs, parts=parts
-    )
 
 
 _START_FORMATS = "a local date-time such as 2026-12-01T08:30:00 (no offset; the zone goes in 'timezone')"
@@ -304,7 +329,7 @@ def parse_start(value: str) -> datetime:
     return parsed
 
 
-def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[date]]:  # noqa: C901
+def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[date]]:
     """EXDATE values in the schedule's local time: ``2026-12-25`` (that whole local day) or
     ``2026-12-25T08:30:00`` (that occurrence). RFC 5545 compact forms (``20261225``,
     ``20261225T083000``) are accepted too. A value with an offset or ``Z`` is not in the rule's local
@@ -319,33 +344,41 @@ def parse_exdates(values, tz_name: str) -> tuple[frozenset[datetime], frozenset[
         raise RuleError("exdate", f"at most {MAX_EXDATES} values")
     times, days = set(), set()
     for i, raw in enumerate(values):
-        if not isinstance(raw, str) or not raw.strip():
-            raise RuleError("exdate", f"exdate[{i}]: must be a date or a local date-time string")
-        text = raw.strip()
-        if _DATE_RE.fullmatch(text):
-            text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
-        elif re.fullmatch(r"[0-9]{8}T[0-9]{6}Z?", text):
-            text = f"{text[:4]}-{text[4:6]}-{text[6:8]}T{text[9:11]}:{text[11:13]}:{text[13:15]}" + (
-                "Z" if text.endswith("Z") else ""
-            )
-        try:
-            days.add(date.fromisoformat(text))
-            continue
-        except ValueError:
-            pass
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            raise RuleError(
-                "exdate", f"exdate[{i}] {raw!r}: expected a date (2026-12-25) or a local date-time"
-            ) from None
-        if parsed.tzinfo is not None:
-            raise RuleError(
-                "exdate",
-                f"exdate[{i}] {raw!r} has a UTC offset; exceptions are local times in {tz_name} "
-                f"(write it without an offset, e.g. {parsed.replace(tzinfo=None).isoformat()} local)",
-            )
-        if parsed.microsecond:
-            raise RuleError("exdate", f"exdate[{i}] {raw!r}: fractions of a second are not supported")
-        times.add(parsed)
+        value = _exdate(i, raw, tz_name)
+        if isinstance(value, datetime):
+            times.add(value)
+        else:
+            days.add(value)
     return frozenset(times), frozenset(days)
+
+
+def _exdate(i: int, raw: object, tz_name: str) -> date | datetime:
+    """One EXDATE value: a whole local day (a date) or one occurrence (a naive local date-time)."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise RuleError("exdate", f"exdate[{i}]: must be a date or a local date-time string")
+    text = raw.strip()
+    if _DATE_RE.fullmatch(text):
+        text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
+    elif re.fullmatch(r"[0-9]{8}T[0-9]{6}Z?", text):
+        text = f"{text[:4]}-{text[4:6]}-{text[6:8]}T{text[9:11]}:{text[11:13]}:{text[13:15]}" + (
+            "Z" if text.endswith("Z") else ""
+        )
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise RuleError(
+            "exdate", f"exdate[{i}] {raw!r}: expected a date (2026-12-25) or a local date-time"
+        ) from None
+    if parsed.tzinfo is not None:
+        raise RuleError(
+            "exdate",
+            f"exdate[{i}] {raw!r} has a UTC offset; exceptions are local times in {tz_name} "
+            f"(write it without an offset, e.g. {parsed.replace(tzinfo=None).isoformat()} local)",
+        )
+    if parsed.microsecond:
+        raise RuleError("exdate", f"exdate[{i}] {raw!r}: fractions of a second are not supported")
+    return parsed

@@ -21,18 +21,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
-from typing import Any, TypedDict
+from datetime import datetime, time
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from scheduling.dispatch.quiet import QuietHoursError, parse_clock, parse_override
-from scheduling.lifecycle import transitions
 from scheduling.lifecycle.schedules import LIFECYCLE_FIELDS, schedule_transition
 from scheduling.messages.service import _body, _recipient, _sender, destination_allowed
-from scheduling.models import Message, Schedule, ScheduleStatus, ScheduleVersion, Status
+from scheduling.models import Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules.materialize import (
     MaterializeReport,
     naive,
@@ -40,6 +39,7 @@ from scheduling.schedules.materialize import (
     schedule_materialize_one,
     stored,
 )
+from scheduling.schedules.occurrences import kept_public, live_rows, occurrence_slot, occurrences_cancel
 from scheduling.schedules.recurrence import ExpansionTooCostly, Recurrence, recurrence_build
 from scheduling.schedules.rrules import RuleError
 from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
@@ -64,31 +64,6 @@ DEFINITION_FIELDS = (
     "quiet_hours",
     "recipient_timezone",
 )
-# How far back a slot of a still-live occurrence can lie (a quiet-hours move is under a day); bounds
-# the occurrence-key range read when a version starts, instead of reading the schedule's history.
-LIVE_LOOKBACK = timedelta(days=3)
-IN_FLIGHT = (Status.QUEUED, Status.SENDING)
-ROW_FIELDS = (
-    "id",
-    "public_id",
-    "status",
-    "due_at",
-    "quiet_deferred_from",
-    "requested_local_time",
-    "schedule_version",
-)
-
-
-class OccurrenceRow(TypedDict):
-    """One ``ROW_FIELDS`` row of a schedule's occurrence (``Message.objects.values(...)``)."""
-
-    id: int
-    public_id: str
-    status: str
-    due_at: datetime
-    quiet_deferred_from: datetime | None
-    requested_local_time: datetime | None
-    schedule_version: int | None
 
 
 @dataclass
@@ -285,113 +260,6 @@ def schedule_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Sched
     return schedule
 
 
-def _slot(row: OccurrenceRow) -> datetime:
-    # The occurrence's own time: a quiet-hours move changes due_at but not the slot it stands for.
-    return row["quiet_deferred_from"] or row["due_at"]
-
-
-def _live_rows(schedule: Schedule, now: datetime) -> list[OccurrenceRow]:
-    """This schedule's occurrences not cancelled and not final, from LIVE_LOOKBACK ago on (keys sort
-    by local occurrence time, so the range read uses the unique key index)."""
-    since = (now - LIVE_LOOKBACK).replace(tzinfo=None)
-    return list(
-        Message.objects.filter(
-            schedule=schedule,
-            occurrence_key__gte=f"{schedule.public_id}:{since:%Y%m%dT%H%M%S}",
-            status__in=[Status.SCHEDULED, *IN_FLIGHT],
-        ).values(
-            "id",
-            "public_id",
-            "status",
-            "due_at",
-            "quiet_deferred_from",
-            "requested_local_time",
-            "schedule_version",
-        )
-    )
-
-
-def _cancel_occurrences(
-    schedule: Schedule,
-    *,
-    now: datetime,
-    actor: str,
-    reason: str,
-    new_version: int,
-    include_queued: bool,
-    only_future: bool,
-) -> tuple[list[str], list[dict]]:
-    """Cancel this schedule's pending occurrences; returns (cancelled public ids, kept rows)."""
-    rows = _live_rows(schedule, now) if only_future else _all_pending_rows(schedule)
-    by_id = {r["id"]: r for r in rows}
-    details = {
-        "reason": reason,
-        "schedule": schedule.public_id,
-        "schedule_version": schedule.version,
-        "new_schedule_version": new_version,
-    }
-    common: dict[str, Any] = {
-        "to_status": Status.CANCELLED,
-        "kind": "cancelled",
-        "actor": actor,
-        "details": details,
-        "set_fields": {"run_after": None, "status_reason": reason[:255]},
-        "now": now,
-    }
-    scheduled = [
-        r["id"] for r in rows if r["status"] == Status.SCHEDULED and (not only_future or _slot(r) > now)
-    ]
-    won = {r["id"] for r in transitions.transition_many(scheduled, from_status=Status.SCHEDULED, **common)}
-    if include_queued:
-        queued = [r["id"] for r in rows if r["status"] == Status.QUEUED]
-        won |= {r["id"] for r in transitions.transition_many(queued, from_status=Status.QUEUED, **common)}
-    kept_ids = [mid for mid in by_id if mid not in won]
-    current = dict(Message.objects.filter(pk__in=kept_ids).values_list("id", "status"))
-    kept = []
-    for mid in kept_ids:
-        row = by_id[mid]
-        local_time = naive(row["requested_local_time"])
-        assert local_time is not None  # every occurrence records its local time (materialize)
-        kept.append(
-            {
-                "id": row["public_id"],
-                "status": current.get(mid, row["status"]),
-                "local_time": local_time.isoformat(),
-                "due_at": row["due_at"].isoformat(),
-                "schedule_version": row["schedule_version"],
-                "_pk": mid,
-                "_slot": _slot(row),
-            }
-        )
-        # The audit trail answers "why did this still go out with the old definition?".
-        transitions.event_record(
-            mid,
-            kind="schedule_change_not_applied",
-            actor=actor,
-            status=current.get(mid, row["status"]),
-            details={**details, "reason": f"already {current.get(mid, row['status'])} when: {reason}"},
-        )
-    return [by_id[mid]["public_id"] for mid in sorted(won)], kept
-
-
-def _all_pending_rows(schedule: Schedule) -> list[OccurrenceRow]:
-    return list(
-        Message.objects.filter(schedule=schedule, status__in=[Status.SCHEDULED, *IN_FLIGHT]).values(
-            "id",
-            "public_id",
-            "status",
-            "due_at",
-            "quiet_deferred_from",
-            "requested_local_time",
-            "schedule_version",
-        )
-    )
-
-
-def _public_kept(kept: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in kept]
-
-
 @_within_budget
 def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> ScheduleChange:
     now = timezone.now()
@@ -410,7 +278,7 @@ def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[st
         if not changed:
             return ScheduleChange(schedule, changed=False)
         new_version = schedule.version + 1
-        cancelled, kept = _cancel_occurrences(
+        cancelled, kept = occurrences_cancel(
             schedule,
             now=now,
             actor=actor,
@@ -432,7 +300,7 @@ def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[st
             _move(schedule, to_status=status, now=now)  # active, or ended when the new rule has nothing left
         _version_record(schedule, change="updated", actor=actor, changed=changed, now=now)
         report = schedule_materialize_one(schedule, now=now)
-    return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept), materialized=report)
+    return ScheduleChange(schedule, cancelled=cancelled, kept=kept_public(kept), materialized=report)
 
 
 def schedule_pause(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleChange:
@@ -471,8 +339,8 @@ def schedule_resume(*, tenant: Tenant, public_id: str, actor: str) -> ScheduleCh
                 f"Only a paused schedule can be resumed; this one is {schedule.status}.",
                 current_status=schedule.status,
             )
-        live = _live_rows(schedule, now)
-        after = max([now, *(_slot(r) for r in live)])
+        live = live_rows(schedule, now)
+        after = max([now, *(occurrence_slot(r) for r in live)])
         schedule.version += 1
         status = _start_cursor(schedule, recurrence_of(schedule), after=after)
         _save(schedule)
@@ -505,7 +373,7 @@ def _schedule_stop(
     """Pause and cancel: a new version that cancels every pending occurrence (queued ones too) and
     stops the materializer cursor. Runs inside the caller's transaction, with the schedule locked."""
     new_version = schedule.version + 1
-    cancelled, kept = _cancel_occurrences(
+    cancelled, kept = occurrences_cancel(
         schedule,
         now=now,
         actor=actor,
@@ -521,7 +389,7 @@ def _schedule_stop(
         set_fields={"version": new_version, "cursor_local": None, "next_occurrence_at": None},
     )
     _version_record(schedule, change=change, actor=actor, changed=["status"], now=now)
-    return ScheduleChange(schedule, cancelled=cancelled, kept=_public_kept(kept))
+    return ScheduleChange(schedule, cancelled=cancelled, kept=kept_public(kept))
 
 
 def tenant_quiet_hours_set(*, tenant: Tenant, data: dict[str, Any]) -> Tenant:

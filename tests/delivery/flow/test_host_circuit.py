@@ -10,11 +10,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delivery.flow import circuit
+from delivery.flow import circuit, host_circuit
 from delivery.models import Attempt, AttemptOutcome, ProviderCircuit, ProviderHostCircuit
+from delivery.outcomes import table as outcomes
 from delivery.providers import get_adapter
 from delivery.providers.base import ErrorClass, Outcome, SubmitResult
-from delivery.sending import outcomes, reconcile
+from delivery.sending import health, reconcile
 from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
@@ -75,7 +76,7 @@ def account_open(adapter) -> bool:
 
 def report(adapter, results: list[SubmitResult]):
     rows = [{"reason_code": "", "from_number": SENDER, "messaging_service_sid": ""} for _ in results]
-    return sending._report_health(adapter, rows, results)
+    return health.answers_report(adapter, rows, results)
 
 
 def queued(tenant, to) -> Message:
@@ -119,7 +120,7 @@ def test_one_host_cut_off_opens_its_own_circuit_and_not_the_accounts(adapter, he
     row = host_row(adapter)
     assert row.state == circuit.OPEN and row.window_failed == 6 and row.opened_at is not None
     assert row.next_probe_at == row.opened_at + timedelta(seconds=2)
-    assert circuit.host_seen_open(adapter.name, adapter.account), "this process knows at once"
+    assert host_circuit.host_seen_open(adapter.name, adapter.account), "this process knows at once"
     account = ProviderCircuit.objects.filter(provider=adapter.name, account=adapter.account).first()
     assert account is None or (account.window_failed == 0 and account.opened_at is None)
     # The other host's circuit is untouched: it goes on sending.
@@ -153,8 +154,8 @@ def test_answers_tell_the_other_hosts_this_one_reaches_the_provider(adapter, her
     report(adapter, [THROTTLED, ACCEPTED])  # written
     row = host_row(adapter)
     assert row.window_ok == 5 and row.last_answer_at is not None
-    assert circuit.others_answered(adapter.name, adapter.account, host="host-a", now=timezone.now())
-    assert not circuit.others_answered(adapter.name, adapter.account, host="host-b", now=timezone.now())
+    assert host_circuit.others_answered(adapter.name, adapter.account, host="host-a", now=timezone.now())
+    assert not host_circuit.others_answered(adapter.name, adapter.account, host="host-b", now=timezone.now())
 
 
 def test_the_host_circuit_probes_after_a_backoff_that_doubles_and_closes_on_an_answer(adapter, here):
@@ -162,12 +163,12 @@ def test_the_host_circuit_probes_after_a_backoff_that_doubles_and_closes_on_an_a
     report(adapter, [REFUSED] * 5)
     row = host_row(adapter)
     opened = row.opened_at
-    assert not circuit.host_probe_take(adapter.name, adapter.account, now=opened + timedelta(seconds=1))
+    assert not host_circuit.host_probe_take(adapter.name, adapter.account, now=opened + timedelta(seconds=1))
     due = opened + timedelta(seconds=2)
-    assert circuit.host_probe_take(adapter.name, adapter.account, now=due)
-    assert not circuit.host_probe_take(adapter.name, adapter.account, now=due), "one probe per turn"
+    assert host_circuit.host_probe_take(adapter.name, adapter.account, now=due)
+    assert not host_circuit.host_probe_take(adapter.name, adapter.account, now=due), "one probe per turn"
     # The probe got no answer either: the next one waits twice as long.
-    circuit.host_report(
+    host_circuit.host_report(
         provider=adapter.name,
         account=adapter.account,
         answered=0,
@@ -181,20 +182,20 @@ def test_the_host_circuit_probes_after_a_backoff_that_doubles_and_closes_on_an_a
     # Late answers to requests sent before it opened (not its probe) prove nothing about now.
     report(adapter, [ACCEPTED] * 3)
     assert host_row(adapter).state == circuit.OPEN
-    circuit.host_report(
+    host_circuit.host_report(
         provider=adapter.name, account=adapter.account, answered=1, unanswered=0, probe_answered=True
     )
     row = host_row(adapter)
     assert row.state == circuit.CLOSED and row.probes == 1 and row.next_probe_at is None
-    assert not circuit.host_seen_open(adapter.name, adapter.account)
+    assert not host_circuit.host_seen_open(adapter.name, adapter.account)
 
 
 def test_an_operator_closes_a_host_circuit(adapter, here):
     another_host_answered(adapter)
     report(adapter, [REFUSED] * 5)
-    assert circuit.host_circuit_close(adapter.name, adapter.account, "host-b", actor="admin:ops")
+    assert host_circuit.host_circuit_close(adapter.name, adapter.account, "host-b", actor="admin:ops")
     assert host_row(adapter).state == circuit.CLOSED
-    assert not circuit.host_circuit_close(adapter.name, adapter.account, "host-b")
+    assert not host_circuit.host_circuit_close(adapter.name, adapter.account, "host-b")
 
 
 # --- the send worker on a cut host ----------------------------------------------------------------------

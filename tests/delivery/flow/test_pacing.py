@@ -14,7 +14,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from delivery.flow import circuit, pacing
+from delivery.flow import buckets, circuit, pacing
 from delivery.models import AccountCapacity, RateBucket, SenderCapacity
 from delivery.providers import get_adapter
 from scheduling.dispatch import release
@@ -363,7 +363,7 @@ def test_after_a_throttle_the_rate_climbs_fast_to_just_below_where_it_was_thrott
     )
     bucket = RateBucket.objects.get(key=key)
     assert (bucket.rate_ceiling, bucket.rate_effective) == (10, 5)
-    knee = pacing.AIMD_KNEE * 10  # 9: reached after 4 s at 1/s ...
+    knee = buckets.AIMD_KNEE * 10  # 9: reached after 4 s at 1/s ...
     release.due_release(now=bucket.updated_at + timedelta(seconds=4))
     assert RateBucket.objects.get(key=key).rate_effective == pytest.approx(knee, abs=0.05)
     # ... then a tenth of that speed: 10 s later it is 1 above the knee, not at the configured 20.

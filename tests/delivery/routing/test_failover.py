@@ -277,7 +277,7 @@ def test_the_claims_rows_carry_the_plan_as_legs_and_fail_over_from_them(routed, 
         now=now,
     )
     assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]
-    # As the recording hands it over (delivery.sending.worker._move_add).
+    # As the recording hands it over (delivery.sending.recording._move_add).
     moved = failover.failover_rows(
         [({**row, "status": Status.SENDING}, failover.Why.CIRCUIT, "provider circuit open")], now=now
     )
@@ -293,5 +293,5 @@ def test_raw_rows_give_the_plan_as_legs_when_the_driver_reads_json_as_text(route
     msg = born(tenant, US)
     with connection.cursor() as cur:
         cur.execute("SELECT CAST(route_plan AS text) FROM scheduling_message WHERE id = %s", [msg.pk])
-        (row,) = transitions._rows(cur, ["route_plan"])
+        (row,) = transitions.rows_from(cur, ["route_plan"])
     assert [leg["provider"] for leg in row["route_plan"]] == ["twilio", "vonage"]

@@ -1,4 +1,4 @@
-"""The decision tables (delivery.sending.outcomes) and the delays (delivery.sending.delays): every answer an
+"""The decision tables (delivery.outcomes.table) and the delays (delivery.outcomes.delays): every answer an
 adapter can give has a row, the rows say what the send path and the receipt processor do, and a batch mixing
 charged and uncharged answers records each one as its row says."""
 
@@ -13,12 +13,14 @@ from django.utils import timezone
 from delivery.flow import circuit
 from delivery.flow import provider_holds as holds
 from delivery.models import AttemptOutcome
-from delivery.providers.base import NOT_SENT, RECEIPT_STATUSES, ErrorClass, Outcome, SubmitResult
+from delivery.outcomes import delays
+from delivery.outcomes import table as outcomes
+from delivery.outcomes.table import RECEIPT_MOVES, SUBMIT_MOVES, Answer, Delay, answer_of, submit_move
+from delivery.providers.base import RECEIPT_STATUSES, ErrorClass, Outcome, SubmitResult
 from delivery.providers.twilio import callbacks as twilio_callbacks
 from delivery.providers.twilio import errors as twilio_errors
-from delivery.sending import delays, outcomes
+from delivery.providers.twilio.adapter import NOT_SENT
 from delivery.sending import worker as sending
-from delivery.sending.outcomes import RECEIPT_MOVES, SUBMIT_MOVES, Answer, Delay, answer_of, submit_move
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from tests.factories import message, recipient, tenant_with_key

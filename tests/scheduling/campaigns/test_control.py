@@ -24,6 +24,7 @@ from scheduling.campaigns import control as campaign_control
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.campaigns.progress import SHARDS, progress_add, progress_read
 from scheduling.dispatch import release, sweep
+from scheduling.messages import final as final_messages
 from scheduling.messages import service as services
 from scheduling.models import Campaign, Message, Status
 from smsgw.models import api_key_create
@@ -102,7 +103,7 @@ def test_counters_equal_group_by_after_mixed_paths(adapter, sandbox, tenant):
     receipts_process_due(limit=1000)
     # The rejected one is replayed (failed -> queued) and sent again.
     sandbox.config(rules=[])
-    services.message_replay(tenant=tenant, public_id=rejected.public_id, actor="t")
+    final_messages.message_replay(tenant=tenant, public_id=rejected.public_id, actor="t")
     sending.send_batch([rejected.pk])
     final = group_by(campaign)
     assert progress_read(campaign.pk) == final

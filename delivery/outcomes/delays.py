@@ -9,7 +9,8 @@
 * ``circuit_park_delay``, ``reconcile_first_look_delay``: fixed waits, from settings.
 * ``receipt_retry_delay``: a receipt whose message is not known yet is tried again after this.
 
-Which of these applies to which provider answer is decided by ``delivery.sending.outcomes``.
+Which of these applies to which provider answer is decided by ``delivery.outcomes.table``, and
+``delivery.outcomes.mover.wait_for`` applies it.
 """
 
 from __future__ import annotations

@@ -2,19 +2,21 @@
 
 Two tables, read the same way (a row: the answer and its error class -> the move):
 
-* ``SUBMIT_MOVES``: the provider's answer to a submission (delivery.sending.worker), keyed by ``Answer`` (the
-  adapter's ``Outcome``, refined by what the gateway knows of why: the provider's own failure, an open
+* ``SUBMIT_MOVES``: the provider's answer to a submission (delivery.sending.recording), keyed by ``Answer``
+  (the adapter's ``Outcome``, refined by what the gateway knows of why: the provider's own failure, an open
   circuit, a campaign halted at the message's slot) and the adapter's ``ErrorClass``;
 * ``RECEIPT_MOVES``: a status callback (receipts.processor), keyed by the normalised provider status and
   the error class of its ErrorCode.
 
+The reconciler's verdicts on an uncertain submission are moves too, named below (``ABSENT`` and the rest):
+what it found out at the provider, not an answer to a submission.
+
 A ``Move`` names the timeline kind and the target status, whether the attempt is charged (a refunded
 attempt is taken back from ``attempt_count``: the claim counted it), which delay applies
-(delivery.sending.delays), the reason code, and what to do when the move cannot be made (``otherwise``: no
-retry
-left, or a resend the receipt's current status does not allow). The error classes come from each
+(delivery.outcomes.delays), the reason code, and what to do when the move cannot be made (``otherwise``:
+no retry left, or a resend the receipt's current status does not allow). The error classes come from each
 adapter's error table (delivery.providers); the send path and the receipt processor act on the class,
-never on a provider's codes.
+never on a provider's codes. delivery.outcomes.mover makes the moves.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class Answer(enum.StrEnum):
 
 
 class Delay(enum.StrEnum):
-    """Which computation of delivery.sending.delays sets ``run_after``."""
+    """Which computation of delivery.outcomes.delays sets ``run_after`` (delivery.outcomes.mover.wait_for)."""
 
     NONE = "none"  # a final status (run_after cleared)
     NOW = "now"  # due at once (the release step decides again)
@@ -68,6 +70,9 @@ class Delay(enum.StrEnum):
     CIRCUIT = "circuit"  # circuit_park_delay
     HOLD = "hold"  # the scope's hold is opened; until its next look (delivery.flow.provider_holds)
     RECONCILE = "reconcile"  # reconcile_first_look_delay (delivery.sending.reconcile)
+    # retry_decide bounds it, but it is due at once: the backoff already ran as the lease and the wait for
+    # the provider's proof (a reconciled absence)
+    AT_ONCE = "at_once"
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ QUEUED, FAILED, ATTEMPT_TRANSIENT = Status.QUEUED, Status.FAILED, AttemptOutcome
 
 # Each move: Move(timeline kind, target status, charged, delay, reason code, attempt outcome, ...).
 
-# --- Submissions (delivery.sending.worker) ---
+# --- Submissions (delivery.sending.recording) ---
 SENT = Move("sent", Status.SENT, True, Delay.NONE, "", AttemptOutcome.ACCEPTED)
 UNCERTAIN = Move(
     "attempt_uncertain", Status.SENDING, True, Delay.RECONCILE, REASON_UNCERTAIN, AttemptOutcome.UNCERTAIN
@@ -212,3 +217,36 @@ RECEIPT_MOVES: dict[tuple[str, ErrorClass | None], Move] = {
 }
 # The message status each provider status proves (its furthest move; `failed` may still resend).
 RECEIPT_TARGET = {status: move.status for (status, cls), move in RECEIPT_MOVES.items() if cls is None}
+
+# --- Verdicts on an uncertain submission (delivery.sending.reconcile) ---
+# The provider has it: sent under its id, never sent again.
+FOUND = Move("reconciled_found", Status.SENT, True, Delay.NONE, "", AttemptOutcome.RECONCILED_FOUND)
+# More matching copies than uncertain messages: probably sent, which copy cannot be told; never resent.
+AMBIGUOUS = Move(
+    "reconciled_ambiguous",
+    Status.SENT,
+    True,
+    Delay.NONE,
+    ReasonCode.RECONCILED_AMBIGUOUS,
+    AttemptOutcome.RECONCILED_AMBIGUOUS,
+)
+# A 404 the account itself does not confirm: the account is held, the message stays uncertain.
+UNCERTAIN_HELD = Move("reconcile_held", Status.SENDING, True, Delay.HOLD, REASON_HELD)
+# Not found yet, by a listing too early to prove absence: looked up again.
+LOOK_AGAIN = Move("reconcile_absent_once", Status.SENDING, True, Delay.RECONCILE, None)
+# The provider never got it: like a connection that failed, not the message's attempt (uncharged; only its
+# validity and the retry window end it).
+ABSENT_GAVE_UP = Move(
+    "failed", FAILED, True, Delay.NONE, REASON_GAVE_UP, AttemptOutcome.RECONCILED_ABSENT, dead_letter=True
+)
+ABSENT = Move(
+    "reconciled_absent",
+    QUEUED,
+    False,
+    Delay.AT_ONCE,
+    "",
+    AttemptOutcome.RECONCILED_ABSENT,
+    otherwise=ABSENT_GAVE_UP,
+)
+# Its validity passed before the provider could be shown not to have it: it may or may not have been sent.
+UNCERTAIN_EXPIRED = Move("failed", FAILED, True, Delay.NONE, ReasonCode.UNCERTAIN_EXPIRED, dead_letter=True)
