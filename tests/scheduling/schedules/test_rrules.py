@@ -26,7 +26,8 @@ from itertools import islice
 import pytest
 from dateutil import rrule as du
 
-from scheduling.schedules.recurrence import Recurrence, _iterate, _stop_at, recurrence_build
+from scheduling.schedules.expansion import _iterate, _stop_at
+from scheduling.schedules.recurrence import Recurrence, recurrence_build
 from scheduling.schedules.rrules import RuleError, parse_exdates, parse_rrule
 
 LONG_AGO = datetime(1990, 1, 1, tzinfo=UTC)
