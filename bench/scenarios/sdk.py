@@ -43,8 +43,8 @@ from bench.harness.sampling import tree_cpu_seconds
 # The SDK is reached only through the provider package (pyproject.toml, the import contracts): the
 # adapter's own client construction, and the SDK's stock HTTP client as that module imports it.
 from delivery.providers.twilio import http as twilio_http
-from delivery.providers.twilio.adapter import _AsyncRuntime, _Conf
-from delivery.providers.twilio.adapter import _client as adapter_client
+from delivery.providers.twilio.client import _AsyncRuntime, _Conf
+from delivery.providers.twilio.client import _client as adapter_client
 from delivery.providers.twilio.http import BaseUrlAsyncHttpClient, new_loop
 
 

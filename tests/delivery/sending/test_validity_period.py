@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delivery.providers import base
+from delivery.providers import types as provider_types
 from delivery.sending import worker as sending
 from delivery.sending.worker import validity_period
 from scheduling.lifecycle import transitions
@@ -127,7 +127,7 @@ def test_a_message_held_after_its_claim_is_sent_with_what_is_left_when_its_reque
     settings.PACING_RELEASE_AHEAD_SECONDS = 5.0  # a slot may be up to 10 s ahead (delivery.sending.worker)
     # About the hold, not about a busy machine's late wake-up (test_worker.py has that): a late wake-up
     # would ask for a new slot, which this test's open transaction keeps the reslot thread from giving.
-    monkeypatch.setattr(base, "LATE_SEND_SECONDS", 60.0)
+    monkeypatch.setattr(provider_types, "LATE_SEND_SECONDS", 60.0)
     msg = queued(tenant, recipient(8), validity=120)
     hold = 3.0
     report = sending.send_batch([msg.pk], not_before=[time.time() + hold])

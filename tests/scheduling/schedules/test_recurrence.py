@@ -37,10 +37,11 @@ def build(rule: str, max_per_day: int = 24):
 
 @pytest.mark.parametrize("rule", COSTLY)
 def test_a_costly_sub_daily_rule_is_refused_naming_rrule_in_well_under_a_second(rule):
-    started = time.monotonic()
+    # This process's CPU, not the wall clock (which counts what other processes take on a loaded machine).
+    started = time.process_time()
     with pytest.raises(ExpansionTooCostly) as caught:
         build(rule)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert caught.value.field == "rrule" and "too costly" in str(caught.value)
     assert isinstance(caught.value, RuleError)  # every caller's RuleError path answers 400
 
@@ -54,10 +55,12 @@ def test_a_costly_sub_daily_rule_is_refused_naming_rrule_in_well_under_a_second(
     ],
 )
 def test_an_impossible_sub_daily_rule_without_time_filters_still_gets_its_usual_answer(rule):
-    started = time.monotonic()
+    # Bounded work, read as this process's CPU (about 0.15 s for the MINUTELY rule): a wall clock would
+    # also count the time other processes of a loaded machine take.
+    started = time.process_time()
     with pytest.raises(RuleError) as caught:
         build(rule)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert not isinstance(caught.value, ExpansionTooCostly)
     assert "no occurrence after now" in str(caught.value)
 
@@ -87,7 +90,7 @@ def test_a_dense_rule_the_operator_allows_a_day_is_within_the_budget_it_grows_to
     times = [o.local.strftime("%H:%M:%S") for o, _ in zip(rec.occurrences(), range(3), strict=False)]
     assert times == ["08:00:00", "08:00:03", "08:00:06"]
     # The costly rules stay refused at that setting, still in well under a second.
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(ExpansionTooCostly):
         build(COSTLY[0], max_per_day=100_000)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
