@@ -19,6 +19,7 @@ EDGE_MODULES = frozenset(
         "boundary",
         "errors",
         "negotiation",
+        "outputs",  # scheduling/messages/outputs.py: the messages API's output serializers
         "pagination",
         "permissions",
         "ratelimit",
