@@ -69,6 +69,7 @@ def _empty_broker():
 
     broker_purge()
     recovery._last_check = float("inf")
+    recovery._backlog_seen.clear()
     yield
     recovery._last_check = 0.0
 

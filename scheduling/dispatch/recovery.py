@@ -19,6 +19,12 @@ Now:
   empty while rows published to it more than ``SMSGW_TASK_LOST_AFTER_SECONDS`` ago are still ``queued``
   means their tasks are gone (``reason: task_lost``);
 * each real re-publication writes one ``republished`` entry saying why.
+
+An empty send queue proves a task lost only once it has stayed empty for
+``SMSGW_TASK_LOST_AFTER_SECONDS``: a worker that has just reserved a task (taken it off the queue,
+unacknowledged) has not yet claimed its rows, and on a loaded machine that gap lasts seconds. Each process
+remembers when it last saw each send queue with a backlog; a process that never saw one (just started)
+goes by the rows' ``published_at`` alone, as before.
 """
 
 from __future__ import annotations
@@ -51,6 +57,22 @@ EPOCH_KEY = "smsgw:broker-epoch"
 TABLE = Message._meta.db_table
 
 _last_check = 0.0
+# Send queue -> when this process last saw tasks ready in it (time.monotonic()).
+_backlog_seen: dict[str, float] = {}
+
+
+def _observe(depths: dict[str, int | None]) -> None:
+    now = time.monotonic()
+    for queue, depth in depths.items():
+        if depth:
+            _backlog_seen[queue] = now
+
+
+def _empty_long_enough(queue: str) -> bool:
+    """The queue has been empty for the whole lost-task wait, as far as this process saw: a task taken
+    off it since (by a worker that has not claimed its rows yet) is not taken for lost."""
+    seen = _backlog_seen.get(queue)
+    return seen is None or time.monotonic() - seen >= settings.TASK_LOST_AFTER_SECONDS
 
 
 def send_queue(priority: str) -> str:
@@ -74,6 +96,7 @@ def stale_split(rows: list[dict], now: datetime) -> tuple[list[dict], list[tuple
         return rows, [], {}
     lost = [r for r in stale if r["reason_code"] != REASON_LOST]
     depths = broker.queue_depths(sorted({send_queue(r["priority"]) for r in lost})) if lost else {}
+    _observe(depths)
     window = timedelta(seconds=settings.QUEUED_RECOVERY_SECONDS)
     max_wait = timedelta(seconds=settings.REPUBLISH_MAX_WAIT_SECONDS)
     defer: list[tuple[dict, datetime]] = []
@@ -93,6 +116,10 @@ def stale_split(rows: list[dict], now: datetime) -> tuple[list[dict], list[tuple
             deferred_ids.add(r["id"])
         elif depth > 0:
             why[r["id"]] = f"not claimed {int((now - published).total_seconds())} s after it was published"
+        elif not _empty_long_enough(send_queue(r["priority"])):
+            # Emptied a moment ago: a worker most likely holds its task and is about to claim it.
+            defer.append((r, now + timedelta(seconds=settings.TASK_LOST_AFTER_SECONDS)))
+            deferred_ids.add(r["id"])
         else:
             why[r["id"]] = "its send queue is empty but it was never claimed: its task was lost"
     return [r for r in rows if r["id"] not in deferred_ids], defer, why
@@ -111,8 +138,9 @@ def lost_tasks_mark(now: datetime) -> int:
     after = timedelta(seconds=settings.TASK_LOST_AFTER_SECONDS)
     priorities = tuple(Priority.values)
     depths = broker.queue_depths([send_queue(p) for p in priorities])
+    _observe(depths)
     for priority in priorities:
-        if depths[send_queue(priority)] == 0:
+        if depths[send_queue(priority)] == 0 and _empty_long_enough(send_queue(priority)):
             marked += _mark(
                 now,
                 priority,

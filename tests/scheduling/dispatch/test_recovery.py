@@ -180,3 +180,35 @@ def test_a_message_made_due_again_without_a_task_is_released_at_once_even_behind
     retry.refresh_from_db()
     assert retry.published_at is not None and len(republished(retry)) == 1
     assert "reason" not in republished(retry)[0], "not a lost task: just its turn"
+
+
+def test_a_queue_emptied_a_moment_ago_is_not_taken_for_lost_until_it_stays_empty(tenant, settings):
+    """A worker that has just taken the tasks off the queue (reserved, not yet claimed: seconds on a loaded
+    machine) leaves the queue empty while the rows are still `queued`. Neither the recovery window nor
+    the lost-task check re-publishes them until the queue has stayed empty for TASK_LOST_AFTER."""
+    from tests.processes import broker_purge
+
+    msgs = released(tenant, 2)
+    age(msgs, settings.QUEUED_RECOVERY_SECONDS + 60)
+    assert release_pass().recovery_deferred == 2  # behind a backlog: this process saw it
+    broker_purge()  # a worker took the tasks
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        import redis
+
+        # The purge also took the sweep's epoch key; a worker taking tasks does not (the restart check is
+        # a test of its own).
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).set(recovery.EPOCH_KEY, "kept")
+    age(msgs, settings.QUEUED_RECOVERY_SECONDS + 60)
+    report = release_pass()
+    assert report.republished == 0 and report.recovery_deferred == 2
+    recovery._last_check = 0.0
+    assert recovery.lost_tasks_mark(timezone.now()) == 0, "emptied a moment ago"
+    assert all(republished(m) == [] for m in msgs)
+    # The queue stays empty for the whole wait (the clock this process keeps, moved back by it): lost.
+    queue = recovery.send_queue(msgs[0].priority)
+    recovery._backlog_seen[queue] -= settings.TASK_LOST_AFTER_SECONDS
+    age(msgs, settings.QUEUED_RECOVERY_SECONDS + 60)
+    assert release_pass().republished == 2
+    for m in msgs:
+        (entry,) = republished(m)
+        assert "task was lost" in entry["reason"]
