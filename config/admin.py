@@ -67,7 +67,7 @@ class TenantForm(forms.ModelForm):
             "slug",
             "is_active",
             "default_from",
-            "messaging_service_sid",
+            "sender_pool",
             "default_timezone",
             "daily_message_quota",
             "max_pending_scheduled",
@@ -161,8 +161,8 @@ class TenantForm(forms.ModelForm):
             )
         return self._owned_default(sender)
 
-    def clean_messaging_service_sid(self):
-        sid = (self.cleaned_data.get("messaging_service_sid") or "").strip()
+    def clean_sender_pool(self):
+        sid = (self.cleaned_data.get("sender_pool") or "").strip()
         problem = sender_pool_problem(sid) if sid else None  # as the providers declare their pool ids
         if problem:
             raise forms.ValidationError(problem)

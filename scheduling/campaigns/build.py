@@ -149,7 +149,7 @@ class RowBuilder:
         return {
             "tenant_id": c.tenant_id,
             "from_number": c.from_number,
-            "messaging_service_sid": c.messaging_service_sid,
+            "sender_pool": c.sender_pool,
             "priority": priority_capped(self.tenant, c.priority),
             "metadata": c.metadata,
             "requested_send_at": c.requested_send_at,
