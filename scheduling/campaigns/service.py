@@ -31,7 +31,6 @@ from scheduling.campaigns.rows import (
     csv_records,
     decoded_lines,
     header_check,
-    segments_of,
     template_parse,
 )
 from scheduling.dispatch import quiet
@@ -39,6 +38,7 @@ from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.limits import quotas
 from scheduling.messages import service as services
 from scheduling.models import Campaign, CampaignTimeMode, CampaignUpload, Priority
+from smsgw.channels import DEFAULT_CHANNEL
 from smsgw.domain_errors import IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.tenancy.priority import priority_for
@@ -141,7 +141,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str
     except TemplateError as exc:
         raise InvalidInput("template", str(exc)) from exc
     literal = "".join(template.parts[0::2])
-    _, segments = segments_of(literal)
+    segments = DEFAULT_CHANNEL.cost(literal).units
     if segments > settings.MAX_SEGMENTS:
         raise InvalidInput(
             "template" if is_template else "body",

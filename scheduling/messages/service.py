@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,18 +23,16 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.limits import quotas
 from scheduling.messages import acceptance, birth
 from scheduling.models import Message, Priority, Status
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.tenancy.priority import priority_for
 from smsgw.tenancy.senders import OwnershipCheck
-from smsgw.values.phone import PhoneNumberError, normalize_e164
-from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 
 REASON_CANCELLED = ReasonCode.CANCELLED_BY_REQUEST  # after the tenant's (or an operator's) cancel
-ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 
 
 @dataclass(frozen=True)
@@ -48,22 +45,22 @@ class Resolved:
 
 def _recipient(raw: str) -> str:
     try:
-        return normalize_e164(raw)
-    except PhoneNumberError as exc:
+        return DEFAULT_CHANNEL.address(raw)
+    except AddressError as exc:
         raise InvalidInput("to", str(exc)) from exc
 
 
 def _body(body: str) -> tuple[str, int]:
     if not body or not body.strip():
         raise InvalidInput("body", "must not be empty", reason="empty")
-    info = analyze(body)
-    if info.segments > settings.MAX_SEGMENTS:
+    cost = DEFAULT_CHANNEL.cost(body)
+    if cost.units > settings.MAX_SEGMENTS:
         raise InvalidInput(
             "body",
-            f"needs {info.segments} {info.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
+            f"needs {cost.units} {cost.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
             reason="too_long",
         )
-    return info.encoding, info.segments
+    return cost.encoding, cost.units
 
 
 def _sender(
@@ -74,16 +71,11 @@ def _sender(
     sends through the same provider accounts, so a format check alone would let one send as another."""
     owns = owns or OwnershipCheck(tenant)
     if from_number:
-        if from_number.startswith("+"):
-            try:
-                return _owned(owns, "from", normalize_e164(from_number)), ""
-            except PhoneNumberError as exc:
-                raise InvalidInput("from", str(exc)) from exc
-        if not ALPHANUMERIC_SENDER.match(from_number):
-            raise InvalidInput(
-                "from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
-            )
-        return _owned(owns, "from", from_number), ""
+        try:
+            sender = DEFAULT_CHANNEL.sender(from_number)
+        except AddressError as exc:
+            raise InvalidInput("from", str(exc)) from exc
+        return _owned(owns, "from", sender), ""
     if pool:
         problem = sender_pool_problem(pool)  # as the providers declare their pool ids
         if problem:
