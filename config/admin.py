@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
 from scheduling import facade
-from scheduling.messages.service import ALPHANUMERIC_SENDER
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config.providers import sender_pool_problem
 from smsgw.console import beat as admin_beat  # noqa: F401  (guards the built-in periodic tasks)
 from smsgw.console import users as admin_users  # noqa: F401  (nobody grants more than they hold)
@@ -32,7 +32,6 @@ from smsgw.tenancy.senders import (
     sender_release,
     sender_taken,
 )
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 
@@ -67,7 +66,7 @@ class TenantForm(forms.ModelForm):
             "slug",
             "is_active",
             "default_from",
-            "messaging_service_sid",
+            "sender_pool",
             "default_timezone",
             "daily_message_quota",
             "max_pending_scheduled",
@@ -150,19 +149,13 @@ class TenantForm(forms.ModelForm):
         sender = (self.cleaned_data.get("default_from") or "").strip()
         if not sender:
             return ""
-        if sender.startswith("+"):
-            try:
-                return self._owned_default(normalize_e164(sender))
-            except PhoneNumberError as exc:
-                raise forms.ValidationError(str(exc)) from exc
-        if not ALPHANUMERIC_SENDER.match(sender):
-            raise forms.ValidationError(
-                "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
-            )
-        return self._owned_default(sender)
+        try:
+            return self._owned_default(DEFAULT_CHANNEL.sender(sender))
+        except AddressError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
-    def clean_messaging_service_sid(self):
-        sid = (self.cleaned_data.get("messaging_service_sid") or "").strip()
+    def clean_sender_pool(self):
+        sid = (self.cleaned_data.get("sender_pool") or "").strip()
         problem = sender_pool_problem(sid) if sid else None  # as the providers declare their pool ids
         if problem:
             raise forms.ValidationError(problem)

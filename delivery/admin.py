@@ -177,7 +177,7 @@ class OptOutSignalAdmin(_ReadOnly):
         "tenant_id",
         "recipient",
         "from_number",
-        "messaging_service_sid",
+        "sender_pool",
         "error_code",
         "created_at",
     )

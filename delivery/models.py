@@ -139,7 +139,7 @@ class OptOutSignal(models.Model):
     tenant_id = models.BigIntegerField()
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
-    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    sender_pool = models.CharField(max_length=64, blank=True)
     provider = models.CharField(max_length=32)
     error_code = models.CharField(max_length=32, blank=True)
     message = models.ForeignKey(

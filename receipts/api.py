@@ -305,13 +305,13 @@ class WebhookReplayApi(APIView):
         return Response({"id": delivery.webhook_id, "status": delivery.status})
 
 
-def _inbound_tenants(sender_number: str, service_sid: str) -> list[int]:
+def _inbound_tenants(sender_number: str, pool: str) -> list[int]:
     """The tenants that own the number (or sender pool) the message was sent to (smsgw.tenancy.senders):
     one tenant, or each tenant an operator shares it with. Never a tenant that only sent from it: before
     senders had owners, a tenant that sent as another's number got that number's opt-outs too."""
     from smsgw.tenancy.senders import sender_owners
 
-    return sender_owners([sender_number, service_sid])
+    return sender_owners([sender_number, pool])
 
 
 @csrf_exempt
@@ -352,8 +352,8 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
         our_number = normalize_e164(inbound.to_number)
     except PhoneNumberError as exc:
         return _error(400, inbound.to_field, str(exc))
-    service_sid = inbound.sender_pool
-    sender = service_sid or our_number
+    pool = inbound.sender_pool
+    sender = pool or our_number
     once = adapter.callback_replay_key(params)
     # One transaction: a keyword that fails to apply leaves its signature unrecorded, so the provider's
     # retry of it is taken.
@@ -362,7 +362,7 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
             provider=provider, key=once[0], keep_seconds=once[1]
         ):
             return _error(403, adapter.signature_header, "already used: a replayed callback")
-        tenants = _inbound_tenants(our_number, service_sid)
+        tenants = _inbound_tenants(our_number, pool)
         for tenant_id in tenants:
             suppression.inbound_keyword_apply(
                 tenant_id=tenant_id, number=number, sender=sender, keyword=keyword

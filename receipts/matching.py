@@ -35,7 +35,7 @@ class MessageRow(TypedDict):
     tenant_id: int
     to: str
     from_number: str
-    messaging_service_sid: str
+    sender_pool: str
     attempt_count: int
     provider_calls: int
     due_at: datetime
@@ -85,7 +85,7 @@ def messages_load(keys: set[tuple[str, str]]) -> BySid:
             "tenant_id",
             "to",
             "from_number",
-            "messaging_service_sid",
+            "sender_pool",
             "attempt_count",
             "provider_calls",
             "due_at",

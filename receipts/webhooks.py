@@ -163,7 +163,7 @@ _CALLBACK_COLUMNS = (
     "public_id",
     "to",
     "from_number",
-    "messaging_service_sid",
+    "sender_pool",
     "status",
     "error_code",
     "reason_code",

@@ -160,7 +160,7 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
                     "tenant",
                     "to",
                     "from_number",
-                    "messaging_service_sid",
+                    "sender_pool",
                     "body",
                     "encoding",
                     "segments",

@@ -59,7 +59,9 @@ class Message(models.Model):
 
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
-    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    # The pool the provider picks the sender from when there is no from_number (a Twilio Messaging
+    # Service). The tenant APIs show it under Twilio's name (scheduling.facade.names).
+    sender_pool = models.CharField(max_length=64, blank=True)
     body = models.TextField()
     encoding = models.CharField(max_length=8)
     segments = models.PositiveSmallIntegerField()
@@ -89,8 +91,8 @@ class Message(models.Model):
     provider = models.CharField(max_length=32, default=provider_default)
     # Its route (delivery.routing): the rule that matched when it was born ("" = none: the default provider
     # with the message's own sender), the legs it may go through in order ({provider, account, from,
-    # pool}), and the leg it is on. ``provider``, ``from_number`` and ``messaging_service_sid`` are the
-    # current leg's; a failover moves them to the next leg's and says so in the timeline.
+    # pool}), and the leg it is on. ``provider``, ``from_number`` and ``sender_pool`` are the current
+    # leg's; a failover moves them to the next leg's and says so in the timeline.
     route = models.CharField(max_length=80, blank=True, default="", db_default="")
     route_plan = models.JSONField(default=list, blank=True)
     route_leg = models.PositiveSmallIntegerField(default=0, db_default=0)
@@ -278,7 +280,7 @@ class Schedule(models.Model):
 
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
-    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    sender_pool = models.CharField(max_length=64, blank=True)
     body = models.TextField()
     encoding = models.CharField(max_length=8)
     segments = models.PositiveSmallIntegerField()
@@ -378,7 +380,7 @@ class Campaign(models.Model):
     is_template = models.BooleanField(default=False)
     variables = models.JSONField(default=list, blank=True)  # placeholder names found in the template
     from_number = models.CharField(max_length=32, blank=True)
-    messaging_service_sid = models.CharField(max_length=64, blank=True)
+    sender_pool = models.CharField(max_length=64, blank=True)
     priority = models.CharField(max_length=16, choices=Priority.choices, default=Priority.BULK)
     validity_seconds = models.PositiveIntegerField()
     metadata = models.JSONField(default=dict, blank=True)

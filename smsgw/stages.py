@@ -94,12 +94,10 @@ class Refusal(Protocol):
 class AcceptanceChecks(Protocol):
     """The checks at acceptance that other apps own (suppression list, destination policy)."""
 
-    def is_suppressed(
-        self, *, tenant_id: int, number: str, from_number: str, messaging_service_sid: str
-    ) -> bool: ...
+    def is_suppressed(self, *, tenant_id: int, number: str, from_number: str, sender_pool: str) -> bool: ...
 
     def suppressed_numbers(
-        self, *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
+        self, *, tenant_id: int, numbers: list[str], from_number: str, sender_pool: str
     ) -> set[str]: ...
 
     def destination_refusals(self, tenant: Tenant, numbers: list[str]) -> Mapping[str, Refusal]: ...

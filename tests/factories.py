@@ -26,7 +26,7 @@ def tenant_with_key(slug: str = "acme", **kwargs) -> tuple[Tenant, str]:
     tenant = Tenant.objects.create(
         name=slug.title(), slug=slug, default_from=kwargs.pop("default_from", SENDER), **kwargs
     )
-    for value in (tenant.default_from, tenant.messaging_service_sid):
+    for value in (tenant.default_from, tenant.sender_pool):
         if value:
             sender_for(tenant, value)
     _, raw = api_key_create(tenant=tenant)

@@ -47,7 +47,7 @@ def _campaign_load(tenant, n: int) -> Campaign:
     with connection.cursor() as cur:
         cur.execute(
             """
-            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, messaging_service_sid,
+            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, sender_pool,
                 body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
                 dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,

@@ -209,7 +209,7 @@ def _load(tenant, n: int, *, first_due, rate: float) -> float:
                         "tenant_id": tenant.pk,
                         "to": recipient(i),
                         "from_number": sender,
-                        "messaging_service_sid": "",
+                        "sender_pool": "",
                         "body": f"Benchmark message {i}",
                         "encoding": "GSM-7",
                         "segments": 1,

@@ -70,7 +70,7 @@ def schedules_load(
         cur.execute(
             """
             INSERT INTO scheduling_schedule (public_id, tenant_id, status, version, "to", from_number,
-                messaging_service_sid, body, encoding, segments, priority, metadata, validity_seconds,
+                sender_pool, body, encoding, segments, priority, metadata, validity_seconds,
                 rrule, exdate, start_local, timezone, dst_policy, count_last_local, quiet_hours,
                 recipient_timezone, cursor_local, next_occurrence_at, materialized_until,
                 materialized_count, created_at, updated_at)

@@ -223,7 +223,7 @@ def tenant_capacity_view(tenant) -> dict:
 
     adapter = get_adapter()
     provider, account = adapter.name, adapter.account
-    senders = {s for s in (tenant.default_from, tenant.messaging_service_sid) if s}
+    senders = {s for s in (tenant.default_from, tenant.sender_pool) if s}
     senders |= {
         value
         for value, on_provider, on_account, _ in tenant_senders(tenant.pk)

@@ -64,11 +64,11 @@ class OpenHold:
         re-publish it at once would churn)."""
         return max(self.next_probe_at, now + timedelta(seconds=max(1.0, self.probe_interval_seconds / 2)))
 
-    def matches(self, *, to: str, from_number: str, messaging_service_sid: str) -> bool:
+    def matches(self, *, to: str, from_number: str, sender_pool: str) -> bool:
         if self.scope == Scope.ACCOUNT:
             return True
         if self.scope == Scope.SENDER:
-            return self.scope_value in (from_number, messaging_service_sid)
+            return self.scope_value in (from_number, sender_pool)
         return to.startswith(self.scope_value)
 
     def describe(self) -> str:
@@ -79,9 +79,9 @@ class OpenHold:
         return f"held: {target} refused by the provider ({self.error_code} {self.reason})"[:255]
 
 
-def scope_value(scope: str, *, to: str, from_number: str, messaging_service_sid: str) -> str:
+def scope_value(scope: str, *, to: str, from_number: str, sender_pool: str) -> str:
     if scope == Scope.SENDER:
-        return from_number or messaging_service_sid
+        return from_number or sender_pool
     if scope == Scope.DESTINATION:
         try:
             return f"+{phonenumbers.parse(to).country_code}"  # geo permissions are per country
@@ -191,7 +191,7 @@ def hold_open_for(
 ) -> OpenHold:
     """Open (or meet again) the hold an account fault calls for, scoped by the error table's row
     (``ErrorInfo.scope``) around the message that met it (``to``, ``from_number``,
-    ``messaging_service_sid``)."""
+    ``sender_pool``)."""
     scope = info.scope or Scope.ACCOUNT
     return hold_open(
         provider=provider,
@@ -201,7 +201,7 @@ def hold_open_for(
             scope,
             to=message["to"],
             from_number=message["from_number"],
-            messaging_service_sid=message["messaging_service_sid"],
+            sender_pool=message["sender_pool"],
         ),
         error_code=error_code,
         reason=info.title,
@@ -260,7 +260,7 @@ def hold_clear(hold_id: int, *, by: str, reason: str, now: datetime | None = Non
         rows = list(
             Message.objects.filter(status=Status.QUEUED, reason_code=REASON_HELD, id__gt=last_id)
             .order_by("id")
-            .values("id", "to", "from_number", "messaging_service_sid")[:RELEASE_BATCH]
+            .values("id", "to", "from_number", "sender_pool")[:RELEASE_BATCH]
         )
         if not rows:
             return released
@@ -269,13 +269,9 @@ def hold_clear(hold_id: int, *, by: str, reason: str, now: datetime | None = Non
         ids = [
             r["id"]
             for r in rows
-            if view.matches(
-                to=r["to"], from_number=r["from_number"], messaging_service_sid=r["messaging_service_sid"]
-            )
+            if view.matches(to=r["to"], from_number=r["from_number"], sender_pool=r["sender_pool"])
             and not any(
-                h.matches(
-                    to=r["to"], from_number=r["from_number"], messaging_service_sid=r["messaging_service_sid"]
-                )
+                h.matches(to=r["to"], from_number=r["from_number"], sender_pool=r["sender_pool"])
                 for h in others
             )
         ]

@@ -54,7 +54,7 @@ class Screened:
 
 _SUPPRESSED_SQL = (
     'EXISTS (SELECT 1 FROM "delivery_suppression" s WHERE s."tenant_id" = m."tenant_id" '
-    'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."messaging_service_sid"))'
+    'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."sender_pool"))'
 )
 # The tenant's rules ride along as text (JSON decoded once per tenant, not once per row).
 _JSON_FIELDS = ("allowed_countries", "deny_prefixes", "deny_exempt_prefixes")
@@ -92,7 +92,7 @@ def _rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Te
     if is_postgres():
         return _pg_rows(message_ids, rules)
     covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
-        Q(sender="") | Q(sender=OuterRef("from_number")) | Q(sender=OuterRef("messaging_service_sid"))
+        Q(sender="") | Q(sender=OuterRef("from_number")) | Q(sender=OuterRef("sender_pool"))
     )
     rows: list[_Row] = list(
         Message.objects.filter(pk__in=message_ids, status=Status.QUEUED)

@@ -115,8 +115,8 @@ def inbound_keyword_apply(*, tenant_id: int, number: str, sender: str, keyword: 
         )
 
 
-def _sender_of(from_number: str, messaging_service_sid: str) -> str:
-    return messaging_service_sid or from_number
+def _sender_of(from_number: str, sender_pool: str) -> str:
+    return sender_pool or from_number
 
 
 # The check every single create runs (POST /v1/messages, the facade): one index probe on the unique
@@ -130,14 +130,14 @@ _SUPPRESSED = (
 )
 
 
-def is_suppressed(*, tenant_id: int, number: str, from_number: str, messaging_service_sid: str) -> bool:
+def is_suppressed(*, tenant_id: int, number: str, from_number: str, sender_pool: str) -> bool:
     """Whether an entry covers this number from this sender (or from every sender)."""
-    params = [tenant_id, number, "", from_number or "", messaging_service_sid or ""]
+    params = [tenant_id, number, "", from_number or "", sender_pool or ""]
     return fetchone_prepared(_SUPPRESSED, params) is not None
 
 
 def suppressed_rows(rows: Iterable[dict]) -> set[int]:
-    """Of message rows (id, tenant_id, to, from_number, messaging_service_sid), the ids a suppression
+    """Of message rows (id, tenant_id, to, from_number, sender_pool), the ids a suppression
     covers: one query for the whole batch."""
     rows = list(rows)
     if not rows:
@@ -151,21 +151,19 @@ def suppressed_rows(rows: Iterable[dict]) -> set[int]:
     out = set()
     for r in rows:
         key = (r["tenant_id"], r["to"])
-        senders = ("", r["from_number"] or "", r["messaging_service_sid"] or "")
+        senders = ("", r["from_number"] or "", r["sender_pool"] or "")
         if any((*key, s) in entries for s in senders):
             out.add(r["id"])
     return out
 
 
-def suppressed_numbers(
-    *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
-) -> set[str]:
+def suppressed_numbers(*, tenant_id: int, numbers: list[str], from_number: str, sender_pool: str) -> set[str]:
     """Of many numbers sent from one sender (a campaign's batch), those a suppression covers. A tenant
     with no entries at all costs one index probe; otherwise one query with the numbers as a single
     array parameter (thousands of IN-list parameters cost more to build than to run)."""
     if not numbers or not Suppression.objects.filter(tenant_id=tenant_id).exists():
         return set()
-    senders = sorted({"", from_number or "", messaging_service_sid or ""})
+    senders = sorted({"", from_number or "", sender_pool or ""})
     if connection.vendor != "postgresql":
         qs = Suppression.objects.filter(tenant_id=tenant_id, number__in=numbers, sender__in=senders)
         return set(qs.values_list("number", flat=True))
@@ -186,7 +184,7 @@ def from_provider_signals(signals: Iterable) -> None:
         suppression_add(
             tenant_id=s.tenant_id,
             number=s.to,
-            sender=_sender_of(s.from_number, s.messaging_service_sid),
+            sender=_sender_of(s.from_number, s.sender_pool),
             source=SuppressionSource.PROVIDER_ERROR,
             actor=f"provider:{s.provider}",
             keyword=str(s.error_code or "")[:16],

@@ -38,7 +38,7 @@ from scheduling.lifecycle import transitions
 from scheduling.models import Status
 
 # A message's row as a mover reads it: ``attempt_count``, ``provider_calls``, ``due_at``, ``expires_at``; for
-# a hold ``to``, ``from_number`` and ``messaging_service_sid``; in a batch ``id`` and ``version``; for an
+# a hold ``to``, ``from_number`` and ``sender_pool``; in a batch ``id`` and ``version``; for an
 # opt-out signal ``tenant_id`` too.
 Row = Mapping[str, Any]
 
@@ -208,7 +208,7 @@ class Moves:
                 tenant_id=row["tenant_id"],
                 to=row["to"],
                 from_number=row["from_number"],
-                messaging_service_sid=row["messaging_service_sid"],
+                sender_pool=row["sender_pool"],
                 provider=provider,
                 error_code=error_code,
                 message_id=row["id"],

@@ -49,7 +49,7 @@ def fields_for(
     return {
         "provider": first["provider"],
         "from_number": first["from"],
-        "messaging_service_sid": first["pool"],
+        "sender_pool": first["pool"],
         "route": plan.route,
         "route_plan": legs,
         "route_leg": 0,
@@ -92,14 +92,14 @@ def _routed(
     if plan.route == "default":
         return None
     owned = _leg_owned(tenant_id or 0, senders_cache)  # a message always has its tenant
-    return fields_for(plan, get("from_number") or "", get("messaging_service_sid") or "", owned)
+    return fields_for(plan, get("from_number") or "", get("sender_pool") or "", owned)
 
 
 def _unrouted(row: dict) -> dict[str, Any]:
     return {
         "provider": row.get("provider") or settings.SMSGW_PROVIDER,
         "from_number": row.get("from_number") or "",
-        "messaging_service_sid": row.get("messaging_service_sid") or "",
+        "sender_pool": row.get("sender_pool") or "",
         "route": "",
         "route_plan": [],
         "route_leg": 0,

@@ -29,7 +29,7 @@ KIND = "failover"
 COLUMNS = (
     "provider",
     "from_number",
-    "messaging_service_sid",
+    "sender_pool",
     "route_leg",
     "attempt_count",
     "run_after",
@@ -88,7 +88,7 @@ def failover_rows(
         values = {
             "provider": leg["provider"],
             "from_number": leg.get("from", ""),
-            "messaging_service_sid": leg.get("pool", ""),
+            "sender_pool": leg.get("pool", ""),
             "route_leg": index,
             "attempt_count": 0,
             "run_after": run_after,

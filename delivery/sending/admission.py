@@ -30,7 +30,7 @@ ADMISSION_FIELDS = (
     "status",
     "to",
     "from_number",
-    "messaging_service_sid",
+    "sender_pool",
     "reason_code",
     "expires_at",
     "route_plan",
@@ -87,9 +87,7 @@ def admission_split(
 
 
 def _covers(hold: holds_service.OpenHold, row: Mapping[str, Any]) -> bool:
-    return hold.matches(
-        to=row["to"], from_number=row["from_number"], messaging_service_sid=row["messaging_service_sid"]
-    )
+    return hold.matches(to=row["to"], from_number=row["from_number"], sender_pool=row["sender_pool"])
 
 
 class _Split:

@@ -69,7 +69,7 @@ def _throttles_report(adapter: ProviderAdapter, rows: list[dict], results: list[
     for row, res in zip(rows, results, strict=True):
         if res.error_class == ErrorClass.THROTTLED:
             scope = str(res.scope or "account")
-            value = (row["from_number"] or row["messaging_service_sid"]) if scope == "sender" else ""
+            value = (row["from_number"] or row["sender_pool"]) if scope == "sender" else ""
             key = (scope, value)
             signals[key] = max(signals.get(key) or 0.0, res.retry_after or 0.0) or None
     for (scope, value), retry_after in signals.items():

@@ -181,7 +181,7 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
     result = adapter.find_submissions(
         to=msg.to,
         sender=msg.from_number,
-        sender_pool=msg.messaging_service_sid,
+        sender_pool=msg.sender_pool,
         created_after=started - CLOCK_SKEW,
         created_before=now + CLOCK_SKEW,  # stored late in the same incident is still ours
     )

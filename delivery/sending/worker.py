@@ -70,7 +70,7 @@ CLAIM_RETURNING = (
     "to",
     "body",
     "from_number",
-    "messaging_service_sid",
+    "sender_pool",
     "attempt_count",
     "provider_calls",
     "due_at",
@@ -276,7 +276,7 @@ def _in_flight(
             to=r["to"],
             body=r["body"],
             sender=r["from_number"],
-            sender_pool=r["messaging_service_sid"],
+            sender_pool=r["sender_pool"],
             status_callback=adapter.status_callback_url(base, r["public_id"].removeprefix("msg_"), a.number),
             idempotency_token=a.idempotency_token,
             validity_period=validity[r["id"]],
@@ -286,7 +286,7 @@ def _in_flight(
                 provider=adapter.name,
                 account=adapter.account,
                 message_id=r["id"],
-                sender=r["from_number"] or r["messaging_service_sid"],
+                sender=r["from_number"] or r["sender_pool"],
                 segments=r["segments"],
                 deadline=reslot_by,
             )
@@ -326,7 +326,7 @@ def _slots(
     moved = pacing.late_reslot(
         adapter.name,
         adapter.account,
-        [(r["id"], r["from_number"] or r["messaging_service_sid"], r["segments"]) for r in late],
+        [(r["id"], r["from_number"] or r["sender_pool"], r["segments"]) for r in late],
         horizon=settings.SENDING_LEASE_SECONDS / 4,
     )
     log.info(

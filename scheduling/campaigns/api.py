@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 from scheduling.campaigns import selectors
 from scheduling.campaigns import service as services
 from scheduling.campaigns.progress import progress_read, progress_read_many
+from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH, public_fields
 from scheduling.messages.api import (
     MessageOutput,
     StrictSerializer,
@@ -90,7 +91,7 @@ def _campaign_fields() -> dict:
             "({{ and }} write literal braces), e.g. 'Hello {first_name}'.",
         ),
         "from": serializers.CharField(max_length=32, required=False, help_text="E.164 number or sender id."),
-        "messaging_service_sid": serializers.CharField(max_length=34, required=False),
+        SENDER_POOL_FIELD: serializers.CharField(max_length=SENDER_POOL_MAX_LENGTH, required=False),
         "priority": serializers.ChoiceField(
             choices=Priority.choices, required=False, help_text="Default bulk."
         ),
@@ -186,7 +187,7 @@ class CampaignOutput(serializers.Serializer):
     body = serializers.CharField(help_text="The body, or the template when is_template.")
     is_template = serializers.BooleanField()
     variables = serializers.ListField(child=serializers.CharField())
-    messaging_service_sid = serializers.CharField()
+    sender_pool = serializers.CharField()
     priority = serializers.CharField()
     validity_seconds = serializers.IntegerField()
     metadata = serializers.DictField()
@@ -199,7 +200,7 @@ class CampaignOutput(serializers.Serializer):
     timestamps = serializers.SerializerMethodField()
 
     def get_fields(self):
-        fields = super().get_fields()
+        fields = public_fields(super().get_fields())
         fields["from"] = serializers.CharField(source="from_number")
         return fields
 

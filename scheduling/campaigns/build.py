@@ -17,14 +17,13 @@ from django.utils import timezone
 from scheduling.campaigns.rows import (
     Template,
     recipient_column,
-    segments_of,
     template_parse,
     zone_of_number,
 )
 from scheduling.dispatch import quiet
 from scheduling.models import Campaign, CampaignError, CampaignTimeMode, Status, new_public_id
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.tenancy.priority import priority_capped
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import (
     TimeResolutionError,
     check_window,
@@ -63,7 +62,7 @@ class RowBuilder:
         self.c = campaign
         self.tenant = campaign.tenant
         self.template: Template = template_parse(campaign.body, is_template=campaign.is_template)
-        self.plain = None if campaign.is_template else segments_of(campaign.body)
+        self.plain = None if campaign.is_template else DEFAULT_CHANNEL.cost(campaign.body)
         self.mode = campaign.time_mode
         self.default_zone = campaign.timezone or self.tenant.default_timezone or "UTC"
         self.validity = timedelta(seconds=campaign.validity_seconds)
@@ -149,7 +148,7 @@ class RowBuilder:
         return {
             "tenant_id": c.tenant_id,
             "from_number": c.from_number,
-            "messaging_service_sid": c.messaging_service_sid,
+            "sender_pool": c.sender_pool,
             "priority": priority_capped(self.tenant, c.priority),
             "metadata": c.metadata,
             "requested_send_at": c.requested_send_at,
@@ -263,8 +262,8 @@ class _Rows:
         """The record's number, timezone, body and key, checked (None: an error row says why)."""
         raw = values.get(self.recipient, "").strip()
         try:
-            to = normalize_e164(raw)
-        except PhoneNumberError as exc:
+            to = DEFAULT_CHANNEL.address(raw)
+        except AddressError as exc:
             self._error(line, raw, self.recipient, "invalid_number", str(exc))
             return None
         zone = values.get("timezone", "").strip() if self.has_tz else ""
@@ -277,7 +276,8 @@ class _Rows:
             name = exc.args[0]
             self._error(line, raw, name, "missing_variable", f"no value for {{{name}}}")
             return None
-        encoding, segments = self.plain or segments_of(body)
+        cost = self.plain or DEFAULT_CHANNEL.cost(body)
+        encoding, segments = cost.encoding, cost.units
         if segments > (limit := self.max_segments):
             self._error(
                 line, raw, "body", "too_long", f"the body needs {segments} segments; the limit is {limit}"

@@ -79,7 +79,7 @@ def _drop_refused(maker: RowBuilder, batch: BuiltBatch) -> None:
         tenant_id=c.tenant_id,
         numbers=numbers,
         from_number=c.from_number,
-        messaging_service_sid=c.messaging_service_sid,
+        sender_pool=c.sender_pool,
     )
     refused = destination_refusals(maker.tenant, numbers)
     if not suppressed and not refused:

@@ -20,14 +20,6 @@ from functools import lru_cache
 import phonenumbers
 from phonenumbers import timezone as phone_timezones
 
-from smsgw.values.segments import (
-    GSM7_BASIC_TABLE,
-    GSM7_CONCAT_SEGMENT,
-    GSM7_SINGLE_SEGMENT,
-    Encoding,
-    analyze,
-)
-
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|\{|\}")
 # The recipient's column is `to`, as in every request of the API; `phone` is its deprecated alias, still
 # read (docs/campaigns.md). Neither is a template variable's column.
@@ -100,22 +92,6 @@ def template_parse(text: str, *, is_template: bool) -> Template:
     literal.append(text[pos:])
     parts.append("".join(literal))
     return Template(tuple(parts))
-
-
-# GSM-7 basic characters whose cost is one septet each; a body made only of these (nearly every
-# campaign body) has its segment count from its length, without the per-character walk of analyze().
-_GSM7_BASIC = re.compile("[" + re.escape(GSM7_BASIC_TABLE.replace("\x1b", "")) + "]*")
-
-
-def segments_of(body: str) -> tuple[str, int]:
-    """(encoding, segments) as ``segments.analyze`` gives them."""
-    if _GSM7_BASIC.fullmatch(body):
-        n = len(body)
-        if n <= GSM7_SINGLE_SEGMENT:
-            return Encoding.GSM7.value, 1 if n else 0
-        return Encoding.GSM7.value, -(-n // GSM7_CONCAT_SEGMENT)
-    info = analyze(body)
-    return info.encoding.value, info.segments
 
 
 def zone_of_number(e164: str) -> str | None:

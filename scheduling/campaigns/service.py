@@ -31,13 +31,14 @@ from scheduling.campaigns.rows import (
     csv_records,
     decoded_lines,
     header_check,
-    segments_of,
     template_parse,
 )
 from scheduling.dispatch import quiet
+from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.limits import quotas
 from scheduling.messages import service as services
 from scheduling.models import Campaign, CampaignTimeMode, CampaignUpload, Priority
+from smsgw.channels import DEFAULT_CHANNEL
 from smsgw.domain_errors import IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.tenancy.priority import priority_for
@@ -140,7 +141,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str
     except TemplateError as exc:
         raise InvalidInput("template", str(exc)) from exc
     literal = "".join(template.parts[0::2])
-    _, segments = segments_of(literal)
+    segments = DEFAULT_CHANNEL.cost(literal).units
     if segments > settings.MAX_SEGMENTS:
         raise InvalidInput(
             "template" if is_template else "body",
@@ -149,7 +150,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str
         )
     if len(template.variables) > MAX_COLUMNS - 2:
         raise InvalidInput("template", f"uses more than {MAX_COLUMNS - 2} variables")
-    from_number, service_sid = services._sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    from_number, pool = services._sender(tenant, data.get("from"), data.get(SENDER_POOL_FIELD))
     mode, tz_name, policy = _time(tenant, data, now)
     try:
         override = quiet.parse_override(data.get("quiet_hours"))
@@ -161,7 +162,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], now: datetime) -> dict[str
         "is_template": is_template,
         "variables": template.variables,
         "from_number": from_number,
-        "messaging_service_sid": service_sid,
+        "sender_pool": pool,
         "priority": priority_for(tenant, data.get("priority"), default=Priority.BULK),
         "validity_seconds": data.get("validity_seconds") or settings.DEFAULT_VALIDITY_SECONDS,
         "metadata": data.get("metadata") or {},

@@ -54,7 +54,7 @@ class CampaignAdmin(admin.ModelAdmin):
                     "is_template",
                     "variables",
                     "from_number",
-                    "messaging_service_sid",
+                    "sender_pool",
                     "priority",
                     "validity_seconds",
                     "time_mode",

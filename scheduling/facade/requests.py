@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.facade.resources import TwilioError
 from scheduling.models import Message, Status
 from smsgw.domain_errors import DomainError, InvalidInput, QuotaExceeded
@@ -126,7 +127,7 @@ def _strict_schedule(tenant: Tenant, data: dict[str, Any], schedule_type: str | 
         return
     if schedule_type != "fixed":
         raise TwilioError(400, 35111, "ScheduleType must be 'fixed' when SendAt is given")
-    if not data.get("messaging_service_sid"):
+    if not data.get(SENDER_POOL_FIELD):
         raise TwilioError(400, 35118, "MessagingServiceSid is required to schedule a message")
     try:
         due = datetime.fromisoformat(data["send_at"].replace("Z", "+00:00"))
@@ -156,7 +157,7 @@ def _sender(params, data: dict[str, Any]) -> None:
     if from_:
         data["from"] = from_
     if service:
-        data["messaging_service_sid"] = service
+        data[SENDER_POOL_FIELD] = service
 
 
 def _schedule(tenant: Tenant, params, headers, data: dict[str, Any]) -> str | None:
@@ -211,7 +212,7 @@ _FIXED = {
     ("body", "empty"): (21602, "Message body is required."),
     ("from", "no_sender"): (21603, "A 'From' phone number or a MessagingServiceSid is required."),
 }
-_SENDER_FIELDS = {"from": "From", "messaging_service_sid": "MessagingServiceSid"}
+_SENDER_FIELDS = {"from": "From", SENDER_POOL_FIELD: "MessagingServiceSid"}
 _TIME_FIELDS = {"timezone": "SmsgwTimezone", "dst_policy": "SmsgwDstPolicy"}
 
 

@@ -62,7 +62,7 @@ def initial_status(m: Message) -> str:
     Messaging Service send (its sender is not chosen yet), else ``queued``."""
     if was_scheduled(m):
         return "scheduled"
-    return "accepted" if m.messaging_service_sid and not m.from_number else "queued"
+    return "accepted" if m.sender_pool and not m.from_number else "queued"
 
 
 _STATUS = {
@@ -123,7 +123,7 @@ def message_resource(m: Message, account_sid: str) -> dict[str, Any]:
     base = f"{messages_path(account_sid)}/{sid}"
     code = error_code(m)
     sent = m.sent_at or (m.delivered_at if m.status in (Status.DELIVERED, Status.UNDELIVERED) else None)
-    assigned = bool(m.from_number) and not (m.messaging_service_sid and m.status == Status.SCHEDULED)
+    assigned = bool(m.from_number) and not (m.sender_pool and m.status == Status.SCHEDULED)
     return {
         "account_sid": account_sid,
         "api_version": API_VERSION,
@@ -135,7 +135,7 @@ def message_resource(m: Message, account_sid: str) -> dict[str, Any]:
         "error_code": code,
         "error_message": error_message(m, code),
         "from": m.from_number if assigned else None,
-        "messaging_service_sid": m.messaging_service_sid or None,
+        "messaging_service_sid": m.sender_pool or None,
         "num_media": "0",
         "num_segments": str(m.segments),
         "price": None,
@@ -208,8 +208,8 @@ def callback_params(m: Message, account_sid: str, status: str) -> dict[str, str]
     }
     if m.from_number:
         params["From"] = m.from_number
-    if m.messaging_service_sid:
-        params["MessagingServiceSid"] = m.messaging_service_sid
+    if m.sender_pool:
+        params["MessagingServiceSid"] = m.sender_pool
     code = error_code(m)
     if status in ("failed", "undelivered") and code is not None:
         params["ErrorCode"] = str(code)

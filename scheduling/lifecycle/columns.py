@@ -52,7 +52,7 @@ SETTABLE = frozenset(
         "dst_policy",
         "dst_adjustment",
         "from_number",
-        "messaging_service_sid",
+        "sender_pool",
         "quiet_deferred_from",  # quiet hours: the due time before a move into the window's end
         "quiet_start",  # quiet hours: the window copied onto the message (reschedule re-applies it)
         "quiet_end",

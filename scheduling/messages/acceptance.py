@@ -23,23 +23,21 @@ def _checks() -> AcceptanceChecks:
     return stages.acceptance_checks()
 
 
-def is_suppressed(*, tenant_id: int, number: str, from_number: str, messaging_service_sid: str) -> bool:
+def is_suppressed(*, tenant_id: int, number: str, from_number: str, sender_pool: str) -> bool:
     return _checks().is_suppressed(
         tenant_id=tenant_id,
         number=number,
         from_number=from_number,
-        messaging_service_sid=messaging_service_sid,
+        sender_pool=sender_pool,
     )
 
 
-def suppressed_numbers(
-    *, tenant_id: int, numbers: list[str], from_number: str, messaging_service_sid: str
-) -> set[str]:
+def suppressed_numbers(*, tenant_id: int, numbers: list[str], from_number: str, sender_pool: str) -> set[str]:
     return _checks().suppressed_numbers(
         tenant_id=tenant_id,
         numbers=numbers,
         from_number=from_number,
-        messaging_service_sid=messaging_service_sid,
+        sender_pool=sender_pool,
     )
 
 

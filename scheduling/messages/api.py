@@ -17,6 +17,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
 from scheduling.messages import batch, edits, examples, selectors
 from scheduling.messages import service as services
 from scheduling.messages.outputs import EventOutput, MessageOutput, message_data
@@ -63,7 +64,7 @@ _message_fields: dict[str, serializers.Field] = {
     "from": serializers.CharField(
         max_length=32, required=False, help_text="E.164 number or alphanumeric id."
     ),
-    "messaging_service_sid": serializers.CharField(max_length=34, required=False),
+    SENDER_POOL_FIELD: serializers.CharField(max_length=SENDER_POOL_MAX_LENGTH, required=False),
     "send_at": serializers.CharField(
         max_length=64,
         required=False,

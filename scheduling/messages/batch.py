@@ -139,13 +139,13 @@ def _acceptance_refusals(tenant: Tenant, messages: dict[int, Message]) -> dict[i
         if refusal is not None:
             refused[i] = services.destination_error(refusal)
         else:
-            by_sender[(m.from_number, m.messaging_service_sid)].append(i)
-    for (from_number, service_sid), indexes in sorted(by_sender.items()):
+            by_sender[(m.from_number, m.sender_pool)].append(i)
+    for (from_number, pool), indexes in sorted(by_sender.items()):
         suppressed = acceptance.suppressed_numbers(
             tenant_id=tenant.pk,
             numbers=sorted({messages[i].to for i in indexes}),
             from_number=from_number,
-            messaging_service_sid=service_sid,
+            sender_pool=pool,
         )
         refused.update((i, services.suppression_error()) for i in indexes if messages[i].to in suppressed)
     return refused

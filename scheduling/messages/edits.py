@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.dispatch import quiet
+from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import RECOUNTED_ON_NEW_RECIPIENT
 from scheduling.limits import quotas
@@ -37,7 +38,7 @@ EDITABLE_FIELDS = frozenset(
         "to",
         "body",
         "from",
-        "messaging_service_sid",
+        SENDER_POOL_FIELD,
         "send_at",
         "timezone",
         "dst_policy",
@@ -74,16 +75,16 @@ def _content_changes(tenant: Tenant, message: Message, data: dict[str, Any]) -> 
     if "body" in data:
         changes["encoding"], changes["segments"] = _body(data["body"])
         changes["body"] = data["body"]
-    if "from" in data or "messaging_service_sid" in data:
-        changes["from_number"], changes["messaging_service_sid"] = _sender(
-            tenant, data.get("from"), data.get("messaging_service_sid")
+    if "from" in data or SENDER_POOL_FIELD in data:
+        changes["from_number"], changes["sender_pool"] = _sender(
+            tenant, data.get("from"), data.get(SENDER_POOL_FIELD)
         )
     if {"to", "from_number"} & changes.keys():
         _not_suppressed(
             tenant,
             changes.get("to", message.to),
             changes.get("from_number", message.from_number),
-            changes.get("messaging_service_sid", message.messaging_service_sid),
+            changes.get("sender_pool", message.sender_pool),
         )
     if "priority" in data:
         changes["priority"] = priority_for(tenant, data["priority"], default=message.priority)

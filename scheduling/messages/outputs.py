@@ -7,6 +7,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.facade.names import SENDER_POOL_FIELD, public_fields
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
 from smsgw.config.routes import leg_public
@@ -94,7 +95,7 @@ class MessageOutput(serializers.Serializer):
     encoding = serializers.CharField()
     segments = serializers.IntegerField()
     priority = serializers.CharField()
-    messaging_service_sid = serializers.CharField()
+    sender_pool = serializers.CharField()
     metadata = serializers.DictField()
     uncertain_wait_seconds = serializers.IntegerField(allow_null=True)
     requested = serializers.SerializerMethodField()
@@ -115,7 +116,7 @@ class MessageOutput(serializers.Serializer):
     route = serializers.SerializerMethodField()
 
     def get_fields(self):
-        fields = super().get_fields()
+        fields = public_fields(super().get_fields())
         fields["from"] = serializers.CharField(source="from_number")
         return fields
 
@@ -145,7 +146,7 @@ def _route(m: Message) -> dict:
     a rule: the one leg it has, its provider with its own sender."""
     legs = [leg_public(leg) for leg in (m.route_plan or [])]
     if not legs:
-        legs = [{"provider": m.provider, "account": "", "sender": m.from_number or m.messaging_service_sid}]
+        legs = [{"provider": m.provider, "account": "", "sender": m.from_number or m.sender_pool}]
     return {"name": m.route or "default", "leg": m.route_leg or 0, "legs": legs}
 
 
@@ -210,7 +211,7 @@ def message_data(m: Message) -> dict:
         "encoding": _str(m.encoding),
         "segments": _int(m.segments),
         "priority": _str(m.priority),
-        "messaging_service_sid": _str(m.messaging_service_sid),
+        SENDER_POOL_FIELD: _str(m.sender_pool),
         "metadata": None if metadata is None else {str(k): v for k, v in metadata.items()},
         "uncertain_wait_seconds": m.uncertain_wait_seconds,
         "requested": _requested(m),

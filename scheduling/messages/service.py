@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,23 +17,22 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduling.dispatch import quiet
+from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.limits import quotas
 from scheduling.messages import acceptance, birth
 from scheduling.models import Message, Priority, Status
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config.providers import sender_pool_problem
 from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.tenancy.priority import priority_for
 from smsgw.tenancy.senders import OwnershipCheck
-from smsgw.values.phone import PhoneNumberError, normalize_e164
-from smsgw.values.segments import analyze
 from smsgw.values.timeutil import DstPolicy, ResolvedTime, TimeResolutionError, check_window, resolve_send_at
 
 REASON_CANCELLED = ReasonCode.CANCELLED_BY_REQUEST  # after the tenant's (or an operator's) cancel
-ALPHANUMERIC_SENDER = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9 ]{1,11}$")
 
 
 @dataclass(frozen=True)
@@ -47,49 +45,44 @@ class Resolved:
 
 def _recipient(raw: str) -> str:
     try:
-        return normalize_e164(raw)
-    except PhoneNumberError as exc:
+        return DEFAULT_CHANNEL.address(raw)
+    except AddressError as exc:
         raise InvalidInput("to", str(exc)) from exc
 
 
 def _body(body: str) -> tuple[str, int]:
     if not body or not body.strip():
         raise InvalidInput("body", "must not be empty", reason="empty")
-    info = analyze(body)
-    if info.segments > settings.MAX_SEGMENTS:
+    cost = DEFAULT_CHANNEL.cost(body)
+    if cost.units > settings.MAX_SEGMENTS:
         raise InvalidInput(
             "body",
-            f"needs {info.segments} {info.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
+            f"needs {cost.units} {cost.encoding} segments; the limit is {settings.MAX_SEGMENTS}",
             reason="too_long",
         )
-    return info.encoding, info.segments
+    return cost.encoding, cost.units
 
 
 def _sender(
-    tenant: Tenant, from_number: str | None, service_sid: str | None, owns: OwnershipCheck | None = None
+    tenant: Tenant, from_number: str | None, pool: str | None, owns: OwnershipCheck | None = None
 ) -> tuple[str, str]:
     """(from, sender pool) of a request, normalised, or the tenant's defaults when it names neither. A
     sender the tenant does not own (smsgw.tenancy.senders) is refused naming its field: every tenant
     sends through the same provider accounts, so a format check alone would let one send as another."""
     owns = owns or OwnershipCheck(tenant)
     if from_number:
-        if from_number.startswith("+"):
-            try:
-                return _owned(owns, "from", normalize_e164(from_number)), ""
-            except PhoneNumberError as exc:
-                raise InvalidInput("from", str(exc)) from exc
-        if not ALPHANUMERIC_SENDER.match(from_number):
-            raise InvalidInput(
-                "from", "must be an E.164 number or an alphanumeric sender id of 1-11 characters"
-            )
-        return _owned(owns, "from", from_number), ""
-    if service_sid:
-        problem = sender_pool_problem(service_sid)  # as the providers declare their pool ids
+        try:
+            sender = DEFAULT_CHANNEL.sender(from_number)
+        except AddressError as exc:
+            raise InvalidInput("from", str(exc)) from exc
+        return _owned(owns, "from", sender), ""
+    if pool:
+        problem = sender_pool_problem(pool)  # as the providers declare their pool ids
         if problem:
-            raise InvalidInput("messaging_service_sid", problem)
-        return "", _owned(owns, "messaging_service_sid", service_sid)
-    if tenant.default_from or tenant.messaging_service_sid:
-        return tenant.default_from, "" if tenant.default_from else tenant.messaging_service_sid
+            raise InvalidInput(SENDER_POOL_FIELD, problem)
+        return "", _owned(owns, SENDER_POOL_FIELD, pool)
+    if tenant.default_from or tenant.sender_pool:
+        return tenant.default_from, "" if tenant.default_from else tenant.sender_pool
     raise InvalidInput("from", "no sender given and the tenant has no default sender", reason="no_sender")
 
 
@@ -188,10 +181,8 @@ def destination_error(refusal: acceptance.Refusal) -> InvalidInput:
     return InvalidInput("to", f"{refusal.message} ({refusal.code})", reason="destination")
 
 
-def _not_suppressed(tenant: Tenant, to: str, from_number: str, service_sid: str) -> None:
-    if acceptance.is_suppressed(
-        tenant_id=tenant.pk, number=to, from_number=from_number, messaging_service_sid=service_sid
-    ):
+def _not_suppressed(tenant: Tenant, to: str, from_number: str, pool: str) -> None:
+    if acceptance.is_suppressed(tenant_id=tenant.pk, number=to, from_number=from_number, sender_pool=pool):
         raise suppression_error()
 
 
@@ -264,10 +255,10 @@ def message_build(
     for all its items instead, and ``owns`` asks the sender ownership once per sender."""
     to = _recipient(data["to"])
     encoding, segments = _body(data["body"])
-    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"), owns)
+    from_number, pool = _sender(tenant, data.get("from"), data.get(SENDER_POOL_FIELD), owns)
     if checks:
         destination_allowed(tenant, to)
-        _not_suppressed(tenant, to, from_number, service_sid)
+        _not_suppressed(tenant, to, from_number, pool)
     resolved, policy = _time(tenant, data.get("send_at"), data.get("timezone"), data.get("dst_policy"), now)
     time_fields = _time_fields(resolved, data.get("send_at") or "", data.get("timezone") or "", policy, now)
     priority = priority_for(tenant, data.get("priority"), default=Priority.TRANSACTIONAL)
@@ -280,7 +271,7 @@ def message_build(
         encoding=encoding,
         segments=segments,
         from_number=from_number,
-        messaging_service_sid=service_sid,
+        sender_pool=pool,
         priority=priority,
         metadata=data.get("metadata") or {},
         uncertain_wait_seconds=data.get("uncertain_wait_seconds"),

@@ -9,6 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH, public_fields
 from scheduling.messages import examples
 from scheduling.messages.api import StrictSerializer, _metadata
 from scheduling.models import Priority, Schedule
@@ -29,7 +30,7 @@ def _schedule_fields(required: bool) -> dict:
         "to": serializers.CharField(max_length=32, required=required, help_text="Recipient, E.164."),
         "body": serializers.CharField(max_length=body_max_length(), trim_whitespace=False, required=required),
         "from": serializers.CharField(max_length=32, required=False),
-        "messaging_service_sid": serializers.CharField(max_length=34, required=False),
+        SENDER_POOL_FIELD: serializers.CharField(max_length=SENDER_POOL_MAX_LENGTH, required=False),
         "rrule": serializers.CharField(
             max_length=1000,
             required=required,
@@ -93,7 +94,7 @@ class ScheduleOutput(serializers.Serializer):
     version = serializers.IntegerField()
     to = serializers.CharField()
     body = serializers.CharField()
-    messaging_service_sid = serializers.CharField()
+    sender_pool = serializers.CharField()
     priority = serializers.CharField()
     metadata = serializers.DictField()
     validity_seconds = serializers.IntegerField()
@@ -110,7 +111,7 @@ class ScheduleOutput(serializers.Serializer):
     timestamps = serializers.SerializerMethodField()
 
     def get_fields(self):
-        fields = super().get_fields()
+        fields = public_fields(super().get_fields())
         fields["from"] = serializers.CharField(source="from_number")
         return fields
 

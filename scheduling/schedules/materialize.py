@@ -152,7 +152,7 @@ def _occurrence_row(
         "tenant_id": schedule.tenant_id,
         "to": schedule.to,
         "from_number": schedule.from_number,
-        "messaging_service_sid": schedule.messaging_service_sid,
+        "sender_pool": schedule.sender_pool,
         "body": schedule.body,
         "encoding": schedule.encoding,
         "segments": schedule.segments,

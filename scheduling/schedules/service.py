@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.dispatch.quiet import QuietHoursError, parse_clock, parse_override
+from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.lifecycle.schedules import LIFECYCLE_FIELDS, schedule_transition
 from scheduling.messages.service import _body, _recipient, _sender, destination_allowed
 from scheduling.models import Schedule, ScheduleStatus, ScheduleVersion
@@ -52,7 +53,7 @@ DEFINITION_FIELDS = (
     "to",
     "body",
     "from",
-    "messaging_service_sid",
+    SENDER_POOL_FIELD,
     "priority",
     "metadata",
     "validity_seconds",
@@ -89,7 +90,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Defi
     to = _recipient(data["to"])
     destination_allowed(tenant, to)
     encoding, segments = _body(data["body"])
-    from_number, service_sid = _sender(tenant, data.get("from"), data.get("messaging_service_sid"))
+    from_number, pool = _sender(tenant, data.get("from"), data.get(SENDER_POOL_FIELD))
     tz_name = data.get("timezone") or tenant.default_timezone or "UTC"
     try:
         rec = recurrence_build(
@@ -119,7 +120,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Defi
         "encoding": encoding,
         "segments": segments,
         "from_number": from_number,
-        "messaging_service_sid": service_sid,
+        "sender_pool": pool,
         "priority": priority,
         "metadata": data.get("metadata") or {},
         "validity_seconds": validity,
@@ -136,7 +137,7 @@ def _definition(tenant: Tenant, data: dict[str, Any], *, now: datetime) -> _Defi
         "to": to,
         "body": data["body"],
         "from": from_number or None,
-        "messaging_service_sid": service_sid or None,
+        SENDER_POOL_FIELD: pool or None,
         "priority": priority,
         "metadata": values["metadata"],
         "validity_seconds": validity,
@@ -157,7 +158,7 @@ def snapshot_of(schedule: Schedule) -> dict[str, Any]:
         "to": schedule.to,
         "body": schedule.body,
         "from": schedule.from_number or None,
-        "messaging_service_sid": schedule.messaging_service_sid or None,
+        SENDER_POOL_FIELD: schedule.sender_pool or None,
         "priority": schedule.priority,
         "metadata": schedule.metadata,
         "validity_seconds": schedule.validity_seconds,
@@ -269,10 +270,10 @@ def schedule_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[st
             raise ConflictError("A cancelled schedule cannot be changed.", current_status=schedule.status)
         base = snapshot_of(schedule)
         merged = {**base, **{k: v for k, v in data.items() if k in DEFINITION_FIELDS}}
-        if "from" in data or "messaging_service_sid" in data:
+        if "from" in data or SENDER_POOL_FIELD in data:
             # A new sender replaces the old one, whichever kind it was.
             merged["from"] = data.get("from")
-            merged["messaging_service_sid"] = data.get("messaging_service_sid")
+            merged[SENDER_POOL_FIELD] = data.get(SENDER_POOL_FIELD)
         definition = _definition(tenant, merged, now=now)
         changed = sorted(k for k in DEFINITION_FIELDS if definition.snapshot[k] != base[k])
         if not changed:

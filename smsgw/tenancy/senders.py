@@ -8,7 +8,7 @@ tenant its senders (the admin, ``manage.py sender_assign``); every path that nam
 applies to ``sender_owners``. A value another tenant already owns is refused unless the operator marks it
 shared, which marks every row of that value shared.
 
-The tenant's default sender (``default_from``, ``messaging_service_sid``) is always one it owns:
+The tenant's default sender (``default_from``, ``sender_pool``) is always one it owns:
 ``default_senders_assign`` assigns it when it is free, and ``sender_release`` refuses to release it, so
 the per-message check can skip it (most messages use the default: no query for them).
 """
@@ -91,7 +91,7 @@ def sender_release(*, tenant: Tenant, sender: str, provider: str | None = None) 
     while it is the tenant's default sender. A value left with one tenant is no longer shared. Messages
     already accepted keep their sender; new requests naming it are refused. Returns the rows removed."""
     _, value = sender_parse(sender)
-    if value in {tenant.default_from, tenant.messaging_service_sid}:
+    if value in {tenant.default_from, tenant.sender_pool}:
         raise SenderError(f"{value} is the tenant's default sender: change the default first")
     rows = TenantSender.objects.filter(tenant=tenant, value=value)
     if provider is not None:
@@ -132,7 +132,7 @@ def default_senders_assign(*, tenant: Tenant, shared: bool = False) -> None:
     """Make the tenant own its default sender and sender pool (``tenant_create``, the admin): each is
     assigned when it is free (or, with ``shared``, shared with the tenants that have it), else
     SenderError naming it."""
-    for value in (tenant.default_from, tenant.messaging_service_sid):
+    for value in (tenant.default_from, tenant.sender_pool):
         if value and not TenantSender.objects.filter(tenant=tenant, value=value).exists():
             sender_assign(tenant=tenant, sender=value, shared=shared)
 
@@ -172,7 +172,7 @@ class OwnershipCheck:
     _known: dict[str, bool] = field(default_factory=dict)
 
     def owns(self, sender: str) -> bool:
-        if sender in (self.tenant.default_from, self.tenant.messaging_service_sid):
+        if sender in (self.tenant.default_from, self.tenant.sender_pool):
             return True
         if sender not in self._known:
             self._known[sender] = tenant_owns_sender(self.tenant, sender)

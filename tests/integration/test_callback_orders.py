@@ -67,7 +67,7 @@ def test_messaging_service_sends_get_queued_sent_delivered_callbacks_and_end_del
     sandbox.config(service_assign_delay_ms=300, queue_delay_ms=300, **FAST_CALLBACKS)
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, 20, due_at=timezone.now())
-    assert Message.objects.filter(pk__in=pks).update(from_number="", messaging_service_sid=SERVICE_SID) == 20
+    assert Message.objects.filter(pk__in=pks).update(from_number="", sender_pool=SERVICE_SID) == 20
     start_gateway(pipeline)
     pipeline.wait_all_final(pks, timeout=45, final=FINAL)
     pipeline.wait_until(lambda: callbacks_settled(sandbox, 3 * 20), 20, "every callback posted")
@@ -83,7 +83,7 @@ def test_messaging_service_sends_get_queued_sent_delivered_callbacks_and_end_del
         sid = msg.provider_message_id
         assert sid and sid.startswith("SM")
         assert msg.provider_status == "delivered" and msg.delivered_at and msg.delivered_at >= msg.sent_at
-        assert (msg.from_number, msg.messaging_service_sid) == ("", SERVICE_SID)
+        assert (msg.from_number, msg.sender_pool) == ("", SERVICE_SID)
         attempt = Attempt.objects.get(message=msg)
         assert (attempt.outcome, attempt.provider_message_id) == (AttemptOutcome.ACCEPTED, sid)
         assert attempt.response["status"] == "accepted", "a service send is answered `accepted`"

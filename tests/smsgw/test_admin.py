@@ -101,7 +101,7 @@ def _tenant_form(**overrides) -> dict:
         "slug": "beta",
         "is_active": "on",
         "default_from": "+14155550100",
-        "messaging_service_sid": "",
+        "sender_pool": "",
         "default_timezone": "Europe/Paris",
         "daily_message_quota": 0,
         "max_pending_scheduled": 0,

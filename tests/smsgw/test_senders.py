@@ -10,8 +10,9 @@ import re
 from importlib import import_module
 
 import pytest
-from django.apps import apps as live_apps
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.test import Client
 from rest_framework.test import APIClient
 from twilio.request_validator import RequestValidator
@@ -193,11 +194,19 @@ def test_the_sender_admin_refuses_another_tenants_sender_unless_shared(a, b):
 # --- the migration ------------------------------------------------------------------------------------
 
 
+def _models_of_0014():
+    """The models as migration 0014 knew them, on today's tables: the tenant's pool was then the field
+    ``messaging_service_sid``, which 0017 renamed (field and column) to ``sender_pool``."""
+    state = MigrationLoader(connection).project_state(("smsgw", "0014_tenant_senders"))
+    state.models["smsgw", "tenant"].fields["messaging_service_sid"].db_column = "sender_pool"
+    return state.apps
+
+
 def test_the_migration_gives_each_tenant_its_defaults_and_shares_a_default_two_had(a, b):
     (ta, _), (tb, _) = a, b
     TenantSender.objects.all().delete()
-    Tenant.objects.filter(pk=tb.pk).update(default_from=A_NUMBER, messaging_service_sid=POOL)
-    import_module("smsgw.migrations.0014_tenant_senders")._own_defaults(live_apps, None)
+    Tenant.objects.filter(pk=tb.pk).update(default_from=A_NUMBER, sender_pool=POOL)
+    import_module("smsgw.migrations.0014_tenant_senders")._own_defaults(_models_of_0014(), None)
     rows = set(TenantSender.objects.values_list("tenant_id", "value", "kind", "shared"))
     assert rows == {
         (ta.pk, A_NUMBER, "number", True),

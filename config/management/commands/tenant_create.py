@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("name")
         parser.add_argument("--slug", default="")
         parser.add_argument("--from", dest="default_from", default="", help="Default sender (E.164).")
-        parser.add_argument("--messaging-service-sid", default="")
+        parser.add_argument("--messaging-service-sid", dest="sender_pool", default="")
         parser.add_argument(
             "--shared",
             action="store_true",
@@ -74,7 +74,7 @@ class Command(BaseCommand):
                     name=opts["name"],
                     slug=slug,
                     default_from=default_from,
-                    messaging_service_sid=opts["messaging_service_sid"],
+                    sender_pool=opts["sender_pool"],
                     default_timezone=opts["timezone"],
                     allowed_countries=countries,
                 )

@@ -75,7 +75,7 @@ def account_open(adapter) -> bool:
 
 
 def report(adapter, results: list[SubmitResult]):
-    rows = [{"reason_code": "", "from_number": SENDER, "messaging_service_sid": ""} for _ in results]
+    rows = [{"reason_code": "", "from_number": SENDER, "sender_pool": ""} for _ in results]
     return health.answers_report(adapter, rows, results)
 
 

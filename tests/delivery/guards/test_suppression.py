@@ -148,7 +148,7 @@ def test_tenant_wide_entry_blocks_every_sender(tenant, api):
     assert refused.status_code == 400 and "suppression" in refused.json()["error"]["message"]
     other, _ = tenant_with_key("other")
     assert not suppression.is_suppressed(
-        tenant_id=other.pk, number=recipient(6), from_number=SENDER, messaging_service_sid=""
+        tenant_id=other.pk, number=recipient(6), from_number=SENDER, sender_pool=""
     )
 
 

@@ -401,7 +401,7 @@ def test_patch_of_the_sender_replaces_the_old_one_whatever_its_kind(api):
     assert resp.status_code == 200, resp.content
     assert (resp.json()["from"], resp.json()["messaging_service_sid"]) == ("", service)
     live = occurrences(sid, status=Status.SCHEDULED)
-    assert {(m.from_number, m.messaging_service_sid) for m in live} == {("", service)}
+    assert {(m.from_number, m.sender_pool) for m in live} == {("", service)}
 
 
 def test_a_disabled_tenant_materializes_nothing_until_enabled(api):
