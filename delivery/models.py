@@ -139,7 +139,9 @@ class OptOutSignal(models.Model):
     tenant_id = models.BigIntegerField()
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
-    sender_pool = models.CharField(max_length=64, blank=True)
+    # The column keeps its old name until the release after this one (docs/deploy.md, "Rolling out a
+    # release": nothing renamed that the previous release still reads).
+    sender_pool = models.CharField(max_length=64, blank=True, db_column="messaging_service_sid")
     provider = models.CharField(max_length=32)
     error_code = models.CharField(max_length=32, blank=True)
     message = models.ForeignKey(

@@ -165,7 +165,10 @@ def sid_files() -> list[str]:
     out = []
     for path in _sources(["config", "reporting", *APPS]):
         rel = path.relative_to(ROOT).as_posix()
-        if not rel.startswith(SID_HOMES) and "messaging_service_sid" in path.read_text():
+        # A model field's ``db_column`` names storage the previous release still reads (docs/deploy.md):
+        # not the core naming the concept.
+        lines = [line for line in path.read_text().splitlines() if "db_column=" not in line]
+        if not rel.startswith(SID_HOMES) and any("messaging_service_sid" in line for line in lines):
             out.append(rel)
     return out
 

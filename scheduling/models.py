@@ -61,7 +61,9 @@ class Message(models.Model):
     from_number = models.CharField(max_length=32, blank=True)
     # The pool the provider picks the sender from when there is no from_number (a Twilio Messaging
     # Service). The tenant APIs show it under Twilio's name (scheduling.facade.names).
-    sender_pool = models.CharField(max_length=64, blank=True)
+    # The column keeps its old name until the release after this one (docs/deploy.md, "Rolling out a
+    # release": nothing renamed that the previous release still reads).
+    sender_pool = models.CharField(max_length=64, blank=True, db_column="messaging_service_sid")
     body = models.TextField()
     encoding = models.CharField(max_length=8)
     segments = models.PositiveSmallIntegerField()
@@ -280,7 +282,9 @@ class Schedule(models.Model):
 
     to = models.CharField(max_length=20)
     from_number = models.CharField(max_length=32, blank=True)
-    sender_pool = models.CharField(max_length=64, blank=True)
+    # The column keeps its old name until the release after this one (docs/deploy.md, "Rolling out a
+    # release": nothing renamed that the previous release still reads).
+    sender_pool = models.CharField(max_length=64, blank=True, db_column="messaging_service_sid")
     body = models.TextField()
     encoding = models.CharField(max_length=8)
     segments = models.PositiveSmallIntegerField()
@@ -380,7 +384,9 @@ class Campaign(models.Model):
     is_template = models.BooleanField(default=False)
     variables = models.JSONField(default=list, blank=True)  # placeholder names found in the template
     from_number = models.CharField(max_length=32, blank=True)
-    sender_pool = models.CharField(max_length=64, blank=True)
+    # The column keeps its old name until the release after this one (docs/deploy.md, "Rolling out a
+    # release": nothing renamed that the previous release still reads).
+    sender_pool = models.CharField(max_length=64, blank=True, db_column="messaging_service_sid")
     priority = models.CharField(max_length=16, choices=Priority.choices, default=Priority.BULK)
     validity_seconds = models.PositiveIntegerField()
     metadata = models.JSONField(default=dict, blank=True)

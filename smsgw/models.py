@@ -53,7 +53,9 @@ class Tenant(models.Model):
     is_active = models.BooleanField(default=True)
     # Sender identity used when a request names none.
     default_from = models.CharField(max_length=32, blank=True)
-    sender_pool = models.CharField(max_length=64, blank=True)
+    # The column keeps its old name until the release after this one (docs/deploy.md, "Rolling out a
+    # release": nothing renamed that the previous release still reads).
+    sender_pool = models.CharField(max_length=64, blank=True, db_column="messaging_service_sid")
     default_timezone = models.CharField(max_length=64, default="UTC")
     # Quotas (0 = unlimited); a new tenant starts with the finite SMSGW_DEFAULT_* values.
     daily_message_quota = models.PositiveIntegerField(default=default_daily_message_quota)

@@ -6,7 +6,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import connection
 
+from scheduling.models import Message
 from smsgw.models import Tenant
+
+# The sender pool's column, from the model: its name and the field's differ for a release.
+_POOL = Message._meta.get_field("sender_pool").column
 
 BENCH_TENANT = "bench"
 
@@ -61,7 +65,7 @@ def messages_load(
     with connection.cursor() as cur:
         cur.execute(
             """
-            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, sender_pool,
+            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, __POOL__,
                 body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
                 dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,
@@ -74,7 +78,7 @@ def messages_load(
                    %s + make_interval(secs => (g - %s) * %s), %s + interval '2 days', 'scheduled', '', 1,
                    %s + make_interval(secs => (g - %s) * %s), 0, %s, '', '', now(), now(), '', '[]'
             FROM generate_series(%s, %s) AS g
-            """,
+            """.replace("__POOL__", _POOL),
             [
                 tenant.pk,
                 senders,

@@ -21,7 +21,10 @@ from delivery.models import Attempt, SenderCapacity
 from sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.campaigns import control as campaign_control
 from scheduling.campaigns.progress import progress_add, progress_read
-from scheduling.models import Campaign, CampaignCounter
+from scheduling.models import Campaign, CampaignCounter, Message
+
+# The sender pool's column, from the model: its name and the field's differ for a release.
+_POOL = Message._meta.get_field("sender_pool").column
 
 PROVIDER = "twilio"
 
@@ -47,7 +50,7 @@ def _campaign_load(tenant, n: int) -> Campaign:
     with connection.cursor() as cur:
         cur.execute(
             """
-            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, sender_pool,
+            INSERT INTO scheduling_message (public_id, tenant_id, "to", from_number, __POOL__,
                 body, encoding, segments, priority, metadata, requested_send_at, requested_timezone,
                 dst_policy, dst_adjustment, due_at, expires_at, status, status_reason, version, run_after,
                 attempt_count, provider, provider_status, error_code, created_at, updated_at,
@@ -57,7 +60,7 @@ def _campaign_load(tenant, n: int) -> Campaign:
                    '', '', 'earlier', 'none', %s, %s + interval '2 days', 'scheduled', '', 1, %s, 0, %s,
                    '', '', now(), now(), '', %s, '+1' || (2000000000 + g)::text, '[]'
             FROM generate_series(1, %s) AS g
-            """,
+            """.replace("__POOL__", _POOL),
             [tenant.pk, tenant.default_from, now, now, now, PROVIDER, campaign.pk, n],
         )
         cur.execute("ANALYZE scheduling_message")

@@ -52,9 +52,11 @@ class Screened:
         return self.opted_out | set(self.refused)
 
 
+# The sender pool's column, from the model: the field's name and its column's differ for a release.
+_POOL = Message._meta.get_field("sender_pool").column
 _SUPPRESSED_SQL = (
     'EXISTS (SELECT 1 FROM "delivery_suppression" s WHERE s."tenant_id" = m."tenant_id" '
-    'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."sender_pool"))'
+    f'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."{_POOL}"))'
 )
 # The tenant's rules ride along as text (JSON decoded once per tenant, not once per row).
 _JSON_FIELDS = ("allowed_countries", "deny_prefixes", "deny_exempt_prefixes")

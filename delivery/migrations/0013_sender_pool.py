@@ -1,13 +1,24 @@
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
-    # The core's neutral name for a sender pool (issue 39). Only the column is renamed.
+    # The core's neutral name for a sender pool (issue 39). The model's field is renamed; its column keeps its name, so the release before this one
+    # reads and writes it unchanged during a rolling deploy (docs/deploy.md, "Rolling out a release"). The
+    # column itself can be renamed one release later.
     dependencies = [
-        ('delivery', '0012_sender_capacity_tenant_caps'),
+        ("delivery", "0012_sender_capacity_tenant_caps"),
     ]
 
     operations = [
-        migrations.RenameField(model_name='optoutsignal', old_name='messaging_service_sid', new_name='sender_pool'),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.RenameField(model_name="optoutsignal", old_name="messaging_service_sid", new_name="sender_pool"),
+                migrations.AlterField(
+                    model_name="optoutsignal",
+                    name="sender_pool",
+                    field=models.CharField(blank=True, db_column="messaging_service_sid", max_length=64),
+                ),
+            ],
+            database_operations=[],
+        ),
     ]
