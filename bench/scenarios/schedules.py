@@ -24,6 +24,9 @@ from scheduling.schedules.materialize import schedules_materialize, stored
 from scheduling.schedules.recurrence import recurrence_build
 from smsgw.models import Tenant, api_key_create
 
+# The sender pool's column, from the model: its name and the field's differ for a release.
+_POOL = Schedule._meta.get_field("sender_pool").column
+
 
 @dataclass(frozen=True)
 class RuleMix:
@@ -70,7 +73,7 @@ def schedules_load(
         cur.execute(
             """
             INSERT INTO scheduling_schedule (public_id, tenant_id, status, version, "to", from_number,
-                sender_pool, body, encoding, segments, priority, metadata, validity_seconds,
+                __POOL__, body, encoding, segments, priority, metadata, validity_seconds,
                 rrule, exdate, start_local, timezone, dst_policy, count_last_local, quiet_hours,
                 recipient_timezone, cursor_local, next_occurrence_at, materialized_until,
                 materialized_count, created_at, updated_at)
@@ -79,7 +82,7 @@ def schedules_load(
                    'GSM-7', 1, 'bulk', '{}', 86400, %s, '[]', %s, %s, 'earlier', NULL, '{}', '', %s, %s,
                    NULL, 0, now(), now()
             FROM generate_series(1, %s) AS g
-            """,
+            """.replace("__POOL__", _POOL),
             [tenant.pk, rec.text, stored(rec.start), tz_name, stored(first.local), first.due_at, n],
         )
         cur.execute(
