@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 # Embedded mode is what an unset DATABASE_URL / CELERY_BROKER_URL means; clear any leftovers.
 unset DATABASE_URL CELERY_BROKER_URL
 export SMSGW_VAR_DIR="${SMSGW_VAR_DIR:-$PWD/.var}"
+# The project's settings (config/settings/) for every Python this script runs, manage.py's included.
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings}"
 export SMSGW_PUBLIC_BASE_URL="${SMSGW_PUBLIC_BASE_URL:-http://127.0.0.1:${SMSGW_WEB_PORT:-8000}}"
 WEB_PORT="${SMSGW_WEB_PORT:-8000}"
 SANDBOX_PORT="${SMSGW_SANDBOX_PORT:-8081}"

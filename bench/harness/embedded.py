@@ -45,7 +45,15 @@ class EmbeddedRun:
         self.env = {
             k: v
             for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SECRET_KEY", "SMSGW_ENV")
+            # DJANGO_SETTINGS_MODULE too: a newcomer's shell has none, and the script must not need it.
+            if k
+            not in (
+                "DATABASE_URL",
+                "CELERY_BROKER_URL",
+                "DJANGO_SECRET_KEY",
+                "SMSGW_ENV",
+                "DJANGO_SETTINGS_MODULE",
+            )
         }
         self.env.update(
             SMSGW_VAR_DIR=str(self.var),

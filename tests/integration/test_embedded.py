@@ -61,7 +61,8 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SECRET_KEY")
+        # A newcomer's shell: no DJANGO_SETTINGS_MODULE either (pytest-django sets one in this process).
+        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SECRET_KEY", "DJANGO_SETTINGS_MODULE")
     }
     env.update(SMSGW_VAR_DIR=str(var), SMSGW_WEB_PORT=str(web), SMSGW_SANDBOX_PORT=str(sandbox))
     env.update(SMSGW_VONAGE_SANDBOX_PORT=str(vonage), SMSGW_VONAGE_SANDBOX_CONTROL_PORT=str(vonage_control))
