@@ -53,15 +53,7 @@ def live_rows(schedule: Schedule, now: datetime) -> list[OccurrenceRow]:
             schedule=schedule,
             occurrence_key__gte=f"{schedule.public_id}:{since:%Y%m%dT%H%M%S}",
             status__in=[Status.SCHEDULED, *IN_FLIGHT],
-        ).values(
-            "id",
-            "public_id",
-            "status",
-            "due_at",
-            "quiet_deferred_from",
-            "requested_local_time",
-            "schedule_version",
-        )
+        ).values(*ROW_FIELDS)
     )
 
 
@@ -133,13 +125,7 @@ def occurrences_cancel(
 def _all_pending_rows(schedule: Schedule) -> list[OccurrenceRow]:
     return list(
         Message.objects.filter(schedule=schedule, status__in=[Status.SCHEDULED, *IN_FLIGHT]).values(
-            "id",
-            "public_id",
-            "status",
-            "due_at",
-            "quiet_deferred_from",
-            "requested_local_time",
-            "schedule_version",
+            *ROW_FIELDS
         )
     )
 
