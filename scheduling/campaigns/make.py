@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -274,7 +274,7 @@ def _commit(
                 tenants,
                 report,
             )
-        except OperationalError as exc:
+        except Exception as exc:  # a deadlock is made again; anything else goes on up as it was
             if attempt + 1 == DEADLOCK_RETRIES or not _deadlock(exc):
                 raise
             log.info("campaign %s range %d: batch made again after a deadlock", maker.c.public_id, own.index)
@@ -282,9 +282,11 @@ def _commit(
 
 
 def _deadlock(exc: BaseException) -> bool:
+    """PostgreSQL's deadlock, as Django wraps it (an OperationalError caused by it) or as it comes from a
+    psycopg cursor of our own (``server_bound_cursor``: a birth's insert), which Django does not wrap."""
     from psycopg import errors
 
-    return isinstance(exc.__cause__, errors.DeadlockDetected)
+    return isinstance(exc, errors.DeadlockDetected) or isinstance(exc.__cause__, errors.DeadlockDetected)
 
 
 def _commit_once(
