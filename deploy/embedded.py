@@ -1,7 +1,10 @@
-"""The embedded run's supervisor: starts the sandboxes (Twilio's and Vonage's), gunicorn, one celery
-worker and celery beat, keeps them running, and stops them all together. ``deploy/run-embedded.sh`` runs
-it after installing and migrating; it imports nothing of the project (only the standard library), so it
-cannot fail with it.
+"""The embedded run's supervisor: starts every provider's sandbox, gunicorn, one celery worker and celery
+beat, keeps them running, and stops them all together. ``deploy/run-embedded.sh`` runs it after
+installing and migrating; it imports nothing of the project (only the standard library), so it cannot
+fail with it. The sandboxes come from the provider registry, read by the script beforehand
+(``python -m delivery.providers.kits embedded``: each registered provider's kit says its command, its
+health URL, the environment the gateway needs to reach it and its banner line) and handed over as a
+JSON file (``--sandboxes``); no provider is named here.
 
 * **A child that dies is started again**, with a log line and a backoff: 1 s after a run of at least
   ``STABLE_SECONDS``, doubling (up to ``MAX_BACKOFF``) while it keeps dying sooner, so a child that cannot
@@ -53,8 +56,17 @@ def _parent_death_signal() -> None:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], ready_url: str | None = None, ready_line: str = ""):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        ready_url: str | None = None,
+        ready_line: str = "",
+        *,
+        stops_last: bool = False,
+    ):
         self.name = name
+        self.stops_last = stops_last  # a sandbox: stopped once nothing can submit to it any more
         self.argv = argv
         self.ready_url = ready_url
         self.ready_line = ready_line.encode()
@@ -233,7 +245,7 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not kill the supervisor mid-stop
         deadline = time.monotonic() + STOP_SECONDS
-        last = [c for c in self.children if c.name in SANDBOXES]
+        last = [c for c in self.children if c.stops_last]
         first = [c for c in self.children if c not in last]
         for child in first:
             child.signal_group(signal.SIGTERM)
@@ -263,25 +275,27 @@ class Supervisor:
                     self.selector.unregister(key.fileobj)
 
 
-# Stopped last, once nothing can submit to them any more.
-SANDBOXES = ("sandbox", "vonage-sandbox")
+def sandbox_children(sandboxes: list[dict]) -> list[Child]:
+    """The providers' sandboxes, as ``python -m delivery.providers.kits embedded`` listed them: each is
+    named after its provider and stopped last, once nothing can submit to it any more."""
+    return [
+        Child(f"{s['provider']}-sandbox", list(s["argv"]), ready_url=s["ready_url"], stops_last=True)
+        for s in sandboxes
+    ]
 
 
-def children_embedded(args: argparse.Namespace) -> list[Child]:
+def gateway_env(sandboxes: list[dict], environ: dict | None = None) -> None:
+    """What the gateway's processes need to reach the sandboxes (base URLs, CA files), for every child to
+    inherit; a variable the operator set keeps its value."""
+    target = os.environ if environ is None else environ
+    for sandbox in sandboxes:
+        for name, value in sandbox["gateway_env"].items():
+            target.setdefault(name, value)
+
+
+def children_embedded(args: argparse.Namespace, sandboxes: list[dict]) -> list[Child]:
     venv = Path(sys.executable).parent
     var = Path(args.var_dir)
-    sandbox = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1"]
-    sandbox += ["--port", str(args.sandbox_port), "--state-file", str(var / "sandbox-messages.jsonl")]
-    sandboxes = [Child("sandbox", sandbox, ready_url=f"http://127.0.0.1:{args.sandbox_port}/_sandbox/health")]
-    if args.vonage_sandbox_port:
-        # HTTPS with a throwaway CA written to --ca-file (the adapter's VONAGE_CA_BUNDLE); its control API
-        # (health, stats) in plain HTTP on a port of its own; its store kept across restarts.
-        second = [sys.executable, "-m", "sandbox.vonage", "--host", "127.0.0.1"]
-        second += ["--port", str(args.vonage_sandbox_port), "--control-port", str(args.vonage_control_port)]
-        second += ["--ca-file", args.vonage_ca_file or str(var / "vonage-sandbox-ca.pem")]
-        second += ["--state-file", str(var / "vonage-sandbox-messages.jsonl")]
-        health = f"http://127.0.0.1:{args.vonage_control_port}/_sandbox/health"
-        sandboxes.append(Child("vonage-sandbox", second, ready_url=health))
     # Nothing here uses gunicorn's control socket, and its default path is one per host (a second
     # gunicorn on the host would take it over).
     web = [
@@ -317,7 +331,7 @@ def children_embedded(args: argparse.Namespace) -> list[Child]:
     ]
     beat += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
     return [
-        *sandboxes,
+        *sandbox_children(sandboxes),
         Child("web", web, ready_url=f"http://127.0.0.1:{args.web_port}/healthz"),
         Child("worker", worker, ready_line=" ready."),
         Child("beat", beat, ready_line="beat: Starting"),
@@ -328,14 +342,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--var-dir", required=True)
     p.add_argument("--web-port", type=int, required=True)
-    p.add_argument("--sandbox-port", type=int, required=True)
-    p.add_argument("--vonage-sandbox-port", type=int, default=0, help="0: no Vonage sandbox")
-    p.add_argument("--vonage-control-port", type=int, default=0)
-    p.add_argument("--vonage-ca-file", default="", help="default: vonage-sandbox-ca.pem in the var dir")
+    p.add_argument(
+        "--sandboxes",
+        required=True,
+        help="JSON file: the providers' sandboxes (python -m delivery.providers.kits embedded VAR_DIR)",
+    )
     p.add_argument("--queues", required=True, help="comma-separated: every queue the code routes to")
-    p.add_argument("--banner", default="", help="printed once every child is ready")
+    p.add_argument(
+        "--banner", default="", help="printed once every child is ready; @SANDBOXES@: the sandboxes' lines"
+    )
     args = p.parse_args(argv)
-    supervisor = Supervisor(children_embedded(args), Path(args.var_dir) / "embedded.json", args.banner)
+    sandboxes = json.loads(Path(args.sandboxes).read_text())
+    gateway_env(sandboxes)
+    banner = args.banner.replace("@SANDBOXES@", "\n".join(f"  {s['banner']}" for s in sandboxes))
+    supervisor = Supervisor(children_embedded(args, sandboxes), Path(args.var_dir) / "embedded.json", banner)
     return supervisor.run()
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command, nothing but Python installed: SQLite (WAL), kombu's filesystem transport (with an atomic
-# publish: smsgw.runtime.transports), the sandbox provider, the web API (gunicorn), a real `celery worker` and a
+# publish: smsgw.runtime.transports), every provider's sandbox, the web API (gunicorn), a real `celery worker` and a
 # real `celery beat`, supervised. Ctrl-C stops all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,15 +13,6 @@ export SMSGW_VAR_DIR="${SMSGW_VAR_DIR:-$PWD/.var}"
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings}"
 export SMSGW_PUBLIC_BASE_URL="${SMSGW_PUBLIC_BASE_URL:-http://127.0.0.1:${SMSGW_WEB_PORT:-8000}}"
 WEB_PORT="${SMSGW_WEB_PORT:-8000}"
-SANDBOX_PORT="${SMSGW_SANDBOX_PORT:-8081}"
-export TWILIO_API_BASE_URL="${TWILIO_API_BASE_URL:-http://127.0.0.1:$SANDBOX_PORT}"
-# The Vonage sandbox beside it (docs/vonage.md, "The Vonage sandbox"): HTTPS on its port with a throwaway
-# CA written to the var dir (the adapter trusts that file), and its control API in plain HTTP on the next
-# port (health, stats). Outside production the VONAGE_* credentials default to the sandbox's.
-VONAGE_SANDBOX_PORT="${SMSGW_VONAGE_SANDBOX_PORT:-8082}"
-VONAGE_CONTROL_PORT="${SMSGW_VONAGE_SANDBOX_CONTROL_PORT:-$((VONAGE_SANDBOX_PORT + 1))}"
-export VONAGE_REST_HOST="${VONAGE_REST_HOST:-127.0.0.1:$VONAGE_SANDBOX_PORT}"
-export VONAGE_CA_BUNDLE="${VONAGE_CA_BUNDLE:-$SMSGW_VAR_DIR/vonage-sandbox-ca.pem}"
 # Routing (docs/routing.md): UK numbers through Vonage with Twilio as its standby, US numbers through
 # Twilio with Vonage as its standby (a leg of weight 0 is reached only by failover), everything else
 # through SMSGW_PROVIDER. SMSGW_ROUTES= (empty) turns it off.
@@ -44,11 +35,16 @@ if [ ! -s "$SMSGW_VAR_DIR/demo-account-sid" ]; then
     > "$SMSGW_VAR_DIR/demo-account-sid"
 fi
 
+# Every registered provider's sandbox (delivery/providers/<name>/kit.py says how to run it, on which port:
+# SMSGW_SANDBOX_PORT 8081 for Twilio's, SMSGW_VONAGE_SANDBOX_PORT 8082 for Vonage's; docs/vonage.md, "The
+# Vonage sandbox"), and the environment the gateway needs to reach it, for the supervisor.
+SANDBOXES="$SMSGW_VAR_DIR/sandboxes.json"
+$PY -m delivery.providers.kits embedded "$SMSGW_VAR_DIR" > "$SANDBOXES"
+
 BANNER="
 smsgw is running (embedded mode).
   API:      http://127.0.0.1:$WEB_PORT/v1/messages   (reference: /v1/docs, OpenAPI: /v1/openapi.json)
-  Sandbox:  $TWILIO_API_BASE_URL   (submissions: /_sandbox/stats)
-  Vonage:   https://$VONAGE_REST_HOST   (CA $VONAGE_CA_BUNDLE; stats: http://127.0.0.1:$VONAGE_CONTROL_PORT/_sandbox/stats)
+@SANDBOXES@
   Routes:   ${SMSGW_ROUTES:-none}   (else ${SMSGW_PROVIDER:-twilio})
   API key:  $(cat "$SMSGW_VAR_DIR/demo-api-key")      (also in $SMSGW_VAR_DIR/demo-api-key)
   Twilio-compatible API: http://127.0.0.1:$WEB_PORT/2010-04-01/Accounts/$(cat "$SMSGW_VAR_DIR/demo-account-sid")/Messages.json
@@ -56,10 +52,9 @@ smsgw is running (embedded mode).
 A process that dies is started again (its line says so). Press Ctrl-C to stop.
 
 "
-# The sandbox, gunicorn, one celery worker on every queue and celery beat, kept running by a small
+# The sandboxes, gunicorn, one celery worker on every queue and celery beat, kept running by a small
 # supervisor (deploy/embedded.py): a child that dies is restarted with a backoff; Ctrl-C stops them all.
 # The worker consumes every queue the code routes to (smsgw/runtime/queues.py, the one list).
 QUEUES=$($PY -c 'from smsgw.runtime.queues import ROUTED_QUEUES; print(",".join(ROUTED_QUEUES))')
-exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandbox-port "$SANDBOX_PORT" \
-  --vonage-sandbox-port "$VONAGE_SANDBOX_PORT" --vonage-control-port "$VONAGE_CONTROL_PORT" \
-  --vonage-ca-file "$VONAGE_CA_BUNDLE" --queues "$QUEUES" --banner "$BANNER"
+exec $PY deploy/embedded.py --var-dir "$SMSGW_VAR_DIR" --web-port "$WEB_PORT" --sandboxes "$SANDBOXES" \
+  --queues "$QUEUES" --banner "$BANNER"

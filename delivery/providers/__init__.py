@@ -2,9 +2,13 @@
 
 ``PROVIDERS`` is the registry: one line per provider, its name (a message's ``provider``) and its package
 under this folder. A package declares what the core may ask of it (``smsgw.config.providers``:
-``CAPABILITIES``, ``load_settings``, ``create_adapter``); adding a provider is its package plus its line
-here. ``get_adapter(name)`` returns this process's adapter for a provider name, or for
-``settings.SMSGW_PROVIDER`` (new submissions) when no name is given.
+``CAPABILITIES``, ``load_settings``, ``create_adapter``) and carries its whole kit: its sandbox, the
+``kit`` module that tells the embedded run and the test harness how to start that sandbox and point the
+gateway at it (``delivery.providers.kits``), and its tests (``<package>/tests/``, collected with the
+suite). Adding a provider is its package plus its line here; a package installed from elsewhere is
+registered by ``SMSGW_PROVIDER_PACKAGES`` (``name=module``, comma-separated) instead of a line.
+``get_adapter(name)`` returns this process's adapter for a provider name, or for ``settings.SMSGW_PROVIDER``
+(new submissions) when no name is given.
 
 Only modules under this package import a provider SDK or name a provider; callers see
 ``delivery.providers.base`` types, ``Capabilities`` and ``ProviderQueryError``. This module imports no
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -56,6 +61,36 @@ PROVIDERS: dict[str, Callable[[], ProviderAdapter]] = {
     "vonage": Package("delivery.providers.vonage"),
 }
 DEFAULT_PROVIDER = next(iter(PROVIDERS))
+
+# A registered name is a message's ``provider`` (and a URL segment: ``/receipts/<provider>/``); a module is
+# a dotted path (never a file path or anything importlib would read otherwise).
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
+PACKAGES_SETTING = "SMSGW_PROVIDER_PACKAGES"
+
+
+def packages_from(value: str) -> dict[str, Package]:
+    """The registry lines a ``SMSGW_PROVIDER_PACKAGES`` value adds: ``name=module`` pairs, comma-separated
+    (a provider package installed from elsewhere, or a test's own). A name already registered, a
+    malformed pair or a repeated name is refused, naming the variable."""
+    entries: dict[str, Package] = {}
+    for raw in value.split(","):
+        pair = raw.strip()
+        if not pair:
+            continue
+        name, _, module = (part.strip() for part in pair.partition("="))
+        if not _NAME.fullmatch(name) or not _MODULE.fullmatch(module):
+            raise ImproperlyConfigured(
+                f"{PACKAGES_SETTING}: {pair[:80]!r} is not name=module "
+                "(a lower-case name, a dotted module path)"
+            )
+        if name in PROVIDERS or name in entries:
+            raise ImproperlyConfigured(f"{PACKAGES_SETTING}: provider {name!r} is registered twice")
+        entries[name] = Package(module)
+    return entries
+
+
+PROVIDERS.update(packages_from(os.environ.get(PACKAGES_SETTING, "")))
 
 
 def _named() -> None:
@@ -155,12 +190,14 @@ get_adapter.cache_clear = _cache_clear  # type: ignore[attr-defined]
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "PACKAGES_SETTING",
     "PROVIDERS",
     "Package",
     "ProviderQueryError",
     "capabilities",
     "declare_all",
     "get_adapter",
+    "packages_from",
     "providers_preload",
     "providers_warm",
     "register",

@@ -120,14 +120,14 @@ def test_the_scenario_runs_at_tiny_scale_and_prints_its_figures(capsys):
     from django.db import connection
 
     from bench.scenarios.failover import failover
-    from tests.integration.conftest import FAST
+    from tests.harness import fast_env
     from tests.processes import broker_purge, process_env
 
     if connection.vendor != "postgresql":
         pytest.skip("the benchmark runs on PostgreSQL")
     broker_purge()
     # The workers on this test's database and broker, with the integration tests' short windows.
-    env = {k: v for k, v in process_env(**FAST).items() if k in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env = {k: v for k, v in process_env(**fast_env()).items() if k in ("DATABASE_URL", "CELERY_BROKER_URL")}
     result = failover(
         n=300,
         rate=100.0,
@@ -137,7 +137,7 @@ def test_the_scenario_runs_at_tiny_scale_and_prints_its_figures(capsys):
         timeout=90.0,
         reconcile_list_lag=2,
         lead_seconds=5.0,
-        env={**FAST, **env},
+        env={**fast_env(), **env},
     )
     out = capsys.readouterr().out
     assert "== bench failover: 300 messages" in out

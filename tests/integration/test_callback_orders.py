@@ -25,7 +25,7 @@ from receipts.models import ReceiptEvent, ReceiptOutcome
 from sandbox.callbacks import SIGNATURE_SETTINGS_HEADER, twilio_signature
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED)

@@ -18,7 +18,7 @@ from delivery.models import Attempt, SenderCapacity
 from scheduling.campaigns.progress import progress_read
 from scheduling.models import Message, Status
 from tests.factories import SENDER, campaign_with_messages, tenant_with_key
-from tests.integration.conftest import Pipeline, start_web
+from tests.harness import Pipeline, start_web
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

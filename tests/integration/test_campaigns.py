@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from scheduling.models import Campaign, CampaignError, CampaignRange, Message, MessageEvent, Status
 from tests.factories import recipient, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

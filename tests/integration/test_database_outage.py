@@ -16,7 +16,7 @@ from django.db import connection
 
 from scheduling.models import Message
 from tests.factories import RECIPIENT, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 from tests.integration.db_proxy import DatabaseProxy
 from tests.integration.test_process_stop import STOP_DEADLINE_S, sigterm_group_and_time
 from tests.waiting import wait_for

@@ -82,9 +82,9 @@ def _under_cpu_load(embedded, seconds: int) -> None:
     result = outcome(run, sender.accepted, settle_seconds=180)
     assert result["accepted"] == 2 * seconds
     _assert_each_delivered_once(run, result)
-    assert run.restarts() == {"sandbox": 0, "vonage-sandbox": 0, "web": 0, "worker": 0, "beat": 0}, run.log()[
-        -6000:
-    ]
+    assert run.restarts() == {"twilio-sandbox": 0, "vonage-sandbox": 0, "web": 0, "worker": 0, "beat": 0}, (
+        run.log()[-6000:]
+    )
     assert all(_alive(pid) for pid in pids.values()), pids
     assert "Unrecoverable error" not in run.log()
 
@@ -145,7 +145,7 @@ def test_bad_files_in_the_embedded_broker_folder_are_set_aside_and_the_worker_se
     assert "Unrecoverable error" not in log
 
 
-CHILDREN = ("sandbox", "vonage-sandbox", "web", "worker", "beat")
+CHILDREN = ("twilio-sandbox", "vonage-sandbox", "web", "worker", "beat")
 
 
 def test_each_embedded_child_killed_with_sigkill_is_restarted_and_every_message_is_delivered_once(embedded):
@@ -160,7 +160,7 @@ def test_each_embedded_child_killed_with_sigkill_is_restarted_and_every_message_
     run = embedded(FAST)
     sender = Sender(run, rate=4, seconds=600, senders=8)
     sender.start()
-    for child in ("worker", "sandbox", "beat", "web"):
+    for child in ("worker", "twilio-sandbox", "beat", "web"):
         seen = len(sender.accepted)
         wait_for(
             lambda n=seen: len(sender.accepted) >= n + 20, 120, f"20 messages accepted before {child}'s kill"

@@ -17,7 +17,7 @@ from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.config import routes as route_config
 from tests.factories import messages_bulk, sender_for, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

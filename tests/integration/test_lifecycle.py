@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from delivery.models import Attempt, AttemptOutcome
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, recipient, tenant_with_key
-from tests.integration.conftest import handed_over
+from tests.harness import handed_over
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from scheduling.limits.models import QuotaWindow
 from scheduling.models import Message, MessageEvent
 from tests.factories import recipient, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from scheduling.models import Message, Status
 from tests import processes
 from tests.factories import messages_bulk, tenant_with_key
-from tests.integration.conftest import handed_over
+from tests.harness import handed_over
 from tests.integration.split_host import SplitHost, split_host_unavailable
 
 pytestmark = pytest.mark.integration

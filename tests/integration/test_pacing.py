@@ -19,7 +19,7 @@ from scheduling.lifecycle import transitions
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.models import Tenant
 from tests.factories import SENDER, message, messages_bulk, recipient, tenant_with_key
-from tests.integration.conftest import Pipeline
+from tests.harness import Pipeline
 from tests.processes import broker_purge
 from tests.sandbox_process import SandboxProcess
 

@@ -13,7 +13,7 @@ from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, recipient, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -14,7 +14,7 @@ from django.utils import timezone
 from delivery.models import AttemptOutcome
 from scheduling.models import Message, Status
 from tests.factories import messages_bulk, recipient, tenant_with_key
-from tests.integration.conftest import handed_over
+from tests.harness import handed_over
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from scheduling.facade.resources import public_id_of
 from scheduling.models import Message, Status
 from tests.factories import RECIPIENT, SENDER, sender_for, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 
 NODE = shutil.which("node")
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"

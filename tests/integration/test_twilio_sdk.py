@@ -18,7 +18,7 @@ from twilio.request_validator import RequestValidator
 from scheduling.facade.resources import public_id_of
 from scheduling.models import Message, Status
 from tests.factories import RECIPIENT, SENDER, messages_bulk, sender_for, tenant_with_key
-from tests.integration.conftest import start_web
+from tests.harness import start_web
 from tests.scheduling.facade.sdk_client import sdk_client
 from tests.waiting import wait_for
 from tests.webhook_receiver import WebhookReceiver

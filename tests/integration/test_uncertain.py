@@ -22,7 +22,7 @@ from tests.factories import messages_bulk, recipient, tenant_with_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-# FAST (tests/integration/conftest.py) keeps TWILIO_TIMEOUT_SECONDS=2 and the grace at 3 s.
+# The harness (tests/harness.py) keeps every provider's request timeout at 2 s and the grace at 3 s.
 TIMEOUT = 2
 GRACE = 3
 # The list-lag bound for tests whose sandbox list does not lag: absence is declared 2 + 3 + 5 s after an

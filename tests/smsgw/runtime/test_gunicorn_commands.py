@@ -24,7 +24,7 @@ EXPECTED = {
     "deploy/systemd/smsgw-web.service",
     "docs/deploy.md",
     "bench/harness/devprocs.py",
-    "tests/integration/conftest.py",
+    "tests/harness.py",
 }
 
 

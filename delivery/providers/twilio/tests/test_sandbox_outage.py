@@ -13,8 +13,8 @@ import pytest
 import requests
 from twilio.base.exceptions import TwilioRestException
 
-from tests.sandbox.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
-from tests.sandbox.test_sandbox_fidelity import raw_request
+from delivery.providers.twilio.tests.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
+from delivery.providers.twilio.tests.test_sandbox_fidelity import raw_request
 from tests.sandbox_process import SandboxProcess
 
 FROM = "+15005550006"

@@ -11,9 +11,9 @@ import requests
 from vonage_http_client import Auth
 from vonage_sms import SmsError, SmsMessage
 
+from delivery.providers.vonage.tests.helpers import FAST, ReceiptReceiver, sdk
 from sandbox.vonage.parts import signature
 from sandbox.vonage.process import VonageSandboxProcess
-from tests.sandbox.vonage_helpers import FAST, ReceiptReceiver, sdk
 from tests.waiting import wait_for
 
 GB = "447700900000"

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from twilio.base.exceptions import TwilioRestException
 
-from tests.sandbox.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
+from delivery.providers.twilio.tests.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
 
 FROM = "+15005550006"
 SERVICE = "MG" + "c" * 32

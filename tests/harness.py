@@ -1,19 +1,30 @@
-"""Integration fixtures: the sandbox provider, celery workers and beat as real processes, on the test
-database (PostgreSQL in CI) and the test broker (Redis in CI)."""
+"""The integration harness (a plugin of every test run: the root conftest.py loads it): a provider's
+sandbox, celery workers and beat as real processes, on the test database (PostgreSQL in CI) and the test
+broker (Redis in CI).
+
+It names no provider: a provider's sandbox, the environment the gateway needs to reach it and how its
+submissions are counted come from its kit (``delivery.providers.kits``). ``pipeline`` sends through the
+default provider (the registry's first); ``provider_pipeline(name)`` through any registered one, and a
+provider package's own tests (``delivery/providers/<name>/tests/``) use it.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from bench.harness.devprocs import BIN
-from sandbox.vonage.process import VonageSandboxProcess
-from scheduling.models import Message, Status
+from delivery.providers import DEFAULT_PROVIDER
+from delivery.providers.kits import kit_module
+from scheduling.models import Message, MessageEvent, Status
+from smsgw.config import providers as declarations
 from tests import processes
-from tests.sandbox_process import SandboxProcess
 
 # Short windows so recovery paths run within a test's time, not production's minutes.
 FAST = {
@@ -21,8 +32,6 @@ FAST = {
     "SMSGW_QUEUED_RECOVERY_SECONDS": "4",
     "SMSGW_SENDING_LEASE_SECONDS": "4",
     "SMSGW_RETRY_BASE_SECONDS": "0.2",
-    "TWILIO_TIMEOUT_SECONDS": "2",
-    "VONAGE_TIMEOUT_SECONDS": "2",
     "SMSGW_RECONCILE_FIRST_LOOK_SECONDS": "1",
     "SMSGW_RECONCILE_ABSENT_GRACE_SECONDS": "3",
     # The sandbox's list does not lag unless a test says so (list_lag_seconds); tests that make it lag set
@@ -45,18 +54,48 @@ FAST = {
     # tests set a tenant's own limit.
     "SMSGW_API_RATE_PER_SECOND": "0",
 }
+# Every provider's request timeout (its package names the setting), short enough for a recovery path to
+# run within a test: the sending lease above must stay longer.
+REQUEST_TIMEOUT_SECONDS = "2"
+
+
+def _request_timeouts() -> dict[str, str]:
+    return {
+        s.request_timeout_setting: REQUEST_TIMEOUT_SECONDS
+        for s in declarations.all_settings()
+        if s.request_timeout_setting
+    }
+
+
+def fast_env() -> dict[str, str]:
+    """The harness's short windows and request timeouts, for a process started outside a pipeline."""
+    return {**_request_timeouts(), **FAST}
+
+
+def kit(provider: str) -> Any:
+    """Provider ``provider``'s kit module; a test of a provider without one is a usage error."""
+    module = kit_module(provider)
+    if module is None:
+        raise pytest.UsageError(f"provider {provider!r} has no kit (delivery/providers/<name>/kit.py)")
+    return module
+
+
+def sandbox_process(provider: str = DEFAULT_PROVIDER, **options: Any) -> Any:
+    """Provider ``provider``'s sandbox as a separate process, not yet started (its kit's options)."""
+    return kit(provider).sandbox_process(**options)
 
 
 class Pipeline:
-    def __init__(self, sandbox: SandboxProcess):
+    """Workers, beats and web processes sending through ``sandbox``, provider ``provider``'s sandbox
+    process (started): its kit says what the gateway needs to reach it."""
+
+    def __init__(self, sandbox: Any, provider: str = DEFAULT_PROVIDER):
         self.sandbox = sandbox
+        self.provider = provider
+        self.kit = kit(provider)
         self.procs: list[processes.Proc] = []
-        self.env = processes.process_env(
-            TWILIO_API_BASE_URL=sandbox.base_url,
-            TWILIO_ACCOUNT_SID=sandbox.account_sid,
-            TWILIO_AUTH_TOKEN=sandbox.auth_token,
-            **FAST,
-        )
+        chosen = {} if provider == DEFAULT_PROVIDER else {"SMSGW_PROVIDER": provider}
+        self.env = processes.process_env(**self.kit.gateway_env(sandbox), **fast_env(), **chosen)
 
     # Workers and beats start without waiting for each other: the next wait (wait_until, wait_all_final,
     # ready) first waits until every one started so far is ready, so a test's processes start together.
@@ -76,7 +115,8 @@ class Pipeline:
             proc.ready()
 
     def submissions_by_recipient(self) -> Counter:
-        return Counter(m.to for m in self.sandbox.list_messages())
+        """Submissions the sandbox stored, by recipient (E.164; a long message once)."""
+        return self.kit.submitted_to(self.sandbox)
 
     def wait_until(self, predicate, timeout: float, what: str) -> None:
         self.ready()
@@ -87,7 +127,16 @@ class Pipeline:
             time.sleep(0.25)
         logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in self.procs)
         counts = dict(Counter(Message.objects.values_list("status", flat=True)))
-        raise AssertionError(f"timed out waiting for {what}; statuses {counts}\n{logs}")
+        # What the unfinished messages went through: the timeline of two of them.
+        sample = list(Message.objects.exclude(status=Status.DELIVERED).order_by("id")[:2])
+        timelines = "\n".join(
+            f"{m.public_id} {m.status} {m.reason_code} {m.status_reason}: "
+            + "; ".join(f"{e.kind} {e.details}"[:300] for e in MessageEvent.objects.filter(message=m))
+            for m in sample
+        )
+        raise AssertionError(
+            f"timed out waiting for {what}; statuses {counts}\n{logs}\n--- timelines\n{timelines}"
+        )
 
     def wait_all_final(
         self,
@@ -110,55 +159,6 @@ class Pipeline:
 
     def stop(self) -> None:
         processes.stop_all(self.procs)
-
-
-# The signature secret both sides share in the Vonage pipeline: the sandbox signs its receipts (and checks
-# our signed requests) with it, the gateway checks every receipt's ``sig`` (VONAGE_SIGNATURE_SECRET).
-VONAGE_SIGNATURE_SECRET = "integration-signature-secret"
-VONAGE_SIGNATURE_METHOD = "sha256"
-
-
-class VonagePipeline(Pipeline):
-    """The same processes, sending through the Vonage sandbox (SMSGW_PROVIDER=vonage): a real HTTPS
-    server with its own throwaway CA, requests and receipts signed with a shared secret."""
-
-    def __init__(self, vonage: VonageSandboxProcess):
-        self.sandbox = vonage  # type: ignore[assignment]
-        self.vonage = vonage
-        self.procs = []
-        self.env = processes.process_env(
-            SMSGW_PROVIDER="vonage",
-            VONAGE_REST_HOST=vonage.rest_host,
-            VONAGE_CA_BUNDLE=vonage.ca_file,
-            VONAGE_API_KEY=vonage.api_key,
-            VONAGE_API_SECRET=vonage.api_secret,
-            VONAGE_SIGNATURE_SECRET=VONAGE_SIGNATURE_SECRET,
-            VONAGE_SIGNATURE_METHOD=VONAGE_SIGNATURE_METHOD,
-            **FAST,
-        )
-
-    def wait_until(self, predicate, timeout: float, what: str) -> None:
-        try:
-            super().wait_until(predicate, timeout, what)
-        except AssertionError as exc:
-            # What the messages went through, for the failure: the timeline of two of them.
-            from scheduling.models import MessageEvent
-
-            sample = list(Message.objects.exclude(status=Status.DELIVERED).order_by("id")[:2])
-            timelines = "\n".join(
-                f"{m.public_id} {m.status} {m.reason_code} {m.status_reason}: "
-                + "; ".join(f"{e.kind} {e.details}"[:300] for e in MessageEvent.objects.filter(message=m))
-                for m in sample
-            )
-            raise AssertionError(f"{exc}\n--- timelines\n{timelines}") from None
-
-    def parts_by_client_ref(self) -> Counter:
-        """Parts stored at the sandbox, by the client-ref each submission carried."""
-        return Counter(p["client-ref"] for p in self.vonage.messages())
-
-    def submissions_by_recipient(self) -> Counter:
-        """Submissions (requests stored, a long message once) by recipient, as the sandbox holds them."""
-        return Counter(f"+{p['to']}" for p in self.vonage.messages() if p["part"] == 1)
 
 
 def handed_over(pks) -> Counter:
@@ -200,29 +200,27 @@ def start_web(
 
 
 @pytest.fixture
-def pipeline(transactional_db):
+def provider_pipeline(transactional_db) -> Iterator[Callable[..., Pipeline]]:
+    """``provider_pipeline(name, **sandbox_options)``: a pipeline through provider ``name``'s sandbox
+    (started here, stopped with its processes at the test's end)."""
     processes.broker_purge()
     connection.close()  # workers are separate processes; do not hold a connection they could wait on
-    with SandboxProcess() as sandbox:
-        pipe = Pipeline(sandbox)
+    with ExitStack() as stack:
+
+        def make(provider: str = DEFAULT_PROVIDER, **options: Any) -> Pipeline:
+            sandbox = stack.enter_context(sandbox_process(provider, **options))
+            pipe = Pipeline(sandbox, provider)
+            stack.callback(pipe.stop)
+            return pipe
+
         try:
-            yield pipe
+            yield make
         finally:
-            pipe.stop()
+            stack.close()
             processes.broker_purge()
 
 
 @pytest.fixture
-def vonage_pipeline(transactional_db):
-    """Workers and beat sending through the Vonage sandbox; receipts need ``start_web`` (a test's own
-    choice, as for Twilio)."""
-    processes.broker_purge()
-    connection.close()
-    extra = ["--signature-secret", VONAGE_SIGNATURE_SECRET, "--signature-method", VONAGE_SIGNATURE_METHOD]
-    with VonageSandboxProcess(extra_args=extra) as vonage:
-        pipe = VonagePipeline(vonage)
-        try:
-            yield pipe
-        finally:
-            pipe.stop()
-            processes.broker_purge()
+def pipeline(provider_pipeline) -> Pipeline:
+    """A pipeline through the default provider's sandbox."""
+    return provider_pipeline()

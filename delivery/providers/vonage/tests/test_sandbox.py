@@ -15,9 +15,9 @@ import requests
 from vonage_http_client.errors import HttpRequestError, ServerError
 from vonage_sms import SmsError, SmsMessage, SmsResponse
 
+from delivery.providers.vonage.tests.helpers import sdk
 from sandbox.vonage.parts import split_parts
 from sandbox.vonage.process import VonageSandboxProcess
-from tests.sandbox.vonage_helpers import sdk
 
 GB = "447700900000"
 

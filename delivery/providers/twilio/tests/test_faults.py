@@ -20,7 +20,7 @@ from django.utils import timezone
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission, ProviderCircuit, ProviderHold
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, tenant_with_key
-from tests.integration.conftest import Pipeline, handed_over
+from tests.harness import Pipeline, handed_over
 from tests.processes import broker_purge
 from tests.sandbox_process import SandboxProcess
 

@@ -23,7 +23,7 @@ from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import message, messages_bulk, recipient, tenant_with_key
-from tests.integration.conftest import VonagePipeline, start_web
+from tests.harness import Pipeline, start_web
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -31,13 +31,14 @@ FINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED, Status.EXPIRED, St
 
 
 @pytest.fixture
-def vonage(vonage_pipeline, settings) -> VonagePipeline:
+def vonage(provider_pipeline, settings) -> Pipeline:
     # Messages are born with the deployment's provider (scheduling.models): this process's too.
     settings.SMSGW_PROVIDER = "vonage"
     # Receipts at once (the sandbox's 500 ms default would only slow the tests down).
-    vonage_pipeline.vonage.config(callback_delay_ms=0, callback_gap_ms=50)
-    warm(start_web(vonage_pipeline))
-    return vonage_pipeline
+    pipeline = provider_pipeline("vonage")
+    pipeline.sandbox.config(callback_delay_ms=0, callback_gap_ms=50)
+    warm(start_web(pipeline))
+    return pipeline
 
 
 def _refused_receipt(base: str) -> float:
@@ -67,7 +68,7 @@ def warm(base: str) -> None:
         )
 
 
-def run(pipeline: VonagePipeline) -> None:
+def run(pipeline: Pipeline) -> None:
     connection.close()  # workers are separate processes; do not hold a connection they could wait on
     pipeline.worker()
     pipeline.beat()
@@ -78,21 +79,21 @@ def ref(msg: Message) -> str:
     return msg.public_id.removeprefix("msg_")
 
 
-def receipts_settled(pipeline: VonagePipeline) -> bool:
+def receipts_settled(pipeline: Pipeline) -> bool:
     return (
-        pipeline.vonage.stats()["callbacks"]["pending"] == 0
+        pipeline.sandbox.stats()["callbacks"]["pending"] == 0
         and not ReceiptEvent.objects.filter(processed_at__isnull=True).exists()
     )
 
 
-def delivered_once_each(pipeline: VonagePipeline, pks: list[int]) -> dict[str, list[dict]]:
+def delivered_once_each(pipeline: Pipeline, pks: list[int]) -> dict[str, list[dict]]:
     """Every message delivered; the sandbox holds exactly one submission of each (all its parts from one
     request), under the client-ref of the attempt that the message records, its first part's
     message-id the message's provider id; no duplicate recorded. Returns the stored parts by message."""
     pipeline.wait_until(lambda: receipts_settled(pipeline), 30, "receipts out and processed")
     msgs = list(Message.objects.filter(pk__in=pks))
     assert Counter(m.status for m in msgs) == {Status.DELIVERED: len(pks)}
-    stored = pipeline.vonage.messages()
+    stored = pipeline.sandbox.messages()
     by_message: dict[str, list[dict]] = {}
     for part in stored:
         by_message.setdefault(part["client-ref"].split(".")[0], []).append(part)
@@ -120,8 +121,8 @@ def test_plain_send_delivered_once_each_by_signed_receipts_with_client_ref_echoe
     run(vonage)
     vonage.wait_all_final(pks, timeout=60, final=FINAL)
     by_message = delivered_once_each(vonage, pks)
-    assert vonage.vonage.stats()["submissions"] == 50
-    assert vonage.vonage.stats()["callbacks"]["failed"] == 0
+    assert vonage.sandbox.stats()["submissions"] == 50
+    assert vonage.sandbox.stats()["callbacks"]["failed"] == 0
     for m in Message.objects.filter(pk__in=pks):
         assert Attempt.objects.filter(message=m).count() == 1
         (part,) = by_message[ref(m)]
@@ -157,13 +158,13 @@ def test_plain_send_delivered_once_each_by_signed_receipts_with_client_ref_echoe
 def test_throttled_requests_are_sent_again_later_none_failed_none_twice(vonage):
     """A third of the requests answered status 1 (throttled: refused for the rate, nothing queued): each
     such message is sent again after a backoff, uncharged, until it is taken once."""
-    vonage.vonage.config(throttled_rate=0.35)
+    vonage.sandbox.config(throttled_rate=0.35)
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, 40, due_at=timezone.now())
     run(vonage)
     vonage.wait_all_final(pks, timeout=60, final=FINAL)
     delivered_once_each(vonage, pks)
-    stats = vonage.vonage.stats()
+    stats = vonage.sandbox.stats()
     assert stats["rejections"].get("1", 0) >= 5, stats["rejections"]  # the scenario happened
     assert set(stats["rejections"]) == {"1"}
     assert stats["submissions"] == 40
@@ -175,7 +176,7 @@ def test_throttled_requests_are_sent_again_later_none_failed_none_twice(vonage):
 
 
 def _hold_then_recover(
-    pipeline: VonagePipeline, pks: list[int], error_code: str, recover, *, taken_before: int = 0
+    pipeline: Pipeline, pks: list[int], error_code: str, recover, *, taken_before: int = 0
 ) -> int:
     """An account fault: the account is held (a ProviderHold), every message waits in `queued`, none
     fails; once the sandbox takes the account again, every message is delivered once. ``taken_before``
@@ -188,7 +189,7 @@ def _hold_then_recover(
         f"an account hold for status {error_code}",
     )
     hold = ProviderHold.objects.filter(provider="vonage", error_code=error_code).earliest("opened_at")
-    assert hold.scope == "account" and hold.account == pipeline.vonage.api_key
+    assert hold.scope == "account" and hold.account == pipeline.sandbox.api_key
     # Held, not failed: a few seconds of the fault (probes included) end no message.
     pipeline.wait_until(
         lambda: (
@@ -217,23 +218,23 @@ def _hold_then_recover(
 def test_invalid_credentials_hold_the_account_none_failed_delivered_once_after(vonage):
     """Status 4 (invalid credentials: an account fault, docs/vonage.md): the account is held, nothing is
     failed; when the sandbox takes the credentials again, every message is delivered once."""
-    vonage.vonage.config(auth_fail=True)
+    vonage.sandbox.config(auth_fail=True)
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, 20, due_at=timezone.now())
-    assert _hold_then_recover(vonage, pks, "4", lambda: vonage.vonage.config(auth_fail=False)) == len(pks)
-    assert vonage.vonage.stats()["rejections"].get("4", 0) >= 1
+    assert _hold_then_recover(vonage, pks, "4", lambda: vonage.sandbox.config(auth_fail=False)) == len(pks)
+    assert vonage.sandbox.stats()["rejections"].get("4", 0) >= 1
 
 
 def test_insufficient_credit_holds_the_account_none_failed_delivered_once_after_top_up(vonage):
     """Status 9 (partner quota violation, "Top-up and retry": an account fault, docs/vonage.md): the
     balance runs out after 3 messages; the account is held, nothing fails; a top-up and every message is
     delivered once."""
-    vonage.vonage.config(balance=0.1, price_per_part=0.0333)  # 3 parts' worth
+    vonage.sandbox.config(balance=0.1, price_per_part=0.0333)  # 3 parts' worth
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, 20, due_at=timezone.now())
-    met = _hold_then_recover(vonage, pks, "9", lambda: vonage.vonage.config(balance=1000), taken_before=3)
+    met = _hold_then_recover(vonage, pks, "9", lambda: vonage.sandbox.config(balance=1000), taken_before=3)
     assert met >= len(pks) - 3  # the first 3 went through on the balance there was
-    assert vonage.vonage.stats()["rejections"].get("9", 0) >= 1
+    assert vonage.sandbox.stats()["rejections"].get("9", 0) >= 1
 
 
 def test_uncertain_submissions_resolved_by_their_receipts_never_resent_blind(vonage):
@@ -251,7 +252,7 @@ def test_uncertain_submissions_resolved_by_their_receipts_never_resent_blind(von
         {"to": lost[0].lstrip("+"), "action": "status", "status": 5},
         {"to": lost[1].lstrip("+"), "action": "500"},
     ]
-    vonage.vonage.config(rules=rules)
+    vonage.sandbox.config(rules=rules)
     found = [message(tenant, to=recipient(i)).pk for i in range(len(stored_actions))]
     plain = [message(tenant, to=recipient(100 + i)).pk for i in range(5)]
     run(vonage)
@@ -277,8 +278,8 @@ def test_uncertain_submissions_resolved_by_their_receipts_never_resent_blind(von
         (attempt,) = Attempt.objects.filter(message=m)  # one request, never a second
         assert attempt.outcome == AttemptOutcome.UNCERTAIN
         assert m.failed_at >= m.expires_at - timedelta(seconds=1)
-        assert not vonage.vonage.messages(to=m.to.lstrip("+"))  # nothing stored: it was never sent
-    stats = vonage.vonage.stats()
+        assert not vonage.sandbox.messages(to=m.to.lstrip("+"))  # nothing stored: it was never sent
+    stats = vonage.sandbox.stats()
     assert stats["by_outcome"]["rejected"] == 1 and stats["by_outcome"]["error_500"] == 1, stats["by_outcome"]
 
 
@@ -299,7 +300,7 @@ def test_long_message_three_part_ids_three_receipts_delivered_when_every_part_is
     vonage.wait_all_final([whole.pk], timeout=30, final=FINAL)
     delivered_once_each(vonage, [whole.pk])
     whole.refresh_from_db()
-    parts = sorted(vonage.vonage.messages(to=whole.to.lstrip("+")), key=lambda p: p["part"])
+    parts = sorted(vonage.sandbox.messages(to=whole.to.lstrip("+")), key=lambda p: p["part"])
     assert [(p["part"], p["parts"]) for p in parts] == [(1, 3), (2, 3), (3, 3)]
     assert "".join(p["text"] for p in parts) == LONG_BODY
     assert len({p["request_id"] for p in parts}) == 1
@@ -326,7 +327,7 @@ def test_long_message_three_part_ids_three_receipts_delivered_when_every_part_is
 
     # Every part refused by the carrier (rejected, err-code 8: a transient class, which would send a
     # one-part message again): the long message ends failed, submitted once.
-    vonage.vonage.config(receipt_rejected_share=1.0, receipt_rejected_err_code=8)
+    vonage.sandbox.config(receipt_rejected_share=1.0, receipt_rejected_err_code=8)
     refused = message(tenant, to=recipient(2), body=LONG_BODY)
     connection.close()
     vonage.wait_all_final([refused.pk], timeout=30, final=FINAL)
@@ -335,7 +336,7 @@ def test_long_message_three_part_ids_three_receipts_delivered_when_every_part_is
     assert refused.status == Status.FAILED, refused.status_reason
     assert refused.error_code == "8"
     assert Attempt.objects.filter(message=refused).count() == 1
-    stored = vonage.vonage.messages(to=refused.to.lstrip("+"))
+    stored = vonage.sandbox.messages(to=refused.to.lstrip("+"))
     assert len(stored) == 3 and len({p["request_id"] for p in stored}) == 1  # never sent again
     assert ReceiptEvent.objects.filter(message_id=refused.pk).count() == 3
     assert not DuplicateSubmission.objects.exists()

@@ -1,3 +1,5 @@
+"""The fixtures every test gets (loaded by the root conftest.py for tests/ and the provider packages' tests)."""
+
 import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient

@@ -11,9 +11,9 @@ from delivery.providers import PROVIDERS, ProviderQueryError, get_adapter
 from delivery.providers.base import RECEIPT_STATUSES, ErrorClass, Outcome, Scope, Submission
 from delivery.providers.vonage import CAPABILITIES, errors
 from delivery.providers.vonage.adapter import VonageAdapter
+from delivery.providers.vonage.tests.helpers import FAST, ReceiptReceiver
 from sandbox.process import unused_port
 from sandbox.vonage.process import VonageSandboxProcess
-from tests.sandbox.vonage_helpers import FAST, ReceiptReceiver
 from tests.waiting import wait_for
 
 TO = "447700900000"

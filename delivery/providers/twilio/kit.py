@@ -1,0 +1,56 @@
+"""Twilio's kit (``delivery.providers.kits``): its sandbox in the embedded run and in the test harness.
+
+The sandbox is Twilio's Programmable Messaging API as a real HTTP server (docs/twilio.md, "The sandbox
+provider"); the adapter reaches it through ``TWILIO_API_BASE_URL``. In the embedded run it listens on
+``SMSGW_SANDBOX_PORT`` (default 8081) and keeps its store in the var folder across restarts.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from delivery.providers.kits import EmbeddedSandbox
+
+PORT_SETTING = "SMSGW_SANDBOX_PORT"
+DEFAULT_PORT = 8081
+
+
+def _process_class() -> Any:
+    from tests.sandbox_process import SandboxProcess  # TODO(kit): the Twilio sandbox's own process class
+
+    return SandboxProcess
+
+
+def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
+    port = int(environ.get(PORT_SETTING) or DEFAULT_PORT)
+    argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--state-file", str(var_dir / "sandbox-messages.jsonl")]
+    url = f"http://127.0.0.1:{port}"
+    return EmbeddedSandbox(
+        argv=argv,
+        ready_url=f"{url}/_sandbox/health",
+        gateway_env={"TWILIO_API_BASE_URL": url},
+        banner=f"Twilio:   {environ.get('TWILIO_API_BASE_URL') or url}   (sandbox; stats: /_sandbox/stats)",
+    )
+
+
+def sandbox_process(**options: Any) -> Any:
+    """The sandbox as a separate process (not started): ``sandbox.process.SandboxProcess``'s options."""
+    return _process_class()(**options)
+
+
+def gateway_env(process: Any) -> dict[str, str]:
+    return {
+        "TWILIO_API_BASE_URL": process.base_url,
+        "TWILIO_ACCOUNT_SID": process.account_sid,
+        "TWILIO_AUTH_TOKEN": process.auth_token,
+    }
+
+
+def submitted_to(process: Any) -> Counter:
+    """Messages the sandbox stored, by recipient (its public list API, every page)."""
+    return Counter(m["to"] for m in process.messages_json())
