@@ -143,7 +143,7 @@ def test_no_core_module_names_a_provider_or_its_formats():
 
 # --- a fake third provider, its package being this module ---------------------------------------------
 
-FAKE = "fakeprov"
+FAKE = "modprov"
 CAPABILITIES = Capabilities(
     lookup_by_recipient=False,
     fetch_by_id=False,
@@ -156,11 +156,11 @@ CAPABILITIES = Capabilities(
 
 def load_settings(production: bool) -> ProviderSettings:
     return ProviderSettings(
-        values={"FAKEPROV_TOKEN": "fake-provider-secret-token"},
-        problem=None if not production else "FAKEPROV_TOKEN is a test's",
+        values={"MODPROV_TOKEN": "modprov-secret-token"},
+        problem=None if not production else "MODPROV_TOKEN is a test's",
         request_timeout=2.0,
-        request_timeout_setting="FAKEPROV_TIMEOUT_SECONDS",
-        secret_settings=("FAKEPROV_TOKEN",),
+        request_timeout_setting="MODPROV_TIMEOUT_SECONDS",
+        secret_settings=("MODPROV_TOKEN",),
     )
 
 
@@ -230,7 +230,7 @@ def test_a_registered_provider_is_asked_not_assumed(fake_provider):
     # Its secrets are redacted from log lines.
     from smsgw.runtime.logs import redact
 
-    assert "fake-provider-secret-token" not in redact("token=fake-provider-secret-token")
+    assert "modprov-secret-token" not in redact("token=modprov-secret-token")
 
 
 def test_a_message_is_sent_through_the_fake_provider_by_name(fake_provider, api):

@@ -1,0 +1,3 @@
+from tests.fakeprovider.sandbox.server import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The fake provider's own tests, inside its package like a real provider's."""
