@@ -326,7 +326,8 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     refused 403, nothing changed. Any other message is acknowledged and not stored. Answers 200 with the
     adapter's empty reply (``inbound_reply``: no automatic reply from us)."""
     from delivery.guards import suppression
-    from smsgw.values.phone import PhoneNumberError, mask, normalize_e164
+    from smsgw.channels import DEFAULT_CHANNEL, AddressError
+    from smsgw.values.phone import mask
 
     if provider in PROVIDERS and request.method not in get_adapter(provider).inbound_methods:
         refused = _error(405, "method", f"{provider} posts its inbound messages")
@@ -345,12 +346,12 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     if keyword is None:
         return reply
     try:
-        number = normalize_e164(inbound.from_number)
-    except PhoneNumberError as exc:
+        number = DEFAULT_CHANNEL.address(inbound.from_number)
+    except AddressError as exc:
         return _error(400, inbound.from_field, str(exc))
     try:
-        our_number = normalize_e164(inbound.to_number)
-    except PhoneNumberError as exc:
+        our_number = DEFAULT_CHANNEL.address(inbound.to_number)
+    except AddressError as exc:
         return _error(400, inbound.to_field, str(exc))
     pool = inbound.sender_pool
     sender = pool or our_number

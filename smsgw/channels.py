@@ -8,6 +8,8 @@ address looks like. The core asks them here, never the SMS rules directly:
   segments (``smsgw.values.segments``);
 - ``address(raw)``: a recipient, normalised, or ``AddressError`` saying why not. For SMS, an E.164 number
   (``smsgw.values.phone``);
+- ``address_query(raw)``: ``address`` for a recipient given in a URL's query string (a list filter), as
+  a query string carries it. For SMS, an unencoded ``+`` arrives as a space;
 - ``sender(raw)``: a sender given by value (a request's ``from``), normalised, or ``AddressError``. For
   SMS, an E.164 number or an alphanumeric sender id.
 
@@ -22,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from smsgw.values.phone import PhoneNumberError, normalize_e164
+from smsgw.values.phone import PhoneNumberError, normalize_e164, normalize_e164_query
 from smsgw.values.segments import (
     GSM7_BASIC_TABLE,
     GSM7_CONCAT_SEGMENT,
@@ -48,6 +50,8 @@ class Channel(Protocol):
     def cost(self, body: str) -> Cost: ...
 
     def address(self, raw: str) -> str: ...
+
+    def address_query(self, raw: str) -> str: ...
 
     def sender(self, raw: str) -> str: ...
 
@@ -76,6 +80,12 @@ class Sms:
     def address(self, raw: str) -> str:
         try:
             return normalize_e164(raw)
+        except PhoneNumberError as exc:
+            raise AddressError(str(exc)) from exc
+
+    def address_query(self, raw: str) -> str:
+        try:
+            return normalize_e164_query(raw)
         except PhoneNumberError as exc:
             raise AddressError(str(exc)) from exc
 

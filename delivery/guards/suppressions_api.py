@@ -15,11 +15,11 @@ from rest_framework.views import APIView
 from delivery.flow import capacity
 from delivery.guards import suppression
 from delivery.models import Suppression, SuppressionSource
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.http.strict_input import JsonTypedSerializer
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 SENDER_HELP = (
     "The From number or messaging service SID the recipient opted out of; empty or absent: every sender "
@@ -70,8 +70,8 @@ DELETE_PARAMS = frozenset(("to", ALIAS, "sender"))
 
 def _number(raw: str, field: str) -> str:
     try:
-        return normalize_e164(raw)
-    except PhoneNumberError as exc:
+        return DEFAULT_CHANNEL.address(raw)
+    except AddressError as exc:
         raise field_error(field, str(exc)) from exc
 
 

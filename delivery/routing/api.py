@@ -13,10 +13,10 @@ from delivery.providers import DEFAULT_PROVIDER, PROVIDERS
 from delivery.routing import selectors
 from delivery.routing.rules import DEFAULT_ROUTE, Rule
 from scheduling.models import Priority
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config.routes import LegSpec
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 SOURCES = ("tenant", "all", "settings")
 
@@ -185,8 +185,8 @@ class RouteResolveApi(APIView):
         if not params.get("to"):
             raise field_error("to", "required")
         try:
-            to = normalize_e164(params["to"])
-        except PhoneNumberError as exc:
+            to = DEFAULT_CHANNEL.address(params["to"])
+        except AddressError as exc:
             raise field_error("to", str(exc)) from exc
         priority = params.get("priority", Priority.TRANSACTIONAL)
         if priority not in Priority.values:

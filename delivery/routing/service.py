@@ -27,10 +27,10 @@ from delivery.flow import capacity
 from delivery.providers import PROVIDERS, get_adapter
 from delivery.routing.models import MAX_WEIGHT, NAME_MAX
 from scheduling.models import Priority
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config import providers as declarations
 from smsgw.config.routes import MAX_LEGS as MAX_LEGS
 from smsgw.config.routes import LegSpec, RouteConfigError, RuleSpec, leg_check, legs_check, match_check
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 SENDER_HELP = "an E.164 number, a short code or an alphanumeric sender id of 1-11 characters"
 
@@ -77,8 +77,8 @@ def _sender(provider: str, sender: str, where: str) -> str:
         raise RouteConfigError(f"{where}sender", f"not a sender pool id of {provider}: {pools.description}")
     if sender.startswith("+"):
         try:
-            return normalize_e164(sender)
-        except PhoneNumberError as exc:
+            return DEFAULT_CHANNEL.address(sender)
+        except AddressError as exc:
             raise RouteConfigError(f"{where}sender", str(exc)) from None
     if not capacity.is_valid_sender(sender):
         extra = f", or a sender pool id ({pools.description})" if pools is not None else ""

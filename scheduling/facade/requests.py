@@ -21,10 +21,10 @@ from django.utils import timezone
 from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.facade.resources import TwilioError
 from scheduling.models import Message, Status
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.domain_errors import DomainError, InvalidInput, QuotaExceeded
 from smsgw.models import Tenant
 from smsgw.values.digits import ascii_int
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 
 # Twilio's scheduling window (twilio.com/docs/api/errors/35114: "SendAt time must be between 900 seconds
 # and 35 days (3024000 seconds) in the future"; Twilio's newer error pages say 300 s: settable) and its
@@ -248,6 +248,6 @@ def twilio_error(exc: DomainError, data: dict[str, Any] | None = None) -> Twilio
 
 def normalized_to(raw: str) -> str:
     try:
-        return normalize_e164(raw)
-    except PhoneNumberError:
+        return DEFAULT_CHANNEL.address(raw)
+    except AddressError:
         raise _to_problem(raw) from None

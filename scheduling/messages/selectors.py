@@ -8,8 +8,8 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Message, MessageEvent, Status
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.domain_errors import InvalidInput
-from smsgw.values.phone import PhoneNumberError, normalize_e164_query
 
 MAX_TIMELINE = 1000
 
@@ -18,8 +18,8 @@ def recipient_param(raw: str) -> str:
     """The ``to`` filter, normalised as the ``to`` field is (or a 400 naming ``to``): a filter that can
     never match must not silently answer an empty page."""
     try:
-        return normalize_e164_query(raw)
-    except PhoneNumberError as exc:
+        return DEFAULT_CHANNEL.address_query(raw)
+    except AddressError as exc:
         raise InvalidInput("to", str(exc)) from exc
 
 

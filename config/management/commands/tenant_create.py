@@ -5,12 +5,12 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from scheduling import facade
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.management.options import scopes_option
 from smsgw.models import Tenant, api_key_create
 from smsgw.tenancy.auth import api_key_sid
 from smsgw.tenancy.scopes import FULL_ACCESS
 from smsgw.tenancy.senders import SenderError, default_senders_assign
-from smsgw.values.phone import PhoneNumberError, normalize_e164
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
 
 
@@ -57,8 +57,8 @@ class Command(BaseCommand):
         default_from = opts["default_from"]
         if default_from.startswith("+"):
             try:
-                default_from = normalize_e164(default_from)
-            except PhoneNumberError as exc:
+                default_from = DEFAULT_CHANNEL.address(default_from)
+            except AddressError as exc:
                 raise CommandError(f"--from: {exc}") from exc
         scopes = scopes_option(opts["scopes"])
         countries = sorted({c.strip().upper() for c in opts["allowed_countries"].split(",") if c.strip()})

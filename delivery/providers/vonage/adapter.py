@@ -74,7 +74,8 @@ from delivery.providers.base import (
 from delivery.providers.vonage import callbacks as vonage_callbacks
 from delivery.providers.vonage import errors as vonage_errors
 from delivery.providers.vonage.config import CAPABILITIES, MAX_REF_CHARS
-from smsgw.values.segments import Encoding, analyze
+from smsgw.channels import SMS
+from smsgw.values.segments import Encoding
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class VonageAdapter(ProviderAdapter):
     def _params(self, submission: Submission, written: dict[str, Any]) -> dict[str, Any]:
         params: dict[str, Any] = {"from": submission.sender, "to": submission.to.lstrip("+")}
         params["text"] = submission.body
-        if analyze(submission.body).encoding != Encoding.GSM7:
+        if SMS.cost(submission.body).encoding != Encoding.GSM7.value:
             params["type"] = "unicode"
         ref = self.client_ref(submission)
         if ref:
