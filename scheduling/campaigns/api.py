@@ -23,7 +23,8 @@ from rest_framework.views import APIView
 from scheduling.campaigns import selectors
 from scheduling.campaigns import service as services
 from scheduling.campaigns.progress import progress_read, progress_read_many
-from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH, public_fields
+from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
+from scheduling.facade.outputs import PublicNames
 from scheduling.messages.api import (
     MessageOutput,
     StrictSerializer,
@@ -179,7 +180,7 @@ class CampaignTimestampsOutput(serializers.Serializer):
     completed_at = serializers.DateTimeField(allow_null=True)
 
 
-class CampaignOutput(serializers.Serializer):
+class CampaignOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
     name = serializers.CharField()
     status = serializers.CharField()
@@ -198,11 +199,6 @@ class CampaignOutput(serializers.Serializer):
     creation = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
     timestamps = serializers.SerializerMethodField()
-
-    def get_fields(self):
-        fields = public_fields(super().get_fields())
-        fields["from"] = serializers.CharField(source="from_number")
-        return fields
 
     def get_status_reason(self, c: Campaign) -> str:
         return reason_for_tenant(c.status_reason) or ""  # "paused by operator", not the operator's name

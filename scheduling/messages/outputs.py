@@ -7,7 +7,8 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.facade.names import SENDER_POOL_FIELD, public_fields
+from scheduling.facade.names import SENDER_POOL_FIELD
+from scheduling.facade.outputs import PublicNames
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
 from smsgw.config.routes import leg_public
@@ -85,7 +86,7 @@ class MessageQuietOutput(serializers.Serializer):
 
 # The message as the API shows it, for the OpenAPI schema. Responses are built by ``message_data``,
 # which returns exactly what this serializer's ``.data`` would (a docstring here would show in the schema).
-class MessageOutput(serializers.Serializer):
+class MessageOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
     status = serializers.CharField()
     status_reason = serializers.CharField()
@@ -114,11 +115,6 @@ class MessageOutput(serializers.Serializer):
     schedule = serializers.SerializerMethodField()
     quiet_hours = serializers.SerializerMethodField()
     route = serializers.SerializerMethodField()
-
-    def get_fields(self):
-        fields = public_fields(super().get_fields())
-        fields["from"] = serializers.CharField(source="from_number")
-        return fields
 
     @extend_schema_field(RequestedOutput)
     def get_requested(self, m: Message) -> dict:

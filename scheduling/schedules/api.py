@@ -9,7 +9,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH, public_fields
+from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
+from scheduling.facade.outputs import PublicNames
 from scheduling.messages import examples
 from scheduling.messages.api import StrictSerializer, _metadata
 from scheduling.models import Priority, Schedule
@@ -88,7 +89,7 @@ class ScheduleTimestampsOutput(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(allow_null=True)
 
 
-class ScheduleOutput(serializers.Serializer):
+class ScheduleOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
     status = serializers.CharField()
     version = serializers.IntegerField()
@@ -109,11 +110,6 @@ class ScheduleOutput(serializers.Serializer):
     materialized_until = serializers.DateTimeField(allow_null=True)
     materialized_count = serializers.IntegerField()
     timestamps = serializers.SerializerMethodField()
-
-    def get_fields(self):
-        fields = public_fields(super().get_fields())
-        fields["from"] = serializers.CharField(source="from_number")
-        return fields
 
     def get_start(self, s: Schedule) -> str:
         return naive(s.start_local).isoformat()
