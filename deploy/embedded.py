@@ -270,13 +270,13 @@ SANDBOXES = ("sandbox", "vonage-sandbox")
 def children_embedded(args: argparse.Namespace) -> list[Child]:
     venv = Path(sys.executable).parent
     var = Path(args.var_dir)
-    sandbox = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1"]
+    sandbox = [sys.executable, "-m", "delivery.providers.twilio.sandbox", "--host", "127.0.0.1"]
     sandbox += ["--port", str(args.sandbox_port), "--state-file", str(var / "sandbox-messages.jsonl")]
     sandboxes = [Child("sandbox", sandbox, ready_url=f"http://127.0.0.1:{args.sandbox_port}/_sandbox/health")]
     if args.vonage_sandbox_port:
         # HTTPS with a throwaway CA written to --ca-file (the adapter's VONAGE_CA_BUNDLE); its control API
         # (health, stats) in plain HTTP on a port of its own; its store kept across restarts.
-        second = [sys.executable, "-m", "sandbox.vonage", "--host", "127.0.0.1"]
+        second = [sys.executable, "-m", "delivery.providers.vonage.sandbox", "--host", "127.0.0.1"]
         second += ["--port", str(args.vonage_sandbox_port), "--control-port", str(args.vonage_control_port)]
         second += ["--ca-file", args.vonage_ca_file or str(var / "vonage-sandbox-ca.pem")]
         second += ["--state-file", str(var / "vonage-sandbox-messages.jsonl")]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sandbox.process import SandboxProcess as _BaseSandboxProcess
+from delivery.providers.twilio.sandbox.process import TwilioSandboxProcess
 from sandbox.process import unused_port
 
 __all__ = ["SandboxProcess", "unused_port"]
 
 
-class SandboxProcess(_BaseSandboxProcess):
+class SandboxProcess(TwilioSandboxProcess):
     # -- Twilio API through the SDK -----------------------------------------------------------------
     def client(self):
         from twilio.http.http_client import TwilioHttpClient

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from bench.harness.devprocs import BIN
-from sandbox.vonage.process import VonageSandboxProcess
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from scheduling.models import Message, Status
 from tests import processes
 from tests.sandbox_process import SandboxProcess

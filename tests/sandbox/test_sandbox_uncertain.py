@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from twilio.base.exceptions import TwilioRestException
 
-from sandbox.server import SandboxState
+from delivery.providers.twilio.sandbox.server import SandboxState
 from tests.sandbox.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
 from tests.sandbox.test_sandbox_fidelity import raw_request
 from tests.sandbox_process import SandboxProcess

@@ -11,8 +11,8 @@ import requests
 from vonage_http_client import Auth
 from vonage_sms import SmsError, SmsMessage
 
-from sandbox.vonage.parts import signature
-from sandbox.vonage.process import VonageSandboxProcess
+from delivery.providers.vonage.sandbox.parts import signature
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from tests.sandbox.vonage_helpers import FAST, ReceiptReceiver, sdk
 from tests.waiting import wait_for
 
