@@ -1,8 +1,7 @@
 """Callbacks from a sandbox to the URL a stored message named (status callbacks, delivery receipts): the
 scheduling, retries and counters every provider's emulator shares (``StatusCallbackHook``). A provider's
-hook subclasses it and builds the request each callback is (``build_request``: method, URL, headers,
-body); the Twilio sandbox's is ``delivery.providers.twilio.sandbox.callbacks``, the Vonage sandbox's
-``delivery.providers.vonage.sandbox.receipts``.
+hook subclasses it, in its emulator (``delivery.providers.<name>.sandbox``), and builds the request each
+callback is (``build_request``: method, URL, headers, body).
 
 The hook reads its state's ``config`` (the ``callback_*`` keys below and ``callbacks_enabled``), ``clock``,
 ``rng``, ``retry_policy`` (``retry_policy_set`` of the config's), ``messages`` / ``all`` (replays); a
@@ -128,7 +127,7 @@ class StatusCallbackHook:
         """A message read back from the journal after a restart (``sandbox.journal``): plan the
         callbacks it may still be owed. Which ones the dead process had sent is not known, so every
         status change of the last ``RESTORED_CALLBACK_WINDOW`` seconds is sent again now (a duplicate
-        callback is what Twilio's own retries produce too) and the later ones at their time. Returns
+        callback is what a provider's own retries produce too) and the later ones at their time. Returns
         the number planned."""
         st = self.state
         if not st.config.callbacks_enabled or not self._start():
@@ -271,7 +270,7 @@ class StatusCallbackHook:
                 self.pending -= 1
                 self._advance(chain)
                 return
-            # like Twilio's I-Twilio-Idempotency-Token: kept across retries, new for every copy
+            # an idempotency token (a provider's request header): kept across retries, new for every copy
             chain.token = os.urandom(16).hex()
             total = cfg.callback_total_timeout_ms / 1000.0
             chain.deadline = loop.time() + total if total > 0 else float("inf")
@@ -340,7 +339,7 @@ class StatusCallbackHook:
             return FINAL  # Twilio "doesn't retry on partial response"
         except (aiohttp.ClientConnectionError, OSError):
             # refused, reset, or closed before any answer (a pooled keep-alive connection the receiver
-            # had closed included): no HTTP answer came, as when Twilio cannot connect
+            # had closed included): no HTTP answer came, as when the provider cannot connect
             return CONNECT
         except aiohttp.ClientError:
             return FINAL

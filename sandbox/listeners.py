@@ -30,7 +30,7 @@ class Listeners:
         ssl_context: Any = None,
     ) -> None:
         # api_app / control_app build the two applications from the state; ssl_context serves the API
-        # listener over HTTPS (the Vonage sandbox's)
+        # listener over HTTPS (for an SDK that speaks only https://)
         self.state = state
         self.host = host
         self.port = port

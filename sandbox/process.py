@@ -213,6 +213,6 @@ class SandboxProcess:
         return self._request("GET", "/_sandbox/stats")
 
     def message_info(self, sid: str) -> dict:
-        """The sandbox's internals for one message: the form it received (StatusCallback, ValidityPeriod,
+        """The sandbox's internals for one message: the request it received (its callback URL, validity,
         ...), its sender, its assign / release / final instants and its timeline."""
         return self._request("GET", f"/_sandbox/messages/{sid}")
