@@ -1,15 +1,19 @@
-"""A standalone sandbox SMS provider that speaks Twilio's Messages API (2010-04-01).
+"""The sandbox framework: what every provider's emulator (a standalone SMS provider the real SDK talks to
+unchanged) is built from, and nothing that names a provider.
 
-It is a real HTTP server (aiohttp.web) that the official twilio SDK talks to unchanged, by base URL
-only. It keeps every accepted message in memory with Twilio's lifecycle (queued | accepted -> sent ->
-delivered | undelivered | failed, derived from the clock; ``lifecycle.py``), per-sender queues,
-ValidityPeriod, opt-outs and Twilio-ordered, signed status callbacks, and injects faults (latency, 5xx,
-429, 400, timeouts, accepted-then-hung requests, callback faults) configured at start or at runtime
-through ``/_sandbox/``.
+* ``listeners``: the API listener and the optional control-only listener (``Listeners``), with the
+  ``refuse`` outage (the API port closed, the control port up).
+* ``cli``: the command-line plumbing (``--flag`` and env per config field: ``add_config_flags``).
+* ``config``: the checks of a config value (numbers, integers, booleans, lists) shared by the configs.
+* ``app``: the control API's handlers (``SandboxApp``: ``/_sandbox/config``, stats, reset, replay, ...).
+* ``responses``: the JSON response.
+* ``callbacks``: the callback / receipt scheduler (``StatusCallbackHook``: copies, shuffle, drops, early
+  callbacks, retries by policy, counters); a provider supplies the request each callback is.
+* ``journal``: the store on disk (``Journal``: one JSON line per stored item); a provider supplies the
+  record of an item.
+* ``process``: running an emulator as a separate process (``SandboxProcess``) and ``unused_port``.
+* ``gsm7``: the GSM-7 character tables.
 
-Run it with ``python -m sandbox --port 8081``. This package must never import Django.
+Each provider's emulator lives in its package, ``delivery/providers/<name>/sandbox/``, and runs with
+``python -m delivery.providers.<name>.sandbox``. This package must never import Django or a provider.
 """
-
-from sandbox.server import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SandboxConfig, build_app, main
-
-__all__ = ["DEFAULT_ACCOUNT_SID", "DEFAULT_AUTH_TOKEN", "SandboxConfig", "build_app", "main"]

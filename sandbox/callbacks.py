@@ -1,72 +1,50 @@
-"""Status callbacks from the sandbox to the message's ``StatusCallback`` URL, signed like Twilio's.
+"""Callbacks from a sandbox to the URL a stored message named (status callbacks, delivery receipts): the
+scheduling, retries and counters every provider's emulator shares (``StatusCallbackHook``). A provider's
+hook subclasses it, in its emulator (``delivery.providers.<name>.sandbox``), and builds the request each
+callback is (``build_request``: method, URL, headers, body).
 
-For every stored message with a ``StatusCallback`` (while ``callbacks_enabled``), the sandbox POSTs
-Twilio's form for each status change of the message's lifecycle (``lifecycle.py``), in Twilio's order
-(Twilio docs, "Outbound Message Status in Status Callbacks"): none for the initial status; ``queued``
-when a Messaging Service send gets its sender; then ``sent`` and ``delivered`` or ``undelivered``
-(ErrorCode 30003), or a single ``failed`` (ErrorCode 30008, 30001, 30036 or 21610) that never follows a
-``sent``. No ``sending``. ``delivered`` and ``undelivered`` carry ``RawDlrDoneDate`` (YYMMDDhhmm, UTC, the
-final status's time). The store shows each status from its own instant on, whatever the callbacks do: a
-dropped or refused callback changes nothing there (the provider knows, the receiver does not).
+The hook reads its state's ``config`` (the ``callback_*`` keys below and ``callbacks_enabled``), ``clock``,
+``rng``, ``retry_policy`` (``retry_policy_set`` of the config's), ``messages`` / ``all`` (replays); a
+stored item gives ``sid``, ``has_callbacks`` and ``timeline()``: (status, wall-clock instant) of each
+status change.
 
-Timing: each callback is due ``callback_delay_ms`` after its status change. Knobs (``SandboxConfig``):
-``callback_repeat`` copies of each, ``callback_shuffle`` (the statuses in random order over the same
-instants), ``callback_drop_rate`` (per copy), ``callback_early_rate`` (the first callback is POSTed and
-awaited before the create answer is written; the rest go at their status changes, without the delay).
+Timing: each callback is due ``callback_delay_ms`` after its status change. Knobs: ``callback_repeat``
+copies of each, ``callback_shuffle`` (the statuses in random order over the same instants),
+``callback_drop_rate`` (per copy), ``callback_early_rate`` (the first callback is POSTed and awaited
+before the create answer is written; the rest go at their status changes, without the delay).
 
 Retries like Twilio's webhook connection overrides (twilio.com/docs/usage/webhooks/
-webhooks-connection-overrides): ``callback_retries`` (``rc``, default 1) more attempts, only for the
-failure kinds in ``callback_retry_policy`` (``rp``, default ``ct``: the TCP connection could not be made;
-``rt`` no response within ``callback_timeout_ms``; ``4xx``; ``5xx``; ``all``), all attempts of one callback
-within ``callback_total_timeout_ms`` (``tt``, default 15000). So by default an HTTP answer, whatever its
-status, or a read timeout is final. Retries wait ``callback_retry_backoff_ms``, doubled each time (Twilio
-does not document its own spacing).
+webhooks-connection-overrides), the model every sandbox follows: ``callback_retries`` (``rc``, default 1)
+more attempts, only for the failure kinds in ``callback_retry_policy`` (``rp``, default ``ct``: the TCP
+connection could not be made; ``rt`` no response within ``callback_timeout_ms``; ``4xx``; ``5xx``;
+``all``), all attempts of one callback within ``callback_total_timeout_ms`` (``tt``, default 15000). So
+by default an HTTP answer, whatever its status, or a read timeout is final. Retries wait
+``callback_retry_backoff_ms``, doubled each time.
 
-Signatures (twilio.com/docs/usage/webhooks/webhooks-security): ``X-Twilio-Signature`` is
-base64(HMAC-SHA1(auth token, URL + sorted params)); with ``callback_shared_key_id`` and
-``callback_shared_key_secret`` set it is HMAC-SHA256 with the secret over the same string, and the
-request carries ``X-Twilio-Webhooks-Signature-Settings: key=<id>,algorithm=HMAC_SHA256`` (Twilio's
-SharedKey scheme, twilio.com/docs/usage/webhooks/webhook-shared-keys and the installed SDK's
-``twilio/request_validator.py``).
-
-Cost and bounds: only messages with a StatusCallback get a ``_Chain``; due chains wait in one queue
-served by ``CONNECTIONS`` worker coroutines over one pooled ClientSession, so a burst of accepted
-messages never turns into a burst of tasks or sockets. A chain moves to its next callback only once the
-previous one was answered, given up or dropped, so the receiver sees a message's callbacks in order
-unless shuffled.
+Cost and bounds: only messages with a callback URL get a ``_Chain``; due chains wait in one queue served
+by ``CONNECTIONS`` worker coroutines over one pooled ClientSession, so a burst of accepted messages never
+turns into a burst of tasks or sockets. A chain moves to its next callback only once the previous one
+was answered, given up or dropped, so the receiver sees a message's callbacks in order unless shuffled.
+Must not import Django.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import logging
 import os
-from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from typing import Any
 
 import aiohttp
 from yarl import URL
 
-from sandbox.lifecycle import dlr_done_date
-
-if TYPE_CHECKING:
-    from sandbox.lifecycle import SandboxMessage
-    from sandbox.server import SandboxState
-
 logger = logging.getLogger("sandbox.callbacks")
 
-API_VERSION = "2010-04-01"
 CONNECTIONS = 64  # callback POSTs in flight at once (and sockets); the rest wait in the queue
 # After a restart from the journal: status changes this recent may not have been called back yet, so
 # they are sent again (retries included, a callback chain ends within a few minutes of its status).
 RESTORED_CALLBACK_WINDOW = 600.0
-USER_AGENT = "TwilioProxy/1.1"
 FORM = "application/x-www-form-urlencoded"
-SIGNATURE_SETTINGS_HEADER = "X-Twilio-Webhooks-Signature-Settings"
-_HASHES = {"HMAC_SHA1": hashlib.sha1, "HMAC_SHA256": hashlib.sha256}
 # what an attempt ended with: answered 2xx, or the kind of failure (as Twilio's rp names them)
 OK, CONNECT, READ, HTTP_4XX, HTTP_5XX, FINAL = "ok", "ct", "rt", "4xx", "5xx", "final"
 # Twilio's webhook connection override ``rp`` (twilio.com/docs/usage/webhooks/webhooks-connection-overrides)
@@ -88,56 +66,13 @@ def retry_policy_set(policy: str) -> frozenset[str]:
     return frozenset(RETRY_POLICIES) if "all" in items else frozenset(items)
 
 
-def twilio_signature(secret: str, url: str, params: dict[str, str], algorithm: str = "HMAC_SHA1") -> str:
-    """``X-Twilio-Signature``: base64(HMAC(secret, url + key1 + value1 + key2 + ...)), keys sorted, over
-    the exact URL that is requested (query string included). The secret is the auth token (HMAC_SHA1)
-    or a SharedKey's secret (HMAC_SHA256)."""
-    payload = url + "".join(key + params[key] for key in sorted(params))
-    digest = hmac.new(secret.encode(), payload.encode(), _HASHES[algorithm]).digest()
-    return base64.b64encode(digest).decode()
-
-
-def _event_time(message: SandboxMessage, status: str) -> float:
-    if status == "queued":
-        return message.assign_at
-    if status == "sent":
-        return message.release_at
-    return message.end_at
-
-
-def callback_params(account_sid: str, message: SandboxMessage, status: str) -> dict[str, str]:
-    """The form Twilio posts for an outbound SMS status change (Twilio's message-resource doc, "Twilio's
-    request to the StatusCallback URL"; ``SmsSid``/``SmsStatus`` as captured Twilio payloads show them)."""
-    params = {
-        "AccountSid": account_sid,
-        "ApiVersion": API_VERSION,
-        "MessageSid": message.sid,
-        "MessageStatus": status,
-        "SmsSid": message.sid,
-        "SmsStatus": status,
-        "To": message.to,
-    }
-    from_ = message.from_at(_event_time(message, status))
-    if from_ is not None:
-        params["From"] = from_
-    if message.messaging_service_sid:
-        params["MessagingServiceSid"] = message.messaging_service_sid
-    if status in ("failed", "undelivered") and message.error_code is not None:
-        params["ErrorCode"] = str(message.error_code)
-    if status in ("delivered", "undelivered"):
-        params["RawDlrDoneDate"] = dlr_done_date(message.end_at)
-    return params
-
-
 class _Chain:
     """One message's callbacks still to send: ``steps[index]`` (status, due wall-clock time) is next,
     ``attempt`` its retry number, ``deadline`` (loop time) the end of its ``tt``."""
 
     __slots__ = ("attempt", "deadline", "generation", "index", "message", "replay", "steps", "token")
 
-    def __init__(
-        self, message: SandboxMessage, steps: list[tuple[str, float]], generation: int, replay: bool
-    ) -> None:
+    def __init__(self, message: Any, steps: list[tuple[str, float]], generation: int, replay: bool) -> None:
         self.message = message
         self.steps = steps
         self.generation = generation
@@ -151,7 +86,7 @@ class _Chain:
 class StatusCallbackHook:
     """Schedules, signs and POSTs the status callbacks; counts them for ``/_sandbox/stats``."""
 
-    def __init__(self, state: SandboxState) -> None:
+    def __init__(self, state: Any) -> None:
         self.state = state
         self.generation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,7 +98,7 @@ class StatusCallbackHook:
         self.results: dict[str, int] = {}
 
     # -- server hooks -------------------------------------------------------------------------------
-    def message_accepted(self, message: SandboxMessage) -> None:
+    def message_accepted(self, message: Any) -> None:
         """Called right after ``message`` was stored (before the HTTP answer is written): plans its
         callbacks from its timeline; never blocks."""
         st = self.state
@@ -188,11 +123,11 @@ class StatusCallbackHook:
         else:
             self._schedule(chain)
 
-    def message_restored(self, message: SandboxMessage) -> int:
-        """A message read back from the journal after a restart (sandbox.journal): plan the
+    def message_restored(self, message: Any) -> int:
+        """A message read back from the journal after a restart (``sandbox.journal``): plan the
         callbacks it may still be owed. Which ones the dead process had sent is not known, so every
         status change of the last ``RESTORED_CALLBACK_WINDOW`` seconds is sent again now (a duplicate
-        callback is what Twilio's own retries produce too) and the later ones at their time. Returns
+        callback is what a provider's own retries produce too) and the later ones at their time. Returns
         the number planned."""
         st = self.state
         if not st.config.callbacks_enabled or not self._start():
@@ -207,7 +142,7 @@ class StatusCallbackHook:
         self._schedule(_Chain(message, steps, self.generation, replay=False))
         return len(steps)
 
-    async def before_response(self, message: SandboxMessage) -> None:
+    async def before_response(self, message: Any) -> None:
         """Awaited by the create handler after rendering and before answering: for an "early" message,
         POST its first callback now (one attempt; a retry and the rest follow in the background)."""
         chain = self._early.pop(message.sid, None)
@@ -335,7 +270,7 @@ class StatusCallbackHook:
                 self.pending -= 1
                 self._advance(chain)
                 return
-            # like Twilio's I-Twilio-Idempotency-Token: kept across retries, new for every copy
+            # an idempotency token (a provider's request header): kept across retries, new for every copy
             chain.token = os.urandom(16).hex()
             total = cfg.callback_total_timeout_ms / 1000.0
             chain.deadline = loop.time() + total if total > 0 else float("inf")
@@ -370,33 +305,12 @@ class StatusCallbackHook:
         chain.attempt = 0
         self._schedule(chain)
 
-    def _sign(self, url: str, params: dict[str, str]) -> dict[str, str]:
-        st = self.state
-        cfg = st.config
-        if cfg.callback_shared_key_id and cfg.callback_shared_key_secret:
-            return {
-                "X-Twilio-Signature": twilio_signature(
-                    cfg.callback_shared_key_secret, url, params, "HMAC_SHA256"
-                ),
-                SIGNATURE_SETTINGS_HEADER: f"key={cfg.callback_shared_key_id},algorithm=HMAC_SHA256",
-            }
-        return {"X-Twilio-Signature": twilio_signature(st.auth_token, url, params)}
+    def build_request(self, message: Any, status: str, token: str) -> tuple[str, str, dict, bytes]:
+        """(method, URL, headers, body) of one callback of ``message`` for ``status``; ``token`` is new for
+        every copy and kept across its retries. A provider's hook supplies it."""
+        raise NotImplementedError
 
-    def build_request(self, message: SandboxMessage, status: str, token: str) -> tuple[str, str, dict, bytes]:
-        """(method, URL, headers, body) of one callback: Twilio's signed form POST. A provider's own hook
-        (sandbox.vonage.receipts) overrides this and keeps the scheduling, retries and counters."""
-        st = self.state
-        url = message.status_callback
-        params = callback_params(st.account_sid, message, status)
-        headers = {
-            "Content-Type": FORM,
-            "User-Agent": USER_AGENT,
-            "I-Twilio-Idempotency-Token": token,
-            **self._sign(url, params),
-        }
-        return "POST", url, headers, urlencode(params).encode()
-
-    async def _post(self, message: SandboxMessage, status: str, token: str, budget: float) -> str:
+    async def _post(self, message: Any, status: str, token: str, budget: float) -> str:
         """One attempt within ``budget`` seconds: ``OK`` or the kind of failure."""
         method, url, headers, body = self.build_request(message, status, token)
         # connect and each read are limited separately, so a timeout says which one it was
@@ -425,7 +339,7 @@ class StatusCallbackHook:
             return FINAL  # Twilio "doesn't retry on partial response"
         except (aiohttp.ClientConnectionError, OSError):
             # refused, reset, or closed before any answer (a pooled keep-alive connection the receiver
-            # had closed included): no HTTP answer came, as when Twilio cannot connect
+            # had closed included): no HTTP answer came, as when the provider cannot connect
             return CONNECT
         except aiohttp.ClientError:
             return FINAL

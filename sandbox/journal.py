@@ -1,55 +1,27 @@
-"""The sandbox's message store on disk (``--state-file``): one JSON line per accepted message, appended
-before the create is answered, read back when the sandbox starts again.
+"""A sandbox's store on disk (``--state-file``): one JSON line per stored item, appended before the
+request that stored it is answered, read back when the sandbox starts again. A provider's journal
+subclasses ``Journal`` with the record of one item (``encode`` / ``decode``).
 
-Twilio does not forget a message it answered 201 for. A sandbox that did (its store lived only in its
-memory) turned a restart into a provider that lost messages: their status callbacks never came, a
-look-up by sid answered 404, and the gateway could only guess. With a journal, a sandbox that was
-killed and started again (the embedded run's supervisor restarts it) still has every message it
-accepted, with the lifecycle fixed at its create, and sends the status callbacks still owed.
+A provider does not forget a message it accepted. A sandbox that did (its store lived only in its memory)
+turned a restart into a provider that lost messages: their callbacks never came, a look-up answered
+404, and the gateway could only guess. With a journal, a sandbox that was killed and started again (the
+embedded run's supervisor restarts it) still has every item it accepted and sends the callbacks still
+owed.
 
 A line is written with one ``write()`` of the whole line to a file opened for appending, before the HTTP
 answer: a killed process leaves it in the page cache, so it survives any process death (not a power cut:
-no fsync, this is a development server). A last line cut short by a crash mid-write is skipped.
+no fsync, this is a development server). A last line cut short by a crash mid-write is skipped. Must not
+import Django.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
-
-from sandbox.lifecycle import INF, SandboxMessage
+from typing import Any
 
 logger = logging.getLogger("sandbox")
-
-# Fields written for each message (SandboxMessage's slots); instants are wall-clock seconds.
-_FIELDS = (
-    "seq",
-    "sid",
-    "to",
-    "sender",
-    "from_given",
-    "body",
-    "messaging_service_sid",
-    "created",
-    "status_callback",
-    "assign_at",
-    "release_at",
-    "end_at",
-    "final_status",
-    "error_code",
-    "validity_period",
-    "has_callbacks",
-)
-
-
-def _encode(value):
-    return "inf" if value == INF else value
-
-
-def _decode(value):
-    return INF if value == "inf" else value
 
 
 class Journal:
@@ -59,18 +31,16 @@ class Journal:
         os.makedirs(directory, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - the process's lifetime
 
-    def append(self, message: SandboxMessage) -> None:
+    def append(self, message: Any) -> None:
         self._file.write(json.dumps(self.encode(message), separators=(",", ":")) + "\n")
         self._file.flush()
 
-    # a provider's journal (sandbox.vonage.journal) overrides these two: one stored item <-> one record
-    def encode(self, message: SandboxMessage) -> dict:
-        record = {name: _encode(getattr(message, name)) for name in _FIELDS}
-        record["raw_form"] = base64.b64encode(message.raw_form).decode()
-        return record
+    # a provider's journal supplies these two: one stored item <-> one record
+    def encode(self, message: Any) -> dict:
+        raise NotImplementedError
 
-    def decode(self, record: dict) -> SandboxMessage:
-        return _message(record)
+    def decode(self, record: dict) -> Any:
+        raise NotImplementedError
 
     def truncate(self) -> None:
         self._file.truncate(0)
@@ -91,22 +61,3 @@ class Journal:
                         "sandbox journal: line %d unreadable (cut short by a crash?); skipped", number
                     )
         return messages
-
-
-def _message(record: dict) -> SandboxMessage:
-    message = SandboxMessage(
-        record["seq"],
-        record["sid"],
-        record["to"],
-        record["sender"],
-        record["from_given"],
-        record["body"],
-        record["messaging_service_sid"],
-        record["created"],
-        record["status_callback"],
-    )
-    for name in ("assign_at", "release_at", "end_at", "final_status", "error_code", "validity_period"):
-        setattr(message, name, _decode(record[name]))
-    message.has_callbacks = bool(record["has_callbacks"])
-    message.raw_form = base64.b64decode(record.get("raw_form") or "")
-    return message

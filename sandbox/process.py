@@ -1,18 +1,15 @@
-"""Run the sandbox provider as a real separate process (tests and the benchmark).
+"""Run a sandbox as a real separate process (tests, the benchmark, the embedded run): the base of each
+provider's launcher (``delivery.providers.<name>.sandbox.process``), which names the module it runs, its
+credential flags and the first line it prints.
 
-    with SandboxProcess() as sandbox:
-        sandbox.config(latency_ms=50, rules=[{"to": "+15550001111", "action": "429"}])
-        sandbox.config(store_then_500_rate=0.01, store_then_drop_rate=0.005, list_lag_seconds=120)
-        ...
-        sandbox.stats(); sandbox.list_messages(to="+15550001111"); sandbox.reset()
-        sandbox.message_info("SM...")  # what the client sent, and the message's timeline
+    with ProviderSandboxProcess() as sandbox:  # a provider's subclass
+        sandbox.config(latency_ms=50); sandbox.stats(); sandbox.message_info("<id>"); sandbox.reset()
 
 The process is started with ``--port 0`` and reports the port it bound in its first stdout line, so
 there is no free-port race. With ``control_port`` (0: any free port) the control API is also served on
 a port of its own, which stays up during outages (``config(outage="refuse")`` closes the API port):
-every control call then goes there (``control_url``). ``list_messages`` goes through the twilio SDK's
-synchronous client with its API domain pointed at the sandbox (independently of the adapter's own
-base-URL plumbing).
+every control call then goes there (``control_url``). ``unused_port`` hands out ports for the other
+servers of a test. Must not import Django.
 """
 
 from __future__ import annotations
@@ -33,9 +30,6 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
-DEFAULT_AUTH_TOKEN = "sandbox-auth-token"
-_LISTENING = re.compile(r"sandbox listening on (http://\S+)(?: control (http://\S+))?")
 
 
 _next_port: int | None = None
@@ -71,8 +65,6 @@ class SandboxProcess:
     def __init__(
         self,
         *,
-        account_sid: str = DEFAULT_ACCOUNT_SID,
-        auth_token: str = DEFAULT_AUTH_TOKEN,
         extra_args: list[str] | None = None,
         start_timeout: float = 15.0,
         host: str = "127.0.0.1",
@@ -83,13 +75,11 @@ class SandboxProcess:
         # host (a test partitions the link between the send workers and it).
         self.host = host
         self.command_prefix = list(command_prefix or [])
-        self.account_sid = account_sid
-        self.auth_token = auth_token
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
         self.control_port = control_port  # as asked: None (no control listener), 0 (any port) or a port
         self.process: subprocess.Popen | None = None
-        self.base_url = ""  # the Twilio API (and the control API, unless there is a control listener)
+        self.base_url = ""  # the provider's API (and the control API, unless there is a control listener)
         self.control_url = ""  # where the control API is called: the control listener, else base_url
         self.banner = ""  # the first stdout line
         self._stderr = None
@@ -132,14 +122,14 @@ class SandboxProcess:
         self._wait_healthy()
         return self
 
-    # what a provider's sandbox (sandbox.vonage.process) overrides: the module it runs, its credential
-    # flags, the first line it prints and what is read from it, the environment it must not inherit
-    MODULE = "sandbox"
-    LISTENING = _LISTENING
-    PORT_ENV = ("SANDBOX_PORT", "SANDBOX_CONTROL_PORT")
+    # what a provider's sandbox overrides: the module it runs, its credential flags, the first line it
+    # prints and what is read from it, the environment it must not inherit
+    MODULE: str = ""
+    LISTENING: re.Pattern[str] = re.compile(r"(?!)")
+    PORT_ENV: tuple[str, ...] = ()
 
     def _credential_args(self) -> list[str]:
-        return ["--account-sid", self.account_sid, "--auth-token", self.auth_token]
+        return []
 
     def _read_banner(self, match: re.Match) -> None:
         self.base_url = match.group(1)
@@ -222,29 +212,7 @@ class SandboxProcess:
     def stats(self) -> dict:
         return self._request("GET", "/_sandbox/stats")
 
-    def submissions(self, since: float = 0.0) -> list[list]:
-        """``[created_unix, sender, segments, to]`` for each stored message created at or after ``since``,
-        oldest first (``GET /_sandbox/submissions``)."""
-        return self._request("GET", f"/_sandbox/submissions?since={since!r}")
-
     def message_info(self, sid: str) -> dict:
-        """The sandbox's internals for one message: the form it received (StatusCallback, ValidityPeriod,
+        """The sandbox's internals for one message: the request it received (its callback URL, validity,
         ...), its sender, its assign / release / final instants and its timeline."""
         return self._request("GET", f"/_sandbox/messages/{sid}")
-
-    def messages_json(self, page_size: int = 1000) -> list[dict]:
-        """Every stored message as Twilio's JSON, through the public list API with Basic auth and paging
-        (plain HTTP: tools outside delivery/providers do not import the twilio SDK)."""
-        import base64
-
-        credentials = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode()
-        path = f"/2010-04-01/Accounts/{self.account_sid}/Messages.json?PageSize={page_size}"
-        out: list[dict] = []
-        while path:
-            request = urllib.request.Request(self.base_url + path)  # noqa: S310 - our own sandbox
-            request.add_header("Authorization", f"Basic {credentials}")
-            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-                page = json.loads(response.read())
-            out += page["messages"]
-            path = page.get("next_page_uri") or ""
-        return out

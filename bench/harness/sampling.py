@@ -83,7 +83,7 @@ def cpu_by_kind(worker_pids: list[int]) -> dict[str, float]:
             else "rabbitmq"
             if "beam" in proc.info["name"]
             else "sandbox"
-            if "-m sandbox" in cmd
+            if "-m delivery.providers." in cmd and ".sandbox" in cmd
             else "beat"
             if " beat " in cmd
             else "web"

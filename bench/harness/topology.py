@@ -40,7 +40,7 @@ class Topology:
         control_port: int | None = None,
         sandbox_realtime: bool = False,
     ):
-        from sandbox.process import SandboxProcess
+        from delivery.providers.twilio.sandbox.process import TwilioSandboxProcess
 
         # The sandbox stands for the provider, which runs on its own machines: here it shares two cores
         # with everything measured, so it runs at a higher priority where that is allowed (root), or
@@ -51,7 +51,7 @@ class Topology:
         prefix = []
         if os.geteuid() == 0:
             prefix = ["chrt", "--fifo", "1"] if sandbox_realtime else ["nice", "-n", "-10"]
-        self.sandbox = SandboxProcess(
+        self.sandbox = TwilioSandboxProcess(
             extra_args=["--latency-ms", str(latency_ms), *(sandbox_args or [])],
             control_port=control_port,
             command_prefix=prefix,

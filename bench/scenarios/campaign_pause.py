@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from bench.harness import data, figures, topology
 from delivery.models import Attempt, SenderCapacity
-from sandbox.process import DEFAULT_ACCOUNT_SID
+from delivery.providers.twilio.sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.campaigns import control as campaign_control
 from scheduling.campaigns.progress import progress_add, progress_read
 from scheduling.models import Campaign, CampaignCounter, Message

@@ -79,7 +79,7 @@ def failover(
 ) -> dict:
     """``env``: more environment for the worker processes (a test points them at its database and
     shortens the reconcile windows)."""
-    from sandbox.vonage.process import VonageSandboxProcess
+    from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 
     span = n / rate
     env = {

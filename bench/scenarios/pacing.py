@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from bench.harness import data, figures, sampling, topology
 from delivery.models import AccountCapacity, ProviderCircuit, RateBucket, SenderCapacity
-from sandbox.process import DEFAULT_ACCOUNT_SID
+from delivery.providers.twilio.sandbox.process import DEFAULT_ACCOUNT_SID
 from scheduling.messages import service as services
 from scheduling.models import Message
 from smsgw.domain_errors import ConflictError

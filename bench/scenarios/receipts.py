@@ -13,8 +13,8 @@ from django.db import connection
 
 from bench.harness import data, devprocs, figures, topology
 from bench.harness.sampling import CpuByRole
+from delivery.providers.twilio.sandbox.callbacks import twilio_signature
 from receipts.models import ReceiptEvent
-from sandbox.callbacks import twilio_signature
 
 AUTH_TOKEN = "bench-auth-token"
 ACCOUNT_SID = "AC" + "0" * 32

@@ -183,12 +183,14 @@ def _rounds(loop, sandbox, requests: int, in_flight: int, rounds: int, pools: li
 def sdk(
     *, requests: int, in_flight: int, rounds: int, latency_ms: int, pools: list[int], warmup: int
 ) -> dict:
-    from sandbox.process import SandboxProcess
+    from delivery.providers.twilio.sandbox.process import TwilioSandboxProcess
 
     prefix = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
     loop = new_loop()
     try:
-        with SandboxProcess(extra_args=["--latency-ms", str(latency_ms)], command_prefix=prefix) as sandbox:
+        with TwilioSandboxProcess(
+            extra_args=["--latency-ms", str(latency_ms)], command_prefix=prefix
+        ) as sandbox:
             runs = _rounds(loop, sandbox, requests, in_flight, rounds, pools, warmup)
             submissions = sandbox.stats()["submissions"]
     finally:

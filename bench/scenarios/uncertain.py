@@ -5,10 +5,11 @@ run, the duplicates (target 0), the uncertain attempts and how many are left unr
 long resolution took for the messages found at the provider and for those proven absent (from the
 attempt's start to the verdict), and the drain time; then the ratio faulted / fault-free.
 
-The faults (sandbox/config.py): ``store_then_500`` / ``store_then_503`` (stored, yet answered 5xx),
-``answers_lost`` (stored, then the connection closed without an answer), ``absent`` (nothing stored, the
-answer later than the client's timeout), ``accept_then_hang`` (stored, the answer later than the client's
-timeout). The sandbox keeps every message queued for ``queue_delay_ms`` and leaves it out of the Messages
+The faults (delivery/providers/twilio/sandbox/config.py): ``store_then_500`` / ``store_then_503`` (stored,
+yet answered 5xx), ``answers_lost`` (stored, then the connection closed without an answer), ``absent``
+(nothing stored, the answer later than the client's timeout), ``accept_then_hang`` (stored, the answer
+later than the client's timeout). The sandbox keeps every message queued for ``queue_delay_ms`` and leaves it
+out of the Messages
 list for ``list_lag`` seconds; with ``callbacks`` it posts its status callbacks to a gunicorn + receipts
 worker of ours (so a found message may be found by its callback), without them only the list (or a
 fetch by sid) can find it. Asserts nothing."""

@@ -12,7 +12,9 @@ registered by ``SMSGW_PROVIDER_PACKAGES`` (``name=module``, comma-separated) ins
 
 Only modules under this package import a provider SDK or name a provider; callers see
 ``delivery.providers.base`` types, ``Capabilities`` and ``ProviderQueryError``. This module imports no
-package's adapter until it is asked for one: ``config.settings`` imports it (``declare_all``).
+package's adapter until it is asked for one: ``config.settings`` imports it (``declare_all``). Nor does it
+import Django until asked for an adapter: a provider's sandbox (``<package>.sandbox``) runs under this
+package without Django.
 """
 
 from __future__ import annotations
@@ -24,9 +26,6 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
 from smsgw.config import providers as declarations
 
@@ -73,6 +72,7 @@ def packages_from(value: str) -> dict[str, Package]:
     """The registry lines a ``SMSGW_PROVIDER_PACKAGES`` value adds: ``name=module`` pairs, comma-separated
     (a provider package installed from elsewhere, or a test's own). A name already registered, a
     malformed pair or a repeated name is refused, naming the variable."""
+    from django.core.exceptions import ImproperlyConfigured
     entries: dict[str, Package] = {}
     for raw in value.split(","):
         pair = raw.strip()
@@ -142,6 +142,9 @@ _lock = threading.Lock()
 def get_adapter(name: str | None = None) -> ProviderAdapter:
     """The per-process adapter for ``name`` (default ``settings.SMSGW_PROVIDER``), created on first use;
     a forked child gets its own. Adapters read their other settings at call time."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
     name = name or settings.SMSGW_PROVIDER
     key = (os.getpid(), name)
     adapter = _adapters.get(key)
@@ -168,6 +171,8 @@ def providers_preload() -> None:
 
 def providers_warm() -> None:
     """Create this process's adapters and start what they need to submit (a pool child, at start)."""
+    from django.core.exceptions import ImproperlyConfigured
+
     for name in PROVIDERS:
         try:
             get_adapter(name).warm()

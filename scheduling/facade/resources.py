@@ -195,7 +195,8 @@ def callback_status(m: Message, from_status: str, to_status: str) -> str | None:
 
 def callback_params(m: Message, account_sid: str, status: str) -> dict[str, str]:
     """The form Twilio POSTs to a StatusCallback for an outbound SMS (Twilio's Message resource docs,
-    "Twilio's request to the StatusCallback URL"; as sandbox/callbacks.py sends them)."""
+    "Twilio's request to the StatusCallback URL"; as delivery/providers/twilio/sandbox/callbacks.py sends
+    them)."""
     sid = message_sid(m.public_id)
     params = {
         "AccountSid": account_sid,

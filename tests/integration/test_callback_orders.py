@@ -21,8 +21,8 @@ from django.db import connection
 from django.utils import timezone
 
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission
+from delivery.providers.twilio.sandbox.callbacks import SIGNATURE_SETTINGS_HEADER, twilio_signature
 from receipts.models import ReceiptEvent, ReceiptOutcome
-from sandbox.callbacks import SIGNATURE_SETTINGS_HEADER, twilio_signature
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import messages_bulk, tenant_with_key
 from tests.harness import start_web

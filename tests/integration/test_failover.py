@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from delivery.models import Attempt, AttemptOutcome, DuplicateSubmission, ProviderCircuit
-from sandbox.vonage.process import VonageSandboxProcess
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from scheduling.models import Message, MessageEvent, Status
 from smsgw.config import routes as route_config
 from tests.factories import messages_bulk, sender_for, tenant_with_key

@@ -204,7 +204,15 @@ def test_worker_stops_within_30s_of_sigterm_right_after_a_database_outage(pipeli
 def test_sandbox_stops_within_30s_of_sigterm_to_its_group(pipeline):
     sandbox = processes.Proc(
         "sandbox",
-        [str(BIN / "python"), "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"],
+        [
+            str(BIN / "python"),
+            "-m",
+            "delivery.providers.twilio.sandbox",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
         pipeline.env,
         ready_marker="sandbox listening on",
     )

@@ -20,9 +20,9 @@ DEFAULT_PORT = 8081
 
 
 def _process_class() -> Any:
-    from tests.sandbox_process import SandboxProcess  # TODO(kit): the Twilio sandbox's own process class
+    from delivery.providers.twilio.sandbox.process import TwilioSandboxProcess
 
-    return SandboxProcess
+    return TwilioSandboxProcess
 
 
 def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
@@ -39,7 +39,7 @@ def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
 
 
 def sandbox_process(**options: Any) -> Any:
-    """The sandbox as a separate process (not started): ``sandbox.process.SandboxProcess``'s options."""
+    """The sandbox as a separate process (not started): ``TwilioSandboxProcess``'s options."""
     return _process_class()(**options)
 
 

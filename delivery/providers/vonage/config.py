@@ -41,7 +41,8 @@ SIGNATURE_METHODS = ("md5hash", "md5", "sha1", "sha256", "sha512")
 # it started to push the callback, so a retry after a longer outage of ours may carry the old time: a
 # deployment that must take those raises it (up to a day, Vonage's own retry span for inbound messages).
 SIGNATURE_MAX_AGE_SECONDS = 300
-# The sandbox's credentials (sandbox/vonage, the defaults outside production; docs/vonage.md): public.
+# The sandbox's credentials (delivery/providers/vonage/sandbox, the defaults outside production;
+# docs/vonage.md): public.
 SANDBOX_API_KEY = "abcd1234"
 SANDBOX_API_SECRET = "sandbox-api-secret"
 
@@ -91,7 +92,8 @@ def credentials_problem(api_key: str, api_secret: str, signature_secret: str, me
 
 def load_settings(production: bool) -> ProviderSettings:
     """The ``VONAGE_*`` settings. Outside production the credentials default to the sandbox's
-    (``sandbox/vonage``); the REST host is Vonage's own unless ``VONAGE_REST_HOST`` says otherwise."""
+    (``delivery/providers/vonage/sandbox``); the REST host is Vonage's own unless ``VONAGE_REST_HOST`` says
+    otherwise."""
     api_key = env_str("VONAGE_API_KEY", "" if production else SANDBOX_API_KEY)
     api_secret = env_str("VONAGE_API_SECRET", "" if production else SANDBOX_API_SECRET)
     signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")

@@ -29,7 +29,7 @@ SIGNATURE_METHOD = "sha256"
 
 
 def _process_class() -> Any:
-    from sandbox.vonage.process import VonageSandboxProcess
+    from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 
     return VonageSandboxProcess
 

@@ -12,9 +12,9 @@ from django.utils import timezone
 from delivery.flow import circuit
 from delivery.models import Attempt, AttemptOutcome, ProviderCircuit
 from delivery.providers import get_adapter
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from delivery.routing import failover
 from delivery.sending import worker as sending
-from sandbox.vonage.process import VonageSandboxProcess
 from scheduling.lifecycle import transitions
 from scheduling.messages.service import message_create
 from scheduling.models import Message, Status

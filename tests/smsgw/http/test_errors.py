@@ -45,7 +45,7 @@ def test_only_the_http_edge_imports_rest_framework():
         for package in APP_PACKAGES
         for path in sorted((ROOT / package).rglob("*.py"))
         if "migrations" not in path.parts
-        and "sandbox" not in path.parts  # the Twilio emulator is its own web app, not the API
+        and "sandbox" not in path.parts  # a provider's emulator is its own web app, not the API
         and not path.stem.endswith("api")
         and path.stem not in EDGE_MODULES
         and _imports_rest_framework(path)

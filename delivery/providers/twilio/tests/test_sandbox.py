@@ -13,7 +13,7 @@ import pytest
 from twilio.base.exceptions import TwilioException, TwilioRestException
 
 from delivery.providers.base import Outcome, Submission
-from sandbox.server import SandboxConfig, SandboxState, count_segments, rfc2822
+from delivery.providers.twilio.sandbox.server import SandboxConfig, SandboxState, count_segments, rfc2822
 
 FROM = "+15005550006"
 

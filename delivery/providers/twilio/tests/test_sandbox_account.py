@@ -11,7 +11,7 @@ import urllib.error
 import pytest
 from twilio.base.exceptions import TwilioRestException
 
-from sandbox.server import Refused, SandboxConfig, SandboxState, main, parse_args
+from delivery.providers.twilio.sandbox.server import Refused, SandboxConfig, SandboxState, main, parse_args
 
 FROM = "+15005550006"
 OTHER = "+15005550007"

@@ -14,9 +14,9 @@ from urllib.parse import parse_qsl
 import pytest
 from twilio.request_validator import RequestValidator
 
-from sandbox.callbacks import twilio_signature
-from sandbox.lifecycle import dlr_done_date
-from sandbox.server import parse_args
+from delivery.providers.twilio.sandbox.callbacks import twilio_signature
+from delivery.providers.twilio.sandbox.lifecycle import dlr_done_date
+from delivery.providers.twilio.sandbox.server import parse_args
 from tests.sandbox_process import unused_port
 
 FROM = "+15005550006"

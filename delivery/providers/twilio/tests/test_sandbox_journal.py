@@ -1,4 +1,4 @@
-"""The sandbox's store on disk (``--state-file``, sandbox.journal): a sandbox killed with SIGKILL
+"""The sandbox's store on disk (``--state-file``, delivery.providers.twilio.sandbox.journal): a sandbox killed with SIGKILL
 and started again still has every message it answered 201 for, as Twilio would, and sends the status
 callbacks they are still owed. Real sandbox processes; the SDK reads them back."""
 

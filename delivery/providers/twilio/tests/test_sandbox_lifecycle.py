@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from sandbox.lifecycle import TRIAL_PREFIX, count_segments, rfc2822, service_sender
-from sandbox.server import BadRequest, Refused, SandboxState
+from delivery.providers.twilio.sandbox.lifecycle import TRIAL_PREFIX, count_segments, rfc2822, service_sender
+from delivery.providers.twilio.sandbox.server import BadRequest, Refused, SandboxState
 
 FROM = "+15005550006"
 OTHER = "+15005550007"

@@ -16,9 +16,9 @@ import urllib.request
 import pytest
 from twilio.base.exceptions import TwilioRestException
 
+from delivery.providers.twilio.sandbox.server import SandboxState
 from delivery.providers.twilio.tests.test_sandbox_callbacks import Receiver, wait_callbacks, wait_for
 from delivery.providers.twilio.tests.test_sandbox_fidelity import raw_request
-from sandbox.server import SandboxState
 from tests.sandbox_process import SandboxProcess
 
 FROM = "+15005550006"

@@ -11,9 +11,9 @@ from delivery.providers import PROVIDERS, ProviderQueryError, get_adapter
 from delivery.providers.base import RECEIPT_STATUSES, ErrorClass, Outcome, Scope, Submission
 from delivery.providers.vonage import CAPABILITIES, errors
 from delivery.providers.vonage.adapter import VonageAdapter
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from delivery.providers.vonage.tests.helpers import FAST, ReceiptReceiver
 from sandbox.process import unused_port
-from sandbox.vonage.process import VonageSandboxProcess
 from tests.waiting import wait_for
 
 TO = "447700900000"
@@ -286,7 +286,7 @@ def test_unsigned_receipts_are_taken_without_a_signature_secret(adapter):
 
 
 def test_every_documented_status_and_err_code_is_classified():
-    from sandbox.vonage.config import STATUS_TEXT
+    from delivery.providers.vonage.sandbox.config import STATUS_TEXT
 
     assert set(map(str, STATUS_TEXT)) <= set(errors.SUBMISSION_TABLE)
     for status in ("1", "10"):

@@ -9,7 +9,7 @@ import pytest
 
 from delivery.providers.base import CallbackInvalid
 from delivery.providers.vonage import callbacks
-from sandbox.vonage.parts import signature
+from delivery.providers.vonage.sandbox.parts import signature
 
 SECRET = "a-signature-secret"
 KEY = "a1b2c3d4"

@@ -14,8 +14,8 @@ from django.test import Client
 
 from delivery.models import Suppression, SuppressionChange
 from delivery.providers.vonage import callbacks as vonage_callbacks
+from delivery.providers.vonage.sandbox.parts import signature
 from receipts.models import ReceiptEvent
-from sandbox.vonage.parts import signature
 from tests.factories import SENDER, recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db

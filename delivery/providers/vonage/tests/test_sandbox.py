@@ -1,4 +1,4 @@
-"""The Vonage sandbox (sandbox.vonage): a real HTTPS process that the official ``vonage`` SDK sends through
+"""The Vonage sandbox (delivery.providers.vonage.sandbox): a real HTTPS process that the official ``vonage`` SDK sends through
 unchanged, by ``rest_host`` and the sandbox's CA. Vonage's answer shape, one entry and one message-id per
 part, every error status as Vonage answers it (HTTP 200, status != "0", nothing stored), the HTTP faults,
 the outage modes and the per-recipient rules."""
@@ -15,9 +15,9 @@ import requests
 from vonage_http_client.errors import HttpRequestError, ServerError
 from vonage_sms import SmsError, SmsMessage, SmsResponse
 
+from delivery.providers.vonage.sandbox.parts import split_parts
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from delivery.providers.vonage.tests.helpers import sdk
-from sandbox.vonage.parts import split_parts
-from sandbox.vonage.process import VonageSandboxProcess
 
 GB = "447700900000"
 
@@ -332,7 +332,7 @@ def test_the_control_api_validates_and_resets(vonage):
 
 
 def test_flags_and_environment(monkeypatch):
-    from sandbox.vonage.server import parse_args
+    from delivery.providers.vonage.sandbox.server import parse_args
 
     monkeypatch.setenv("VONAGE_SANDBOX_THROTTLED_RATE", "0.25")
     monkeypatch.setenv("VONAGE_SANDBOX_BARRED", "447700900009,+447700900008")
@@ -346,5 +346,11 @@ def test_the_sandbox_never_imports_django():
     import subprocess
     import sys
 
-    code = "import sys, sandbox.vonage.server, sandbox.vonage.process; assert 'django' not in sys.modules"
+    # the parent packages (delivery.providers.<name>) declare the providers: they import no Django settings,
+    # apps or ORM (only smsgw.config's ImproperlyConfigured)
+    code = (
+        "import sys, delivery.providers.vonage.sandbox.server, delivery.providers.vonage.sandbox.process, "
+        "delivery.providers.twilio.sandbox.server, delivery.providers.twilio.sandbox.process; "
+        "assert not {'django.conf', 'django.apps', 'django.db'} & set(sys.modules), sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -11,9 +11,9 @@ import requests
 from vonage_http_client import Auth
 from vonage_sms import SmsError, SmsMessage
 
+from delivery.providers.vonage.sandbox.parts import signature
+from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from delivery.providers.vonage.tests.helpers import FAST, ReceiptReceiver, sdk
-from sandbox.vonage.parts import signature
-from sandbox.vonage.process import VonageSandboxProcess
 from tests.waiting import wait_for
 
 GB = "447700900000"

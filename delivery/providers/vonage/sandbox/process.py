@@ -18,14 +18,14 @@ import ssl
 from typing import Any
 from urllib.parse import urlencode
 
+from delivery.providers.vonage.sandbox.config import DEFAULT_API_KEY, DEFAULT_API_SECRET
 from sandbox.process import SandboxProcess
-from sandbox.vonage.config import DEFAULT_API_KEY, DEFAULT_API_SECRET
 
 _LISTENING = re.compile(r"vonage sandbox listening on (https://\S+) ca (\S+)(?: control (http://\S+))?")
 
 
 class VonageSandboxProcess(SandboxProcess):
-    MODULE = "sandbox.vonage"
+    MODULE = "delivery.providers.vonage.sandbox"
     LISTENING = _LISTENING
     PORT_ENV = ("VONAGE_SANDBOX_PORT", "VONAGE_SANDBOX_CONTROL_PORT", "VONAGE_SANDBOX_CA_FILE")
 

@@ -8,11 +8,11 @@ optionally signed with the account's signature secret, and ``client-ref`` is ech
 every receipt. Faults (Vonage error statuses, HTTP 5xx, hangs, stored-then-unanswered requests, outages,
 per-recipient rules) are configured at start or at runtime through ``/_sandbox/``.
 
-Run it with ``python -m sandbox.vonage --port 8082``. The generic pieces come from the Twilio sandbox
-(``sandbox``): the listeners (outage ``refuse``), the control handlers and the callback scheduler with its
-retries and counters. This package must never import Django.
+Run it with ``python -m delivery.providers.vonage.sandbox --port 8082``. The generic pieces come from
+the sandbox framework (``sandbox``): the listeners (outage ``refuse``), the control handlers and the
+callback scheduler with its retries and counters. This package must never import Django.
 """
 
-from sandbox.vonage.config import DEFAULT_API_KEY, DEFAULT_API_SECRET, VonageConfig
+from delivery.providers.vonage.sandbox.config import DEFAULT_API_KEY, DEFAULT_API_SECRET, VonageConfig
 
 __all__ = ["DEFAULT_API_KEY", "DEFAULT_API_SECRET", "VonageConfig"]

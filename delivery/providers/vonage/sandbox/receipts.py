@@ -13,7 +13,7 @@ Signed receipts (developer.vonage.com/getting-started/concepts/signing-messages,
 on incoming messages"): ``timestamp`` (unix seconds), ``nonce`` and ``sig`` are added, ``sig`` computed
 over every other field (``parts.signature``) with the account's method.
 
-Scheduling, copies, shuffle, drops, early receipts, retries and the counters are the Twilio sandbox's
+Scheduling, copies, shuffle, drops, early receipts, retries and the counters are the framework's
 (``sandbox.callbacks.StatusCallbackHook``); only the request built for each receipt differs.
 """
 
@@ -25,11 +25,11 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
+from delivery.providers.vonage.sandbox.parts import VonagePart, VonageRequest, signature
 from sandbox.callbacks import FORM, StatusCallbackHook
-from sandbox.vonage.parts import VonagePart, VonageRequest, signature
 
 if TYPE_CHECKING:
-    from sandbox.vonage.state import VonageState
+    from delivery.providers.vonage.sandbox.state import VonageState
 
 USER_AGENT = "Vonage-Sandbox-DLR/1.0"
 

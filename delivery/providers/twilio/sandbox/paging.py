@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from sandbox.config import _DATE_ONLY
-from sandbox.lifecycle import ERROR_MESSAGES, SandboxMessage
+from delivery.providers.twilio.sandbox.config import _DATE_ONLY
+from delivery.providers.twilio.sandbox.lifecycle import ERROR_MESSAGES, SandboxMessage
 
 
 # --- errors and query parsing ----------------------------------------------------------------------

@@ -12,8 +12,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandbox.callbacks import retry_policy_set
-from sandbox.vonage.config import (
+from delivery.providers.vonage.sandbox.config import (
     DEFAULT_API_KEY,
     DEFAULT_API_SECRET,
     OUTCOMES,
@@ -21,12 +20,19 @@ from sandbox.vonage.config import (
     STATUS_TEXT,
     VonageConfig,
 )
-from sandbox.vonage.journal import PartJournal
-from sandbox.vonage.parts import VonagePart, VonageRequest, new_message_id, signature, split_parts
-from sandbox.vonage.receipts import ReceiptHook
+from delivery.providers.vonage.sandbox.journal import PartJournal
+from delivery.providers.vonage.sandbox.parts import (
+    VonagePart,
+    VonageRequest,
+    new_message_id,
+    signature,
+    split_parts,
+)
+from delivery.providers.vonage.sandbox.receipts import ReceiptHook
+from sandbox.callbacks import retry_policy_set
 
 if TYPE_CHECKING:
-    from sandbox.server import Listeners
+    from sandbox.listeners import Listeners
 
 # The recipient's network (MCC+MNC) by country calling code, for "network" and "network-code"; the
 # sandbox's own table (Vonage answers "the estimated ID of the network of the recipient")

@@ -1,6 +1,6 @@
-"""The sandbox's HTTP handlers (``SandboxApp``), the ValidityPeriod parser and the two aiohttp
-applications: ``build_app`` (Twilio's API and the control API) and ``build_control_app`` (the control
-API alone).
+"""The Twilio sandbox's HTTP handlers (``TwilioApp``, over the framework's control handlers,
+``sandbox.app.SandboxApp``), the ValidityPeriod parser and the two aiohttp applications: ``build_app``
+(Twilio's API and the control API) and ``build_control_app`` (the control API alone).
 
 Twilio surface (HTTP Basic auth ``AccountSid:AuthToken``; every call answers 401/20003 while
 ``auth_fail`` is set, and 503/20503 while ``outage`` is ``503``; with ``outage`` ``refuse`` its port is
@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from sandbox.config import (
+from delivery.providers.twilio.sandbox.config import (
     _DIGITS,
     _E164ISH,
     API_VERSION,
@@ -55,13 +55,14 @@ from sandbox.config import (
     MAX_BODY_CHARS,
     MAX_PAGE_SIZE,
     MAX_VALIDITY_PERIOD,
-    REFUSE_NEEDS_CONTROL,
     STORED_ACTIONS,
 )
-from sandbox.lifecycle import SandboxMessage
-from sandbox.paging import BadRequest, Refused, _parse_date_bound
-from sandbox.responses import _JSON, _json, _retry_after_header, _unauthorized, twilio_error
-from sandbox.state import AUTH_OK, AUTH_REFUSED, SandboxState
+from delivery.providers.twilio.sandbox.lifecycle import SandboxMessage
+from delivery.providers.twilio.sandbox.paging import BadRequest, Refused, _parse_date_bound
+from delivery.providers.twilio.sandbox.responses import _retry_after_header, _unauthorized, twilio_error
+from delivery.providers.twilio.sandbox.state import AUTH_OK, AUTH_REFUSED, SandboxState
+from sandbox.app import SandboxApp
+from sandbox.responses import _JSON, _json
 
 
 def _auth_refusal(st: SandboxState, request: web.Request, *, count: bool = False) -> web.Response | None:
@@ -91,9 +92,10 @@ def _validity_period(form: dict[str, str]) -> int | None:
     return int(raw)
 
 
-class SandboxApp:
-    def __init__(self, state: SandboxState) -> None:
-        self.state = state
+class TwilioApp(SandboxApp):
+    """Twilio's API; the control handlers are the framework's (``sandbox.app``), with the submissions."""
+
+    state: SandboxState
 
     # -- Twilio API ---------------------------------------------------------------------------------
     async def create_message(self, request: web.Request) -> web.Response:
@@ -334,69 +336,6 @@ class SandboxApp:
             }
         )
 
-    # -- control API --------------------------------------------------------------------------------
-    async def get_config(self, request: web.Request) -> web.Response:
-        return _json(self.state.config.to_json())
-
-    async def post_config(self, request: web.Request) -> web.Response:
-        st = self.state
-        try:
-            changes = await request.json()
-            config = st.config.updated(changes)
-        except (ValueError, TypeError) as exc:
-            return _json({"error": str(exc)}, 400)
-        if config.outage == "refuse" and (st.listeners is None or not st.listeners.has_control):
-            return _json({"error": REFUSE_NEEDS_CONTROL}, 400)
-        st.set_config(config)
-        error = await self._apply_outage()
-        if error is not None:
-            return error
-        return _json(st.config.to_json())
-
-    async def _apply_outage(self) -> web.Response | None:
-        """Open or close the API listener for ``outage`` before answering, so that the next call sees
-        the new state. None, or a 500 when the API port could not be bound again (left ``refuse``)."""
-        st = self.state
-        if st.listeners is None:
-            return None
-        try:
-            await st.listeners.apply(st.config.outage)
-        except OSError as exc:
-            st.set_config(st.config.updated({"outage": "refuse"}))
-            return _json({"error": f"could not listen on the API port again: {exc}"}, 500)
-        return None
-
-    async def get_stats(self, request: web.Request) -> web.Response:
-        return _json(self.state.stats())
-
-    async def get_message_debug(self, request: web.Request) -> web.Response:
-        message = self.state.messages.get(request.match_info["sid"])
-        if message is None:
-            return _json({"error": "no such message"}, 404)
-        return _json(self.state.debug(message))
-
-    async def post_callbacks_replay(self, request: web.Request) -> web.Response:
-        try:
-            payload = await request.json()
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict) or not (payload.get("all") is True or payload.get("sid")):
-            return _json({"error": 'expected {"sid": "SM..."} or {"all": true}'}, 400)
-        if payload.get("all") is True:
-            result = self.state.callbacks.replay(everything=True)
-        else:
-            result = self.state.callbacks.replay(sid=str(payload["sid"]))
-        if result is None:
-            return _json({"error": "no such message with status callbacks"}, 404)
-        return _json(result)
-
-    async def post_reset(self, request: web.Request) -> web.Response:
-        self.state.reset()
-        error = await self._apply_outage()
-        if error is not None:
-            return error
-        return _json({"reset": True, "config": self.state.config.to_json()})
-
     async def get_submissions(self, request: web.Request) -> web.StreamResponse:
         """``[[created_unix, sender, segments, to], ...]`` for the stored messages created at or after
         ``since`` (default 0: all), streamed: creates go on between pieces."""
@@ -417,13 +356,10 @@ class SandboxApp:
         await response.write_eof()
         return response
 
-    async def health(self, request: web.Request) -> web.Response:
-        return _json({"status": "ok", "submissions": len(self.state.all)})
-
 
 def build_app(state: SandboxState) -> web.Application:
     """The main app: Twilio's API and the control API. Its cleanup closes the status callbacks."""
-    handlers = SandboxApp(state)
+    handlers = TwilioApp(state)
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
     app.on_cleanup.append(state.callbacks.close)
@@ -440,11 +376,11 @@ def build_control_app(state: SandboxState) -> web.Application:
     """The control API alone, for ``--control-port`` (up in every outage mode)."""
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
-    _add_control_routes(app, SandboxApp(state))
+    _add_control_routes(app, TwilioApp(state))
     return app
 
 
-def _add_control_routes(app: web.Application, handlers: SandboxApp) -> None:
+def _add_control_routes(app: web.Application, handlers: TwilioApp) -> None:
     app.router.add_get("/_sandbox/config", handlers.get_config, allow_head=False)
     app.router.add_post("/_sandbox/config", handlers.post_config)
     app.router.add_get("/_sandbox/stats", handlers.get_stats, allow_head=False)

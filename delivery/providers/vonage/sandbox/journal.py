@@ -1,13 +1,13 @@
 """The Vonage sandbox's store on disk (``--state-file``): one JSON line per accepted part, appended before
-the send is answered, read back at the next start; the file mechanics are the Twilio sandbox's
+the send is answered, read back at the next start; the file mechanics are the framework's
 (``sandbox.journal``). A sandbox killed and started again (the embedded run's supervisor restarts it)
 still holds every part it answered "0" for, and sends the receipts still owed. Must not import Django.
 """
 
 from __future__ import annotations
 
+from delivery.providers.vonage.sandbox.parts import VonagePart
 from sandbox.journal import Journal
-from sandbox.vonage.parts import VonagePart
 
 _FIELDS = (
     "seq",

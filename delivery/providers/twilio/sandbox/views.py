@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl
 
-from sandbox.config import API_VERSION, SUBMISSIONS_CHUNK
-from sandbox.lifecycle import ERROR_MESSAGES, INF, SandboxMessage, price, rfc2822
-from sandbox.paging import _created, _page_token, _parse_page_token, _rank
+from delivery.providers.twilio.sandbox.config import API_VERSION, SUBMISSIONS_CHUNK
+from delivery.providers.twilio.sandbox.lifecycle import ERROR_MESSAGES, INF, SandboxMessage, price, rfc2822
+from delivery.providers.twilio.sandbox.paging import _created, _page_token, _parse_page_token, _rank
 
 
 class SandboxViews:

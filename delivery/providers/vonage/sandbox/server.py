@@ -1,6 +1,6 @@
 """The Vonage sandbox's command line and ``main``: HTTPS on ``--port`` (Vonage's SMS API and the control
-API), optionally plain-HTTP control on ``--control-port``; the listeners are the Twilio sandbox's
-(``sandbox.server.Listeners``). The first stdout line, once every listener is up, is
+API), optionally plain-HTTP control on ``--control-port``; the listeners are the framework's
+(``sandbox.listeners.Listeners``). The first stdout line, once every listener is up, is
 ``vonage sandbox listening on https://HOST:PORT ca /path/ca.pem`` (and `` control http://HOST:PORT``).
 Must not import Django.
 """
@@ -16,23 +16,25 @@ import os
 import signal
 from dataclasses import fields
 
-from sandbox.config import REFUSE_NEEDS_CONTROL
-from sandbox.server import Listeners, _env, _flag_port, add_config_flags
-from sandbox.vonage.config import (
+from delivery.providers.vonage.sandbox.config import (
     DEFAULT_API_KEY,
     DEFAULT_API_SECRET,
     VonageConfig,
 )
-from sandbox.vonage.handlers import build_app, build_control_app
-from sandbox.vonage.state import VonageState
-from sandbox.vonage.tls import server_context
+from delivery.providers.vonage.sandbox.handlers import build_app, build_control_app
+from delivery.providers.vonage.sandbox.state import VonageState
+from delivery.providers.vonage.sandbox.tls import server_context
+from sandbox.cli import _env, _flag_port, add_config_flags
+from sandbox.config import REFUSE_NEEDS_CONTROL
+from sandbox.listeners import Listeners
 
 logger = logging.getLogger("sandbox.vonage")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m sandbox.vonage", description="Sandbox SMS provider speaking Vonage's SMS API."
+        prog="python -m delivery.providers.vonage.sandbox",
+        description="Sandbox SMS provider speaking Vonage's SMS API.",
     )
     p.add_argument("--host", default=_env("VONAGE_SANDBOX_HOST", "127.0.0.1"))
     p.add_argument(
@@ -61,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--state-file",
         default=_env("VONAGE_SANDBOX_STATE_FILE", None),
-        help="keep the parts in this file across restarts (sandbox.vonage.journal); default: memory only "
+        help="keep the parts in this file across restarts (journal.py); default: memory only "
         "(env VONAGE_SANDBOX_STATE_FILE)",
     )
     return p.parse_args(argv)

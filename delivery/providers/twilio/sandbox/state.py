@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sandbox.callbacks import StatusCallbackHook, retry_policy_set
-from sandbox.config import (
+from delivery.providers.twilio.sandbox.callbacks import TwilioCallbackHook
+from delivery.providers.twilio.sandbox.config import (
     API_VERSION,
     CALLBACK_SHARE_KEYS,
     DEFAULT_ACCOUNT_SID,
@@ -32,15 +32,22 @@ from sandbox.config import (
     OUTCOMES,
     SandboxConfig,
 )
-from sandbox.lifecycle import INF, TRIAL_PREFIX, SandboxMessage, default_service_sid, service_sender
-from sandbox.paging import Refused
-from sandbox.responses import twilio_error
-from sandbox.views import SandboxViews
+from delivery.providers.twilio.sandbox.lifecycle import (
+    INF,
+    TRIAL_PREFIX,
+    SandboxMessage,
+    default_service_sid,
+    service_sender,
+)
+from delivery.providers.twilio.sandbox.paging import Refused
+from delivery.providers.twilio.sandbox.responses import twilio_error
+from delivery.providers.twilio.sandbox.views import SandboxViews
+from sandbox.callbacks import retry_policy_set
 
 AUTH_OK, AUTH_REFUSED, AUTH_OTHER_ACCOUNT = "ok", "refused", "other_account"
 
 if TYPE_CHECKING:
-    from sandbox.server import Listeners
+    from sandbox.listeners import Listeners
 
 
 class SlidingWindow:
@@ -91,8 +98,8 @@ class SandboxState(SandboxViews):
         self.seed = seed
         self._service_senders: dict[str, str] = {}
         self.default_service_sid = default_service_sid(account_sid)
-        self.callbacks = StatusCallbackHook(self)
-        self.journal = None  # sandbox.journal.Journal with --state-file
+        self.callbacks = TwilioCallbackHook(self)
+        self.journal = None  # a MessageJournal (journal.py) with --state-file
         self._restored: list[SandboxMessage] = []
         # the server's listeners (``Listeners``), when it runs them itself; None in process (unit tests)
         self.listeners: Listeners | None = None
@@ -390,13 +397,13 @@ class SandboxState(SandboxViews):
         self.account_window.add(message)
 
     def journal_open(self, path: str) -> int:
-        """Keep the store in ``path`` (sandbox.journal): the messages already there are loaded
+        """Keep the store in ``path`` (``journal.py``): the messages already there are loaded
         (their lifecycles as fixed at their create) and every new one is appended. Returns how many were
         loaded. Call before serving; their owed status callbacks are planned once the loop runs
         (``journal_callbacks``)."""
-        from sandbox.journal import Journal
+        from delivery.providers.twilio.sandbox.journal import MessageJournal
 
-        journal = Journal(path)
+        journal = MessageJournal(path)
         restored = journal.load() if os.path.getsize(path) else []
         for message in restored:
             self._index(message)

@@ -28,6 +28,8 @@ import hashlib
 import math
 import time
 
+from sandbox.gsm7 import _GSM7_BASIC, _GSM7_EXT
+
 # Twilio error titles (twilio.com/docs/api/errors/<code>)
 ERROR_MESSAGES = {
     21610: "Attempt to send to unsubscribed recipient",
@@ -44,11 +46,6 @@ TRIAL_PREFIX = "Sent from your Twilio trial account - "
 PRICE_PER_SEGMENT = 0.0079  # a US SMS segment; Twilio prices are negative strings, e.g. "-0.00790"
 INF = math.inf
 
-_GSM7_BASIC = frozenset(
-    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
-    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
-)
-_GSM7_EXT = frozenset("^{}\\[~]|€\f")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("", "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 

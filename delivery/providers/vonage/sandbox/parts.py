@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import os
 
-from sandbox.lifecycle import _GSM7_EXT
+from sandbox.gsm7 import _GSM7_EXT
 
 GSM_SINGLE, GSM_PART = 160, 153
 UCS2_SINGLE, UCS2_PART = 70, 67

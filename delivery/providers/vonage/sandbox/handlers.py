@@ -30,10 +30,10 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
-from sandbox.handlers import SandboxApp
+from delivery.providers.vonage.sandbox.config import STORED_ACTIONS
+from delivery.providers.vonage.sandbox.state import VonageState
+from sandbox.app import SandboxApp
 from sandbox.responses import _json
-from sandbox.vonage.config import STORED_ACTIONS
-from sandbox.vonage.state import VonageState
 
 _MSISDN = re.compile(r"[1-9][0-9]{6,14}")
 _NUMERIC_SENDER = re.compile(r"[0-9]{1,15}")
@@ -103,7 +103,7 @@ def _wants_receipt(params: dict[str, str]) -> bool:
 
 
 class VonageApp(SandboxApp):
-    """The send handler; the control handlers are the Twilio sandbox's (they read only the state's
+    """The send handler; the control handlers are the framework's (``sandbox.app``; they read only the state's
     ``config``, ``set_config``, ``stats``, ``messages``, ``debug``, ``callbacks``, ``reset`` and
     ``listeners``)."""
 
