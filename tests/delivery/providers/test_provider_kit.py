@@ -156,22 +156,26 @@ def test_messages_go_through_the_registered_provider_end_to_end(fake_registered,
     assert pipeline.sandbox.stats()["receipts_failed"] == 0
 
 
+# Where code, scripts, settings and data live (not docs/, which describes the fake as an example).
+CODE_FOLDERS = (
+    "config",
+    "delivery",
+    "deploy",
+    "bench",
+    "sandbox",
+    "scheduling",
+    "receipts",
+    "smsgw",
+    "tests",
+)
+
+
 def _files_naming(text: str) -> set[str]:
+    """The files outside the fake's folder that name ``text``."""
     found = set()
-    for top in (
-        "config",
-        "delivery",
-        "deploy",
-        "docs",
-        "bench",
-        "sandbox",
-        "scheduling",
-        "receipts",
-        "smsgw",
-        "tests",
-    ):
+    for top in CODE_FOLDERS:
         for path in (ROOT / top).rglob("*"):
-            if not path.is_file() or path.suffix not in (".py", ".sh", ".md", ".toml", ".json", ".yml"):
+            if not path.is_file() or path.suffix not in (".py", ".sh", ".toml", ".json", ".yml", ".service"):
                 continue
             if path.is_relative_to(FOLDER) or "node_modules" in path.parts:
                 continue
@@ -180,7 +184,7 @@ def _files_naming(text: str) -> set[str]:
     for path in ROOT.glob("*"):
         if (
             path.is_file()
-            and path.suffix in (".py", ".toml", ".md")
+            and path.suffix in (".py", ".toml")
             and text in path.read_text(errors="replace")
         ):
             found.add(path.name)
