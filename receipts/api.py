@@ -329,6 +329,8 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     from smsgw.channels import DEFAULT_CHANNEL, AddressError
     from smsgw.values.phone import mask
 
+    if provider in PROVIDERS and not get_adapter(provider).capabilities.inbound:
+        return _error(404, "provider", f"{provider} posts no inbound messages here")
     if provider in PROVIDERS and request.method not in get_adapter(provider).inbound_methods:
         refused = _error(405, "method", f"{provider} posts its inbound messages")
         refused["Allow"] = ", ".join(get_adapter(provider).inbound_methods)

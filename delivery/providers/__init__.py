@@ -73,6 +73,7 @@ def packages_from(value: str) -> dict[str, Package]:
     (a provider package installed from elsewhere, or a test's own). A name already registered, a
     malformed pair or a repeated name is refused, naming the variable."""
     from django.core.exceptions import ImproperlyConfigured
+
     entries: dict[str, Package] = {}
     for raw in value.split(","):
         pair = raw.strip()

@@ -72,6 +72,13 @@ class Capabilities:
     # The media types its callbacks (receipts, inbound messages) are posted as; another is a 415, before
     # the signature is checked. Empty: any.
     callback_content_types: tuple[str, ...] = ()
+    # How it is reached: ``"request"`` (an HTTP request per submission; receipts and inbound messages come
+    # back as webhooks to /receipts/<name>/ and /inbound/<name>/) or ``"session"`` (a bound session that
+    # carries the submissions, the receipts and the inbound messages, as SMPP does). Only ``"request"``
+    # runs today: a session needs a process role that holds the bind, which the house has not placed yet.
+    transport: str = "request"
+    # It posts inbound messages (replies, STOP) to /inbound/<name>/; without, that endpoint answers 404.
+    inbound: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,10 @@ class ProviderSettings:
     concurrent_requests: int | None = None
 
 
+# The transports a provider may declare: a request per submission. ("session", a bound session such as
+# SMPP's, comes with the process role that holds it.)
+TRANSPORTS = ("request",)
+
 _capabilities: dict[str, Capabilities] = {}
 _settings: dict[str, ProviderSettings] = {}
 _redactions: tuple[tuple[re.Pattern, str], ...] = ()
@@ -101,6 +112,11 @@ def _compile_redactions() -> None:
 
 
 def declare(name: str, capabilities: Capabilities, provider_settings: ProviderSettings | None = None) -> None:
+    if capabilities.transport not in TRANSPORTS:
+        raise ValueError(
+            f"provider {name!r}: transport {capabilities.transport!r} is not one this gateway runs "
+            f"({', '.join(TRANSPORTS)}; a bound session needs a process role that holds it)"
+        )
     _capabilities[name] = capabilities
     if provider_settings is not None:
         _settings[name] = provider_settings

@@ -24,6 +24,8 @@ CAPABILITIES = Capabilities(
     max_body_chars=1600,
     signature_schemes=("hmac-sha256-url",),
     callback_content_types=(FORM,),
+    transport="request",
+    inbound=False,  # its receipts only: /inbound/fakeprov/ answers 404
 )
 
 

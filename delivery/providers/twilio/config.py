@@ -43,6 +43,8 @@ CAPABILITIES = Capabilities(
     # X-Twilio-Signature is computed over the URL and the form's fields. A multipart form carries the same
     # fields (and is what test clients post); a JSON body to these endpoints is not Twilio's.
     callback_content_types=("application/x-www-form-urlencoded", "multipart/form-data"),
+    transport="request",
+    inbound=True,  # "A message comes in": the number's (or messaging service's) incoming-message webhook
 )
 
 

@@ -57,6 +57,8 @@ CAPABILITIES = Capabilities(
     # The account's receipt webhook method: POST-JSON or POST (a form, urlencoded; multipart carries the
     # same fields); GET sends no body (delivery.providers.vonage.callbacks).
     callback_content_types=("application/json", "application/x-www-form-urlencoded", "multipart/form-data"),
+    transport="request",
+    inbound=True,  # the account's (or number's) inbound SMS webhook
 )
 
 

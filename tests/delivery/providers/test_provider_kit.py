@@ -75,6 +75,28 @@ def test_the_registry_line_is_read_from_the_environment_and_a_bad_one_is_refused
         packages_from(f"{REGISTRY_LINE},{REGISTRY_LINE}")
 
 
+@pytest.mark.django_db
+def test_its_callback_endpoints_come_from_the_registry(fake_registered, client):
+    """/receipts/fakeprov/ is its receipt endpoint (an unsigned receipt is refused there, 403); it declares
+    no inbound, so /inbound/fakeprov/ is a 404 naming it, not a 2xx that drops the message."""
+    form = "application/x-www-form-urlencoded"
+    unsigned = client.post("/receipts/fakeprov/", "id=FP0000000001&status=delivered", content_type=form)
+    assert unsigned.status_code == 403
+    # a multipart form is not how it posts (its capabilities say so): refused before the signature
+    assert client.post("/receipts/fakeprov/", {"id": "FP0000000001"}).status_code == 415
+    inbound = client.post("/inbound/fakeprov/", {"from": "+14155550100", "to": "+14155550101", "body": "hi"})
+    assert inbound.status_code == 404 and NAME in inbound.content.decode()
+
+
+def test_a_transport_the_house_cannot_run_is_refused_when_declared():
+    from smsgw.config import providers as declarations
+    from smsgw.config.providers import Capabilities
+
+    with pytest.raises(ValueError, match="transport 'session'"):
+        declarations.declare("smppish", Capabilities(transport="session"))
+    assert "smppish" not in declarations.declared()
+
+
 def _supervisor():
     spec = importlib.util.spec_from_file_location("embedded_supervisor", ROOT / "deploy" / "embedded.py")
     module = importlib.util.module_from_spec(spec)
@@ -182,11 +204,7 @@ def _files_naming(text: str) -> set[str]:
             if text in path.read_text(errors="replace"):
                 found.add(path.relative_to(ROOT).as_posix())
     for path in ROOT.glob("*"):
-        if (
-            path.is_file()
-            and path.suffix in (".py", ".toml")
-            and text in path.read_text(errors="replace")
-        ):
+        if path.is_file() and path.suffix in (".py", ".toml") and text in path.read_text(errors="replace"):
             found.add(path.name)
     return found
 
