@@ -20,8 +20,8 @@ marked ``sqlite`` or ``embedded``; ``--half=postgres`` keeps every test that use
 integration tests, and the database-free tests marked ``redis``; ``embedded`` tests run in the SQLite half
 only. Without ``--half`` every collected test runs (one file, one test, as a developer asks).
 
-**Serial group.** A test marked ``serial(reason)`` cannot share the machine (a CPU hog, RabbitMQ's broker-wide
-state, a process-stop timing): ``--group=parallel`` leaves it out, ``--group=serial`` keeps only such tests.
+**Serial group.** A test marked ``serial(reason)`` cannot share the machine (a CPU hog, a process-stop
+timing, a per-second count): ``--group=parallel`` leaves it out, ``--group=serial`` keeps only such tests.
 The reason is required.
 
 **Longest first.** ``tests/durations.json`` (each test's setup + call + teardown seconds, from an earlier

@@ -5,10 +5,12 @@ declares them with equivalent arguments), and publishing channels are in confirm
 
 from __future__ import annotations
 
+import fcntl
 import json
 import secrets
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,10 @@ from rest_framework.test import APIClient
 
 from scheduling.models import Message, Status
 from tests.factories import recipient, tenant_with_key
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.serial(reason="the local RabbitMQ's smsgw vhost, user and queues are one broker-wide state"),
     pytest.mark.skipif(not shutil.which("rabbitmqctl"), reason="RabbitMQ is not installed here"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,33 @@ def _ctl(*args: str, stdin: str | None = None) -> str:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+# The local RabbitMQ's smsgw vhost, user and queues are one broker-wide state: each test here holds this lock
+# (one file for the machine, as the broker is one) from before its first fixture until after its last, so
+# they run in the parallel group one at a time, whichever workers take them.
+BROKER_LOCK = Path(tempfile.gettempdir()) / "smsgw-test-rabbitmq.lock"
+BROKER_LOCK_WAIT_S = 240
+
+
+@pytest.fixture(autouse=True)
+def rabbit_broker_alone():
+    """The broker-wide state to this test alone: autouse, so set up before the test's other fixtures (its
+    pipeline's processes) and torn down after them."""
+    with open(BROKER_LOCK, "a") as lock:
+
+        def taken() -> bool:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        wait_for(taken, BROKER_LOCK_WAIT_S, f"the lock on the local RabbitMQ ({BROKER_LOCK})", interval=0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

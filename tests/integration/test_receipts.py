@@ -91,6 +91,12 @@ def test_callback_that_arrives_before_the_submit_response_is_applied(with_web):
     pipeline.sandbox.config(
         callback_delay_ms=0, callback_gap_ms=300, callback_early_rate=1.0, callback_timeout_ms=60_000
     )
+    # And the worker waits for the create's answer longer than the sandbox waits for the callback's: with the
+    # pipeline's 2-s provider timeout, a web process slow to answer (its first requests, on a loaded machine)
+    # made every create time out, the reconciler then recorded each message as sent at the provider's
+    # creation time (before the callback arrived), and the scenario never happened. The sending lease outlasts
+    # the timeout, as the settings require.
+    pipeline.env.update(TWILIO_TIMEOUT_SECONDS="75", SMSGW_SENDING_LEASE_SECONDS="90")
     tenant, _ = tenant_with_key("acme")
     pks = messages_bulk(tenant, 20, due_at=timezone.now())
     connection.close()
