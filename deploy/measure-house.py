@@ -25,13 +25,19 @@ FRAMEWORK_SETTINGS = ("ROOT_URLCONF", "WSGI_APPLICATION", "AXES_", "CELERY_")
 SID_HOMES = ("scheduling/facade/", "delivery/providers/twilio/")
 
 
+def _tooling(parts: tuple[str, ...]) -> bool:
+    """A provider package's tooling, not the app: its sandbox, its tests and its kit."""
+    in_provider = parts[:2] == ("delivery", "providers") and len(parts) > 3
+    return "sandbox" in parts or (in_provider and parts[3] in ("tests", "kit.py", "kit"))
+
+
 def _sources(packages: list[str]) -> list[Path]:
     return [
         p
         for top in packages
         if (ROOT / top).is_dir()
         for p in sorted((ROOT / top).rglob("*.py"))
-        if "migrations" not in p.parts
+        if "migrations" not in p.parts and not _tooling(p.relative_to(ROOT).parts)
     ]
 
 
@@ -40,6 +46,8 @@ def imports_up() -> list[tuple[str, str]]:
     graph = grimp.build_graph(*present, cache_dir=None)
     pairs = set()
     for module in graph.modules:
+        if _tooling(tuple(module.split("."))):
+            continue
         a = module.split(".")[0]
         for imported in graph.find_modules_directly_imported_by(module):
             b = imported.split(".")[0]
