@@ -13,7 +13,7 @@ from smsgw.runtime.task_limits import next_tick_goes_on
 def process() -> None:
     # Callbacks spooled during a database outage first, so they are applied in this same run.
     spool_drain()
-    receipts_process_for(settings.SWEEP_INTERVAL_SECONDS * 0.9)
+    receipts_process_for(settings.SWEEP_INTERVAL_SECONDS * 0.9, idle_sleep=settings.IDLE_POLL_SECONDS)
 
 
 @shared_task(name="receipts.status_lookup", ignore_result=True)

@@ -17,7 +17,7 @@ from smsgw.runtime.task_limits import next_tick_goes_on
 @next_tick_goes_on
 def sweep() -> None:
     # Slightly shorter than the beat interval so one sweep task is normally running at a time.
-    sweep_for(settings.SWEEP_INTERVAL_SECONDS * 0.9)
+    sweep_for(settings.SWEEP_INTERVAL_SECONDS * 0.9, idle_sleep=settings.IDLE_POLL_SECONDS)
 
 
 @shared_task(name="scheduling.materialize", ignore_result=True)

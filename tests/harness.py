@@ -29,6 +29,10 @@ from tests import processes
 # Short windows so recovery paths run within a test's time, not production's minutes.
 FAST = {
     "SMSGW_SWEEP_INTERVAL": "1",
+    # The sweep and receipts loops poll every 0.1 s between passes that find no full batch, not production's
+    # 0.05 s: a few statements per pass in every pipeline's worker, dozens of them side by side on two cores,
+    # were CPU the other tests waited for. Every wait here is seconds long; 50 ms more per pass is in it.
+    "SMSGW_IDLE_POLL_SECONDS": "0.1",
     "SMSGW_QUEUED_RECOVERY_SECONDS": "4",
     "SMSGW_SENDING_LEASE_SECONDS": "4",
     "SMSGW_RETRY_BASE_SECONDS": "0.2",

@@ -8,6 +8,11 @@ from smsgw.config.env import env_float, env_int
 # Whole seconds: django-celery-beat stores intervals as integers (0.5 would become 0 and fire
 # continuously). Inside each interval the sweep itself polls every 50 ms, so due work waits far less.
 SWEEP_INTERVAL_SECONDS = env_int("SMSGW_SWEEP_INTERVAL", 1, minimum=1)
+# That poll: the pause of the sweep's and the receipt processor's loops after a pass that did not fill a
+# batch (sweep_for, receipts_process_for), so the longest a due message or a received callback waits for
+# its next pass. Each pass costs a few statements whether it finds work or not: the integration tests,
+# which run dozens of pipelines side by side on two cores, raise it to 0.1 s (tests/integration/conftest.py).
+IDLE_POLL_SECONDS = env_float("SMSGW_IDLE_POLL_SECONDS", 0.05, minimum=0.01)
 SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
 SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
 # SEND_CONCURRENCY (provider requests in flight per send process) is set with the provider settings below.
