@@ -7,12 +7,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tests.fakeprovider.config import DEFAULT_SECRET, DEFAULT_TOKEN
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 _LISTENING = re.compile(r"fakeprov sandbox listening on (http://\S+)")
@@ -40,16 +40,12 @@ class FakeSandboxProcess:
             self.stop()
             raise RuntimeError(f"the fake sandbox did not start: {line!r}")
         self.base_url = match.group(1)
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            try:
-                self._get("/_sandbox/health")
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.05)
+        try:
+            wait_for(lambda: self._get("/_sandbox/health"), self.start_timeout, "the fake sandbox's health")
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -19,7 +19,6 @@ import json
 import signal
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,32 +46,39 @@ class State:
             message = {"id": f"FP{next(self.ids):010d}", "status": "accepted", **fields}
             self.messages[message["id"]] = message
             self.stats["submissions"] += 1
-        threading.Thread(target=self.deliver, args=(message,), daemon=True).start()
+        self._later(self.receipt_delay, self.deliver, message)
         return message
 
+    @staticmethod
+    def _later(seconds: float, call: Any, *args: Any) -> None:
+        timer = threading.Timer(seconds, call, args=args)
+        timer.daemon = True
+        timer.start()
+
     def deliver(self, message: dict[str, Any]) -> None:
-        time.sleep(self.receipt_delay)
+        """The message is delivered: its status, then its signed receipt (``post_receipt``)."""
         with self.lock:
             message["status"] = "delivered"
-        url = message.get("callback_url", "")
-        if not url:
-            return
-        fields = {"id": message["id"], "status": "delivered"}
-        for attempt in range(RECEIPT_TRIES):
-            request = urllib.request.Request(url, data=urlencode(fields).encode(), method="POST")
-            request.add_header("Content-Type", FORM)
-            request.add_header(SIGNATURE_HEADER, signature(self.secret, url, fields))
-            try:
-                with urllib.request.urlopen(request, timeout=10):
-                    pass
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.2 * (attempt + 1))
-                continue
-            with self.lock:
-                self.stats["receipts_posted"] += 1
+        if message.get("callback_url"):
+            self.post_receipt(message["callback_url"], {"id": message["id"], "status": "delivered"}, 0)
+
+    def post_receipt(self, url: str, fields: dict[str, str], attempt: int) -> None:
+        """POST one signed receipt; a refused or failed post is tried again later, RECEIPT_TRIES in all."""
+        request = urllib.request.Request(url, data=urlencode(fields).encode(), method="POST")
+        request.add_header("Content-Type", FORM)
+        request.add_header(SIGNATURE_HEADER, signature(self.secret, url, fields))
+        try:
+            with urllib.request.urlopen(request, timeout=10):
+                pass
+        except (urllib.error.URLError, OSError):
+            if attempt + 1 < RECEIPT_TRIES:
+                self._later(0.2 * (attempt + 1), self.post_receipt, url, fields, attempt + 1)
+            else:
+                with self.lock:
+                    self.stats["receipts_failed"] += 1
             return
         with self.lock:
-            self.stats["receipts_failed"] += 1
+            self.stats["receipts_posted"] += 1
 
 
 class Handler(BaseHTTPRequestHandler):
