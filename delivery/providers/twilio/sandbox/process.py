@@ -33,23 +33,11 @@ class TwilioSandboxProcess(SandboxProcess):
     PORT_ENV = ("SANDBOX_PORT", "SANDBOX_CONTROL_PORT")
 
     def __init__(
-        self,
-        *,
-        account_sid: str = DEFAULT_ACCOUNT_SID,
-        auth_token: str = DEFAULT_AUTH_TOKEN,
-        extra_args: list[str] | None = None,
-        start_timeout: float = 15.0,
-        host: str = "127.0.0.1",
-        command_prefix: list[str] | None = None,
-        control_port: int | None = None,
+        self, *, account_sid: str = DEFAULT_ACCOUNT_SID, auth_token: str = DEFAULT_AUTH_TOKEN, **launch: Any
     ) -> None:
-        super().__init__(
-            extra_args=extra_args,
-            start_timeout=start_timeout,
-            host=host,
-            command_prefix=command_prefix,
-            control_port=control_port,
-        )
+        """Its credentials; ``launch`` is the framework's (``SandboxProcess``: extra_args, start_timeout,
+        host, command_prefix, control_port)."""
+        super().__init__(**launch)
         self.account_sid = account_sid
         self.auth_token = auth_token
 

@@ -30,23 +30,11 @@ class VonageSandboxProcess(SandboxProcess):
     PORT_ENV = ("VONAGE_SANDBOX_PORT", "VONAGE_SANDBOX_CONTROL_PORT", "VONAGE_SANDBOX_CA_FILE")
 
     def __init__(
-        self,
-        *,
-        api_key: str = DEFAULT_API_KEY,
-        api_secret: str = DEFAULT_API_SECRET,
-        extra_args: list[str] | None = None,
-        start_timeout: float = 15.0,
-        host: str = "127.0.0.1",
-        command_prefix: list[str] | None = None,
-        control_port: int | None = None,
+        self, *, api_key: str = DEFAULT_API_KEY, api_secret: str = DEFAULT_API_SECRET, **launch: Any
     ) -> None:
-        super().__init__(
-            extra_args=extra_args,
-            start_timeout=start_timeout,
-            host=host,
-            command_prefix=command_prefix,
-            control_port=control_port,
-        )
+        """Its credentials; ``launch`` is the framework's (``SandboxProcess``: extra_args, start_timeout,
+        host, command_prefix, control_port)."""
+        super().__init__(**launch)
         self.api_key = api_key
         self.api_secret = api_secret
         self.ca_file = ""
