@@ -5,12 +5,13 @@ field of its config (``add_config_flags``). Must not import Django.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import fields
 from typing import Any
 
-from sandbox.config import _as_int, as_bool, as_list
+from sandbox.config import REFUSE_NEEDS_CONTROL, _as_int, as_bool, as_list
 
 
 def _env(name: str, default: Any) -> Any:
@@ -70,3 +71,21 @@ def add_config_flags(p: argparse.ArgumentParser, config_cls: type, env_prefix: s
             default=kind(_env(env, getattr(defaults, f.name))),
             help=f"(env {env})" + (" JSON list or comma-separated" if f.name in keys._LIST_KEYS else ""),
         )
+
+
+def config_from_args(args: argparse.Namespace, config_cls: Any, label: str) -> Any:
+    """The config the flags (``add_config_flags``) and ``--rules`` describe, checked as the control API
+    checks an update; a bad value, or ``outage refuse`` without a control port, ends the process naming
+    the sandbox (``label``)."""
+    try:
+        config = config_cls().updated(
+            {
+                **{f.name: getattr(args, f.name) for f in fields(config_cls) if f.name != "rules"},
+                "rules": json.loads(args.rules),
+            }
+        )
+    except ValueError as exc:
+        raise SystemExit(f"{label}: bad configuration: {exc}") from None
+    if config.outage == "refuse" and args.control_port is None:
+        raise SystemExit(f"{label}: bad configuration: {REFUSE_NEEDS_CONTROL}")
+    return config

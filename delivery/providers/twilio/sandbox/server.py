@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import logging
 import signal
-from dataclasses import fields
 
 from delivery.providers.twilio.sandbox.config import (
     DEFAULT_ACCOUNT_SID,
@@ -26,8 +24,7 @@ from delivery.providers.twilio.sandbox.handlers import build_app, build_control_
 from delivery.providers.twilio.sandbox.lifecycle import SandboxMessage, count_segments, rfc2822
 from delivery.providers.twilio.sandbox.paging import BadRequest, Refused  # noqa: F401 - re-exported
 from delivery.providers.twilio.sandbox.state import SandboxState
-from sandbox.cli import _env, _flag_port, add_config_flags
-from sandbox.config import REFUSE_NEEDS_CONTROL
+from sandbox.cli import _env, _flag_port, add_config_flags, config_from_args
 from sandbox.listeners import Listeners
 
 logger = logging.getLogger("sandbox")
@@ -104,17 +101,7 @@ async def _freeze_stored() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        config = SandboxConfig().updated(
-            {
-                **{f.name: getattr(args, f.name) for f in fields(SandboxConfig) if f.name != "rules"},
-                "rules": json.loads(args.rules),
-            }
-        )
-    except ValueError as exc:
-        raise SystemExit(f"sandbox: bad configuration: {exc}") from None
-    if config.outage == "refuse" and args.control_port is None:
-        raise SystemExit(f"sandbox: bad configuration: {REFUSE_NEEDS_CONTROL}")
+    config = config_from_args(args, SandboxConfig, "sandbox")
     state = SandboxState(
         account_sid=args.account_sid, auth_token=args.auth_token, config=config, seed=args.seed
     )

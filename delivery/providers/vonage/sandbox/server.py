@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
-from dataclasses import fields
 
 from delivery.providers.vonage.sandbox.config import (
     DEFAULT_API_KEY,
@@ -24,8 +22,7 @@ from delivery.providers.vonage.sandbox.config import (
 from delivery.providers.vonage.sandbox.handlers import build_app, build_control_app
 from delivery.providers.vonage.sandbox.state import VonageState
 from delivery.providers.vonage.sandbox.tls import server_context
-from sandbox.cli import _env, _flag_port, add_config_flags
-from sandbox.config import REFUSE_NEEDS_CONTROL
+from sandbox.cli import _env, _flag_port, add_config_flags, config_from_args
 from sandbox.listeners import Listeners
 
 logger = logging.getLogger("sandbox.vonage")
@@ -104,17 +101,7 @@ async def serve(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        config = VonageConfig().updated(
-            {
-                **{f.name: getattr(args, f.name) for f in fields(VonageConfig) if f.name != "rules"},
-                "rules": json.loads(args.rules),
-            }
-        )
-    except ValueError as exc:
-        raise SystemExit(f"vonage sandbox: bad configuration: {exc}") from None
-    if config.outage == "refuse" and args.control_port is None:
-        raise SystemExit(f"vonage sandbox: bad configuration: {REFUSE_NEEDS_CONTROL}")
+    config = config_from_args(args, VonageConfig, "vonage sandbox")
     state = VonageState(api_key=args.api_key, api_secret=args.api_secret, config=config, seed=args.seed)
     if args.state_file:
         restored = state.journal_open(args.state_file)
