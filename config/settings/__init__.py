@@ -17,4 +17,5 @@ from config.settings.observability import *  # noqa: F403
 from config.settings.pipeline import *  # noqa: F403
 from config.settings.providers import *  # noqa: F403
 from config.settings.receipts import *  # noqa: F403
+from config.settings.retention import *  # noqa: F403
 from config.settings.web import *  # noqa: F403

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "scheduling.limits",  # the tenant limits: quotas, API rates, and the quota's release gate
     "smsgw.observability",
     "reporting",  # the top floor: reports that read every app's models
+    "retention",  # beside reporting: it acts on every app's tables (history, redaction, export)
     # The composition root: the admin, and the stages' hand-offs filled when Django is ready (config.wiring).
     "config",
 ]
