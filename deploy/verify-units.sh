@@ -12,7 +12,7 @@ for f in deploy/systemd/*.service deploy/systemd/*.target; do
   sed "s#/opt/smsgw#$PWD#g" "$f" > "$tmp/$(basename "$f")"
 done
 units=(smsgw.target smsgw-migrate.service smsgw-web.service smsgw-beat.service smsgw-sandbox.service)
-for q in sweep send.transactional send.bulk receipts webhooks reconcile campaigns; do
+for q in sweep send.transactional send.bulk receipts webhooks reconcile campaigns retention; do
   units+=("smsgw-worker@$q.service")
 done
 out=$(cd "$tmp" && systemd-analyze verify --man=no "${units[@]}" 2>&1) || { echo "$out" >&2; exit 1; }

@@ -50,14 +50,21 @@ class MessageHistory(models.Model):
     public_id = models.CharField(max_length=32)
     tenant_id = models.BigIntegerField()
     to = models.CharField(max_length=20)  # the full number until the content horizon, then masked
+    from_number = models.CharField(max_length=32, blank=True, default="")
     status = models.CharField(max_length=16)
+    reason_code = models.CharField(max_length=32, blank=True, default="")
     provider = models.CharField(max_length=32, blank=True)
     provider_message_id = models.CharField(max_length=64, null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     campaign_id = models.BigIntegerField(null=True, blank=True)
     schedule_id = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
+    due_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField()
+    # Deleted by the tenant (the Twilio-compatible DELETE) before it moved: kept for the audit trail,
+    # never shown to the tenant's API.
+    deleted = models.BooleanField(default=False)
     moved_at = models.DateTimeField()
     # The day the record goes (finished + the tenant's record horizon, taken when it moved): the partition
     # key, so pruning a day is one DROP of one partition whatever the tenants' horizons.

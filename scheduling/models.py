@@ -203,6 +203,13 @@ class Message(models.Model):
             # Status look-ups: `sent` messages oldest first (receipts.lookup), without scanning the rest.
             models.Index(fields=["sent_at"], name="msg_sent_lookup", condition=Q(status="sent")),
             models.Index(fields=["tenant", "-id"], name="msg_tenant_recent"),
+            # Retention (retention.history): final messages by the time of their last change, so the move
+            # to history and the content horizon read only what is old enough, never the pending rows.
+            models.Index(
+                fields=["updated_at"],
+                name="msg_finished",
+                condition=Q(status__in=["delivered", "undelivered", "failed", "cancelled", "expired"]),
+            ),
             models.Index(fields=["tenant", "to", "-id"], name="msg_tenant_recipient"),
             # Release under a backlog: the tenants with due messages, walked per priority (two index
             # probes per tenant), so each tenant's oldest are in every pass (scheduling.dispatch.release).

@@ -38,6 +38,7 @@ from config.settings.receipts import (
     STATUS_LOOKUP_TIMEOUT_SECONDS,
     WEBHOOK_TIMEOUT_SECONDS,
 )
+from config.settings.retention import RETENTION_INTERVAL_SECONDS
 from smsgw.config.env import env_float
 from smsgw.runtime import queues as q
 
@@ -148,6 +149,11 @@ JOBS: tuple[Job, ...] = (
     # Campaigns: completed when every message is final; a cancel or resume whose task was lost goes on.
     # Idle: one query on the campaign table and a counter read per active campaign.
     Job("scheduling.campaigns_tick", (q.RECONCILE,), 60, CAMPAIGN_TICK_SECONDS, True, "smsgw-campaigns"),
+    # Retention (retention.jobs): finished messages to history, content and records past their horizons,
+    # the daily exports. Its own queue and worker: a long first run after an upgrade (a year of messages
+    # to move) never holds up the reconciler or the sweep. A run stops at its 120 s budget; the soft limit
+    # leaves room for the batch in progress.
+    Job("retention.run", (q.RETENTION,), 300, RETENTION_INTERVAL_SECONDS, False, "smsgw-retention"),
 )
 
 

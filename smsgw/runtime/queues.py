@@ -20,6 +20,7 @@ RECONCILE = "reconcile"  # provider look-ups, holds and circuit probes, campaign
 RECEIPTS = "receipts"
 WEBHOOKS = "webhooks"
 CAMPAIGNS = "campaigns"  # campaign creation jobs (making a campaign's messages)
+RETENTION = "retention"  # history moves, redaction and pruning at the horizons, daily exports
 
 
 def __getattr__(name: str) -> tuple[str, ...]:

@@ -1,0 +1,48 @@
+"""Each tenant's retention horizons: its own (retention.models.TenantRetention) or the gateway's defaults
+(settings RETENTION_CONTENT_DAYS / RETENTION_RECORD_DAYS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from retention.models import TenantRetention
+
+# A tenant may keep content and records for at most ten years; a larger number is a typo, not a policy.
+MAX_DAYS = 3650
+
+
+@dataclass(frozen=True)
+class Horizons:
+    content_days: int
+    record_days: int
+
+
+def defaults() -> Horizons:
+    return Horizons(settings.RETENTION_CONTENT_DAYS, settings.RETENTION_RECORD_DAYS)
+
+
+def _merge(row: TenantRetention | None, base: Horizons) -> Horizons:
+    if row is None:
+        return base
+    content = row.content_days if row.content_days is not None else base.content_days
+    record = row.record_days if row.record_days is not None else base.record_days
+    # A record cannot go before its content (a tenant's shorter record horizon shortens content too).
+    return Horizons(min(content, record), record)
+
+
+def horizons_for(tenant_id: int) -> Horizons:
+    return _merge(TenantRetention.objects.filter(tenant_id=tenant_id).first(), defaults())
+
+
+def horizons_overridden() -> dict[int, Horizons]:
+    """Every tenant with its own horizons (one small table: a row per tenant that set one)."""
+    base = defaults()
+    return {row.tenant_id: _merge(row, base) for row in TenantRetention.objects.all()}
+
+
+def horizons_many(tenant_ids: set[int]) -> dict[int, Horizons]:
+    base = defaults()
+    rows = {r.tenant_id: r for r in TenantRetention.objects.filter(tenant_id__in=tenant_ids)}
+    return {tid: _merge(rows.get(tid), base) for tid in tenant_ids}
