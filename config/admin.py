@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
+from retention.admin import TenantRetentionInline
 from scheduling import facade
 from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.config.providers import sender_pool_problem
@@ -276,7 +277,7 @@ class TenantSenderAdmin(admin.ModelAdmin):
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     form = TenantForm
-    inlines = (TenantSenderInline, TenantSenderAddInline)
+    inlines = (TenantSenderInline, TenantSenderAddInline, TenantRetentionInline)
     list_display = (
         "slug",
         "name",

@@ -7,6 +7,7 @@ from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
 from receipts import api as receipts_api
 from reporting import views as observability
+from retention import api as retention_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
@@ -46,6 +47,7 @@ urlpatterns = [
     path("v1/campaigns/<str:public_id>/resume", cmpctl.CampaignResumeApi.as_view(), name="campaign-resume"),
     path("v1/campaigns/<str:public_id>/cancel", cmpctl.CampaignCancelApi.as_view(), name="campaign-cancel"),
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
+    path("v1/retention", retention_api.RetentionApi.as_view(), name="retention"),
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
     path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
     path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),

@@ -17,6 +17,7 @@ def stages_install() -> None:
     from delivery.guards import acceptance, velocity
     from delivery.routing import birth
     from receipts import ingest, webhooks
+    from retention import reader
     from scheduling.dispatch import release
     from scheduling.limits import execution
 
@@ -53,3 +54,5 @@ def stages_install() -> None:
     # The send worker's and the reconciler's tasks, which the sweep publishes.
     stages.send_batch.fill(delivery_tasks.send_batch)
     stages.reconcile_batch.fill(delivery_tasks.reconcile_batch)
+    # The tenant APIs' reads of finished messages that moved to history (retention.reader).
+    stages.message_history.fill(reader)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from retention.models import TenantRetention
+from smsgw.domain_errors import InvalidInput
 
 # A tenant may keep content and records for at most ten years; a larger number is a typo, not a policy.
 MAX_DAYS = 3650
@@ -46,3 +47,23 @@ def horizons_many(tenant_ids: set[int]) -> dict[int, Horizons]:
     base = defaults()
     rows = {r.tenant_id: r for r in TenantRetention.objects.filter(tenant_id__in=tenant_ids)}
     return {tid: _merge(rows.get(tid), base) for tid in tenant_ids}
+
+
+def tenant_retention_set(
+    *, tenant_id: int, content_days: int | None, record_days: int | None, actor: str
+) -> Horizons:
+    """Set a tenant's own horizons (None: the gateway's default); InvalidInput naming the field when they
+    cannot hold (the record horizon shorter than the content one). Messages that already moved to history
+    keep the purge day they moved with (docs/retention.md, "Changing a horizon")."""
+    base = defaults()
+    content = content_days if content_days is not None else base.content_days
+    record = record_days if record_days is not None else base.record_days
+    if record < content:
+        raise InvalidInput(
+            "record_days", f"must be at least content_days ({content}): a record cannot go first"
+        )
+    TenantRetention.objects.update_or_create(
+        tenant_id=tenant_id,
+        defaults={"content_days": content_days, "record_days": record_days, "updated_by": actor[:200]},
+    )
+    return Horizons(content, record)

@@ -118,6 +118,19 @@ class ReceiptIntake(Protocol):
     def __call__(self, *, provider: str, callback: Any, received_at: datetime | None = None) -> Any: ...
 
 
+class HistoryReader(Protocol):
+    """Finished messages that left the operational tables (retention.history), read back for the tenant
+    APIs as unsaved ``Message`` instances (``history_events`` holds the timeline). ``lookups`` are Django
+    lookups on the columns the live table and history share (status, reason_code, to, from_number,
+    created_at, due_at, sent_at); pages are newest first (``before``) or oldest first (``after``)."""
+
+    def message(self, *, tenant_id: int, public_id: str) -> Any: ...
+
+    def page(
+        self, *, tenant_id: int, lookups: dict[str, Any], before: int | None, after: int | None, limit: int
+    ) -> list[Any]: ...
+
+
 class Task(Protocol):
     """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
 
@@ -166,3 +179,5 @@ park_rows: Slot[Callable[..., None]] = Slot("park rows")
 send_batch: Slot[Task] = Slot("send batch task")
 reconcile_batch: Slot[Task] = Slot("reconcile batch task")
 publish_after_commit: Slot[Callable[..., None]] = Slot("publish after commit")
+# Where the tenant APIs find a finished message once it has moved out of the operational tables.
+message_history: Slot[HistoryReader] = Slot("message history")

@@ -8,10 +8,10 @@ import base64
 import binascii
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import AuthenticationFailed
@@ -20,7 +20,9 @@ from scheduling.facade import requests as facade
 from scheduling.facade.resources import TwilioError, message_resource, messages_path, public_id_of
 from scheduling.limits import ratelimit
 from scheduling.messages import final, service
+from scheduling.messages.selectors import message_page
 from scheduling.models import Message, Status
+from smsgw import stages
 from smsgw.domain_errors import ConflictError, DomainError, NotFoundError
 from smsgw.http.boundary import body_too_large, first_bad_field, max_body_bytes, not_utf8_field
 from smsgw.models import ApiKey, Tenant
@@ -168,13 +170,16 @@ def _create(request: HttpRequest, tenant: Tenant, key: ApiKey) -> HttpResponse:
     return JsonResponse(message_resource(message, tenant.facade_account_sid), status=201)
 
 
-def _message(tenant: Tenant, sid: str, path: str) -> Message:
+def _message(tenant: Tenant, sid: str, path: str, *, moved: bool = False) -> Message:
+    """The tenant's message by its SID; ``moved``: also one that has moved to history (reads only)."""
     public_id = public_id_of(sid)
     message = (
         Message.objects.filter(tenant=tenant, public_id=public_id, deleted_at__isnull=True).first()
         if public_id
         else None
     )
+    if message is None and public_id and moved:
+        message = stages.message_history().message(tenant_id=tenant.pk, public_id=public_id)
     if message is None:
         raise TwilioError(404, 20404, f"The requested resource {path} was not found")
     return message
@@ -187,7 +192,7 @@ def message(request: HttpRequest, account_sid: str, sid: str) -> HttpResponse:
         _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
         _require(key, _message_scopes(request))
-        current = _message(tenant, sid, request.path)
+        current = _message(tenant, sid, request.path, moved=request.method == "GET")
         if request.method == "GET":
             return JsonResponse(message_resource(current, account_sid))
         if request.method == "POST":
@@ -257,32 +262,32 @@ def _bound(name: str, raw: str) -> tuple[datetime, datetime]:
         raise TwilioError(400, 20001, f"Invalid {name}: {raw[:64]!r}") from None
 
 
-def _filtered(tenant: Tenant, q) -> tuple[QuerySet[Message], list[tuple[str, str]]]:
-    """The tenant's messages the list's filters and PageToken leave, and the filters as given (for the
-    page URIs)."""
-    qs = Message.objects.filter(tenant=tenant, deleted_at__isnull=True)
+def _filtered(tenant: Tenant, q) -> tuple[dict[str, Any], list[tuple[str, str]], int | None]:
+    """The list's filters as lookups on the columns the live table and history share, the filters as
+    given (for the page URIs), and the PageToken's id."""
+    lookups: dict[str, Any] = {}
     filters: list[tuple[str, str]] = []
     if "To" in q:
-        qs = qs.filter(to=facade.normalized_to(q["To"]))
+        lookups["to"] = facade.normalized_to(q["To"])
         filters.append(("To", q["To"]))
     if "From" in q:
-        qs = qs.filter(from_number=q["From"])
+        lookups["from_number"] = q["From"]
         filters.append(("From", q["From"]))
     for name in ("DateSent", "DateSent>", "DateSent<"):
         if name in q:
             first, last = _bound(name, q[name])
             if name != "DateSent<":
-                qs = qs.filter(sent_at__gte=first)
+                lookups["sent_at__gte"] = max(first, lookups.get("sent_at__gte", first))
             if name != "DateSent>":
-                qs = qs.filter(sent_at__lte=last)
+                lookups["sent_at__lte"] = min(last, lookups.get("sent_at__lte", last))
             filters.append((name, q[name]))
+    before_id = None
     token = q.get("PageToken")
     if token:
         before_id = ascii_int(token[2:], max_digits=19) if token.startswith("PA") else None
         if before_id is None or before_id > _INT64_MAX:
             raise TwilioError(400, 20001, "Invalid PageToken: use the next_page_uri of a page as given")
-        qs = qs.filter(id__lt=before_id)
-    return qs, filters
+    return lookups, filters, before_id
 
 
 def _list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
@@ -294,8 +299,16 @@ def _list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     page = ascii_int(q.get("Page", "0"), max_digits=10)
     if page is None or page > MAX_PAGE:
         raise TwilioError(400, 20001, f"Page must be a whole number from 0 to {MAX_PAGE}")
-    qs, filters = _filtered(tenant, q)
-    rows = list(qs.order_by("-id")[: page_size + 1])
+    lookups, filters, before_id = _filtered(tenant, q)
+    # Newest first over the live table and history together (a message final for a while has moved).
+    rows = message_page(
+        qs=Message.objects.filter(tenant=tenant, deleted_at__isnull=True, **lookups),
+        tenant=tenant,
+        lookups=lookups,
+        before=before_id,
+        after=None,
+        limit=page_size + 1,
+    )
     more = len(rows) > page_size
     rows = rows[:page_size]
     path = f"{messages_path(tenant.facade_account_sid)}.json"

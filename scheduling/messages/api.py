@@ -14,6 +14,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import serializers, status
+from rest_framework.pagination import Cursor
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -182,7 +183,39 @@ def message_create_input(data, serializer: StrictSerializer | None = None) -> di
 
 
 class MessageCursor(StrictCursorPagination):
+    """Newest first over the live table and history together (selectors.message_page): the same cursors
+    as every list (``p`` an id, ``r`` for a previous page), made here because the page is a merge of two
+    sources, not one queryset."""
+
     ordering = "-id"
+
+    def merged_response(self, request, *, qs, tenant, lookups, render):
+        self.request = request
+        self.base_url = request.build_absolute_uri()
+        size = self.get_page_size(request)
+        cursor = self.decode_cursor(request)
+        position = int(cursor.position) if cursor and cursor.position is not None else None
+        backwards = bool(cursor and cursor.reverse and position is not None)
+        rows = selectors.message_page(
+            qs=qs,
+            tenant=tenant,
+            lookups=lookups,
+            before=None if backwards else position,
+            after=position if backwards else None,
+            limit=size + 1,
+        )
+        if backwards:
+            more_before, rows = len(rows) > size, rows[-size:] if len(rows) > size else rows
+            more_after = True
+        else:
+            more_after, rows = len(rows) > size, rows[:size]
+            more_before = position is not None
+        nxt = prev = None
+        if rows and more_after:
+            nxt = self.encode_cursor(Cursor(offset=0, reverse=False, position=str(rows[-1].pk)))  # type: ignore[arg-type]
+        if rows and more_before:
+            prev = self.encode_cursor(Cursor(offset=0, reverse=True, position=str(rows[0].pk)))  # type: ignore[arg-type]
+        return Response({"next": nxt, "previous": prev, "results": [render(m) for m in rows]})
 
 
 def _actor(request) -> str:
@@ -293,11 +326,11 @@ class MessagesApi(APIView):
     )
     def get(self, request):
         strict_input.query_params_check(request.query_params, LIST_PARAMS)
-        qs = selectors.message_list(tenant=request.user.tenant, params=request.query_params)
+        tenant = request.user.tenant
+        lookups = selectors.message_lookups(request.query_params)
+        qs = selectors.message_list(tenant=tenant, params=request.query_params)
         paginator = MessageCursor()
-        page = paginator.paginate_queryset(qs, request, view=self)
-        assert page is not None  # None only without a page size; StrictCursorPagination always has one
-        return paginator.get_paginated_response([message_data(m) for m in page])
+        return paginator.merged_response(request, qs=qs, tenant=tenant, lookups=lookups, render=message_data)
 
 
 MessageBatchItemInput = cast(
@@ -409,7 +442,7 @@ class MessageDetailApi(APIView):
 
     @extend_schema(responses=MessageOutput, summary="Get one message")
     def get(self, request, public_id: str):
-        return Response(message_data(services.message_get(tenant=request.user.tenant, public_id=public_id)))
+        return Response(message_data(selectors.message_read(tenant=request.user.tenant, public_id=public_id)))
 
     @extend_schema(
         request=MessageUpdateInput,
@@ -446,7 +479,7 @@ class MessageEventsApi(APIView):
 
     @extend_schema(responses=MessageEventsOutput, summary="The message's timeline, oldest first")
     def get(self, request, public_id: str):
-        message = services.message_get(tenant=request.user.tenant, public_id=public_id)
+        message = selectors.message_read(tenant=request.user.tenant, public_id=public_id)
         events = selectors.message_events(message=message)
         return Response(
             {

@@ -36,6 +36,8 @@ SCOPES: dict[str, str] = {
     "capacity:write": "set or remove a sender's rate",
     "routes:read": "read the routing rules and resolve a route",
     "keys:manage": "issue, list and revoke the tenant's API keys",
+    "retention:read": "read the tenant's retention horizons",
+    "retention:write": "set the tenant's retention horizons (how long content and records are kept)",
 }
 SCOPE_CHOICES: tuple[str, ...] = (FULL_ACCESS, *SCOPES)
 
