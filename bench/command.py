@@ -42,6 +42,13 @@ class Command(BaseCommand):
         p.add_argument("--concurrency", type=int, default=3)
         p.add_argument("--lead", type=float, default=10.0)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("history", help="the hot path with and without history; pruning a day")
+        p.add_argument("--pending", type=int, default=100_000, help="scheduled messages in the live table")
+        p.add_argument(
+            "--history", type=int, default=2_000_000, help="finished messages in history (20M: long)"
+        )
+        p.add_argument("--day", type=int, default=1_000_000, help="messages in the purge day removed")
+        p.add_argument("--repeats", type=int, default=15)
         p = sub.add_parser("steady", help="a constant rate of messages becoming due")
         p.add_argument("--rate", type=int, default=500)
         p.add_argument("--seconds", type=int, default=60)
@@ -545,6 +552,15 @@ class Command(BaseCommand):
                 web_workers=opts["web_workers"],
                 threads=opts["threads"],
                 rounds=opts["rounds"],
+            )
+        elif scenario == "history":
+            from bench.scenarios.history import history
+
+            result = history(
+                pending=opts["pending"],
+                history_rows=opts["history"],
+                day_rows=opts["day"],
+                repeats=opts["repeats"],
             )
         elif scenario == "pending":
             from bench.scenarios.throughput import pending
