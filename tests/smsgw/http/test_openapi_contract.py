@@ -287,6 +287,11 @@ def settings_walk(c: Contract) -> None:
     c.call("delete", "/v1/quiet-hours", 200)
     c.call("get", "/v1/quiet-hours", 401, auth=None)
 
+    c.call("get", "/v1/retention", 200)
+    c.call("put", "/v1/retention", 200, data={"content_days": 7, "record_days": 90})
+    c.call("put", "/v1/retention", 400, data={"content_days": 90, "record_days": 7})
+    c.call("get", "/v1/retention", 401, auth=None)
+
     c.call("get", "/v1/capacity", 200)
     c.call("put", "/v1/capacity/senders/+14155550100", 200, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/+14155550100", 400, data={"segments_per_second": -1})
