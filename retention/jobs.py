@@ -17,6 +17,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from retention.definitions import definitions_content_remove, definitions_prune
 from retention.history import history_move_batch
 from retention.models import RetentionAction, RetentionAudit
 from retention.prune import history_prune, strays_prune
@@ -28,8 +29,10 @@ Pass = Callable[..., dict[str, int]]
 # In order: what leaves the hot tables first, then what is past its horizons.
 PASSES: tuple[tuple[str, Pass], ...] = (
     (RetentionAction.HISTORY_MOVE, history_move_batch),
+    (RetentionAction.CONTENT_HORIZON, definitions_content_remove),
     (RetentionAction.RECORD_HORIZON, history_prune),
     (RetentionAction.RECORD_HORIZON, strays_prune),
+    (RetentionAction.RECORD_HORIZON, definitions_prune),
 )
 
 ACTOR = "retention job"
