@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Case, DateTimeField, F, When
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from retention.models import MessageHistory
@@ -25,6 +27,9 @@ from smsgw.values.actors import reason_for_tenant
 # Rows read from each table per query: one chunk of lines in memory at a time, and a query that stays
 # an index walk over (tenant, id) of well under a second.
 EXPORT_CHUNK = 1000
+
+# Room for a pass that runs long, in deciding whether history can hold a day yet (history_may_hold).
+MOVE_MARGIN = timedelta(hours=1)
 
 # The column that holds each final status's time (scheduling.lifecycle.transitions.EDGES writes them);
 # updated_at for a row that somehow lacks it.
@@ -144,8 +149,18 @@ def _history(
     return out
 
 
+def history_may_hold(day: date, *, now: datetime) -> bool:
+    """Whether a message final on ``day`` can be in history yet. The move takes a message
+    HISTORY_AFTER_HOURS after it is final, so yesterday's messages are all still live when yesterday is
+    exported, and the history read is skipped: it walks the tenant's history by id (its index) and at
+    millions of rows would cost seconds for nothing. Decided on the later of the pass's clock (which
+    ``manage.py exports_run --now`` may set back) and the real one, with an hour's room for a long pass."""
+    latest = max(now, timezone.now()) + MOVE_MARGIN
+    return latest >= day_bounds(day)[0] + timedelta(hours=settings.HISTORY_AFTER_HOURS)
+
+
 def finished_messages(
-    *, tenant_id: int, day: date, today: date, chunk: int = EXPORT_CHUNK
+    *, tenant_id: int, day: date, now: datetime, chunk: int = EXPORT_CHUNK
 ) -> Iterator[Finished]:
     """The tenant's messages final on ``day``, each once, by id; deleted ones (the Twilio-compatible
     DELETE, gone from the tenant's view) left out.
@@ -155,10 +170,11 @@ def finished_messages(
     answers (kept once); one that moved before is in history's; none can be in neither. Only ids up to the
     smaller of the two chunks' last ids are taken in a step, so neither table runs ahead of the other."""
     start, end = day_bounds(day)
+    read_history = history_may_hold(day, now=now)
     after = 0
     while True:
         live = _live(tenant_id, start, end, after, chunk)
-        moved = _history(tenant_id, start, end, after, chunk, today)
+        moved = _history(tenant_id, start, end, after, chunk, now.date()) if read_history else []
         full_ends = [rows[-1].id for rows in (live, moved) if len(rows) == chunk]
         bound = min(full_ends) if full_ends else None
         merged = {row.id: row for row in live}

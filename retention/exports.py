@@ -13,10 +13,12 @@ row and is removed when the day is written again or pruned. Two runs at once wri
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import logging
+import os
 import posixpath
 import tempfile
 from collections import Counter
@@ -73,7 +75,7 @@ def _write_lines(out: IO[bytes], *, tenant: Tenant, day: date, now: datetime) ->
     content_days = content_days_for(tenant)
     rows = 0
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
-        for row in finished_messages(tenant_id=tenant.pk, day=day, today=now.date()):
+        for row in finished_messages(tenant_id=tenant.pk, day=day, now=now):
             kept = row.content_kept and _content_kept(row.finished_at, now=now, content_days=content_days)
             line = export_line(row, content=kept)
             gz.write(json.dumps(line, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
@@ -105,6 +107,13 @@ def _folder_clear(storage: Storage, folder: str, *, keep: str = "") -> int:
             storage.delete(path)
             removed += 1
     return removed
+
+
+def _folder_drop(storage: Storage, folder: str) -> None:
+    """The emptied day folder itself, where the storage has folders (a local one; object storage has
+    none, and ``path`` is not implemented there)."""
+    with contextlib.suppress(NotImplementedError, OSError):
+        os.rmdir(storage.path(folder))
 
 
 def export_write(*, tenant: Tenant, day: date, now: datetime) -> Export | None:
@@ -206,8 +215,10 @@ def exports_prune(*, now: datetime, limit: int = EXPORT_PRUNE_BATCH) -> int:
     storage = _storage()
     expired = list(Export.objects.filter(expires_at__lte=now).order_by("expires_at", "id")[:limit])
     for export in expired:
+        folder = export_folder(tenant_id=export.tenant_id, day=export.day)
         storage.delete(export.name)
-        files = 1 + _folder_clear(storage, export_folder(tenant_id=export.tenant_id, day=export.day))
+        files = 1 + _folder_clear(storage, folder)
+        _folder_drop(storage, folder)
         with transaction.atomic():
             Export.objects.filter(pk=export.pk).delete()
             RetentionAudit.objects.create(

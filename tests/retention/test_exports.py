@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import storages
+from django.utils import timezone
 
 from retention import export_lines, exports
 from retention.models import Export, RetentionAction, RetentionAudit, TenantRetention
@@ -29,6 +30,13 @@ from tests.retention.exporting import (
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite, pytest.mark.usefixtures("export_storage")]
 
 OTHER = "+14155550177"
+
+
+@pytest.fixture
+def moved_after_an_hour(settings):
+    """Messages leave for history an hour after they are final: DAY's can be there at NOW (with the
+    default 48 hours nothing of DAY has moved yet, and history is not read for it)."""
+    settings.HISTORY_AFTER_HOURS = 1
 
 
 def line(msg: Message, *, status: str, finished_at: str, content: bool, **changes) -> dict:
@@ -68,6 +76,7 @@ def line(msg: Message, *, status: str, finished_at: str, content: bool, **change
     return expected | changes
 
 
+@pytest.mark.usefixtures("moved_after_an_hour")
 def test_a_day_holds_its_final_messages_from_both_tables_with_content_only_inside_the_horizon():
     acme, _ = tenant_with_key("acme")
     TenantRetention.objects.create(tenant=acme, content_days=1)
@@ -156,6 +165,7 @@ def test_a_day_holds_its_final_messages_from_both_tables_with_content_only_insid
     }
 
 
+@pytest.mark.usefixtures("moved_after_an_hour")
 def test_an_export_never_holds_another_tenants_messages():
     acme, _ = tenant_with_key("acme")
     globex, _ = tenant_with_key("globex")
@@ -264,7 +274,7 @@ def test_a_run_that_loses_the_day_to_another_run_removes_its_own_file(monkeypatc
     assert list(Export.objects.all()) == [winner]
 
 
-def test_expired_exports_are_removed_with_their_files_and_audited():
+def test_expired_exports_are_removed_with_their_files_and_audited(export_storage):
     acme, _ = tenant_with_key("acme")
     finished(acme, at(DAY - timedelta(days=1), 2))
     finished(acme, at(DAY, 2))
@@ -276,6 +286,7 @@ def test_expired_exports_are_removed_with_their_files_and_audited():
 
     assert list(Export.objects.all()) == [new]
     assert files_in_storage() == [new.name]
+    assert not (export_storage / f"tenant-{acme.pk}" / old.day.isoformat()).exists()
     audit = RetentionAudit.objects.get()
     assert (audit.tenant_id, audit.action, audit.actor, audit.subject) == (
         acme.pk,
@@ -313,6 +324,7 @@ def test_a_run_writes_at_most_its_budget_taking_tenants_in_turn():
     assert exports.exports_run(now=NOW)["written"] == 2
 
 
+@pytest.mark.usefixtures("moved_after_an_hour")
 def test_a_message_moved_while_the_day_is_read_is_in_the_file_once(monkeypatch):
     """Read in chunks of two: the live table gives the first two, then two messages move to history
     (one already read, one not) before history is read; each is in the file once."""
@@ -329,7 +341,7 @@ def test_a_message_moved_while_the_day_is_read_is_in_the_file_once(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(export_lines, "_history", history_after_a_move)
-    rows = list(export_lines.finished_messages(tenant_id=acme.pk, day=DAY, today=NOW.date(), chunk=2))
+    rows = list(export_lines.finished_messages(tenant_id=acme.pk, day=DAY, now=NOW, chunk=2))
 
     assert [r.id for r in rows] == [m.pk for m in sent]
     assert moved == [sent[0].pk, sent[2].pk]
@@ -346,3 +358,21 @@ def test_the_export_storage_options_must_be_a_json_object(monkeypatch):
         env_json_object("SMSGW_EXPORT_STORAGE_OPTIONS")
     monkeypatch.setenv("SMSGW_EXPORT_STORAGE_OPTIONS", '{"bucket_name": "x"}')
     assert env_json_object("SMSGW_EXPORT_STORAGE_OPTIONS") == {"bucket_name": "x"}
+
+
+def test_history_is_not_read_for_a_day_whose_messages_cannot_have_moved_yet(monkeypatch):
+    """With the move 48 hours after a message is final, a day under 47 hours old is read from the live
+    table alone; a day old enough is read from both (a pass clock set back does not hide history)."""
+    acme, _ = tenant_with_key("acme")
+    finished(acme, at(DAY, 9))
+    reads = []
+    real = export_lines._history
+    monkeypatch.setattr(export_lines, "_history", lambda *args: reads.append(args[1]) or real(*args))
+    now = timezone.now()
+    today = now.date()
+    old = (now - timedelta(days=3)).date()
+
+    list(export_lines.finished_messages(tenant_id=acme.pk, day=today, now=now))
+    assert reads == []
+    list(export_lines.finished_messages(tenant_id=acme.pk, day=old, now=now - timedelta(days=30)))
+    assert reads == [export_lines.day_bounds(old)[0]]
