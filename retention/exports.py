@@ -21,14 +21,15 @@ import logging
 import os
 import posixpath
 import tempfile
-from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import IO, Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import Storage, storages
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Max, Min
 
 from receipts.processor import DONE_AT_TOLERANCE
@@ -183,14 +184,37 @@ def _due_days(*, now: datetime, last: date) -> dict[int, date]:
     return {tenant_id: day for tenant_id, day in due.items() if day <= last}
 
 
-def exports_write_due(*, now: datetime, max_days: int = EXPORT_RUN_DAYS) -> list[Export]:
+@dataclass
+class Written:
+    exports: list[Export] = field(default_factory=list)
+    failed: int = 0  # tenant-days whose write failed (logged); each is tried again next pass
+
+
+def _write_one(tenant: Tenant, day: date, now: datetime, written: Written) -> bool:
+    """One tenant-day; False if it failed. A failure of one tenant's day (its storage refused a file, a
+    bad row) is logged and that tenant waits for the next pass, so it holds up neither the other tenants
+    nor the prune. A database outage or the task's time limit ends the pass."""
+    try:
+        export = export_write(tenant=tenant, day=day, now=now)
+    except (DatabaseError, SoftTimeLimitExceeded):
+        raise
+    except Exception:
+        log.exception("export failed: tenant %s, day %s; tried again next pass", tenant.pk, day)
+        written.failed += 1
+        return False
+    if export is not None:
+        written.exports.append(export)
+    return True
+
+
+def exports_write_due(*, now: datetime, max_days: int = EXPORT_RUN_DAYS) -> Written:
     """Write the due days' exports, every tenant one day in turn, at most ``max_days`` in all. Each day
     is a file, an empty one (zero lines) for a day without final messages: a tenant sees every day from
     its first on, and a missing day means not yet written."""
     last = last_exportable_day(now)
     due = _due_days(now=now, last=last)
     tenants = Tenant.objects.select_related("retention").in_bulk(list(due))
-    written: list[Export] = []
+    written = Written()
     tries = 0
     while due and tries < max_days:
         for tenant_id in sorted(due):
@@ -198,10 +222,7 @@ def exports_write_due(*, now: datetime, max_days: int = EXPORT_RUN_DAYS) -> list
                 break
             day = due[tenant_id]
             tries += 1
-            export = export_write(tenant=tenants[tenant_id], day=day, now=now)
-            if export is not None:
-                written.append(export)
-            if day >= last:
+            if not _write_one(tenants[tenant_id], day, now, written) or day >= last:
                 del due[tenant_id]
             else:
                 due[tenant_id] = day + timedelta(days=1)
@@ -237,15 +258,17 @@ def exports_run(*, now: datetime, max_days: int = EXPORT_RUN_DAYS) -> dict[str, 
     from which the next day is found, is never removed before its successor is written)."""
     written = exports_write_due(now=now, max_days=max_days)
     pruned = exports_prune(now=now)
-    tenants = Counter(e.tenant_id for e in written)
     result = {
-        "written": len(written),
-        "rows": sum(e.rows for e in written),
-        "tenants": len(tenants),
+        "written": len(written.exports),
+        "rows": sum(e.rows for e in written.exports),
+        "tenants": len({e.tenant_id for e in written.exports}),
+        "failed": written.failed,
         "pruned": pruned,
     }
-    if written or pruned:
+    if written.exports or written.failed or pruned:
         log.info(
-            "exports: %(written)d written (%(rows)d rows, %(tenants)d tenants), %(pruned)d pruned", result
+            "exports: %(written)d written (%(rows)d rows, %(tenants)d tenants), %(failed)d failed, "
+            "%(pruned)d pruned",
+            result,
         )
     return result

@@ -97,7 +97,7 @@ def test_a_day_holds_its_final_messages_from_both_tables_with_content_only_insid
 
     result = exports.exports_run(now=NOW)
 
-    assert result == {"written": 2, "rows": 5, "tenants": 1, "pruned": 0}
+    assert result == {"written": 2, "rows": 5, "tenants": 1, "failed": 0, "pruned": 0}
     older, export = Export.objects.filter(tenant=acme).order_by("day")
     assert (older.day, older.rows, export.day, export.rows) == (DAY - timedelta(days=1), 1, DAY, 4)
     assert lines_of(older) == [
@@ -189,7 +189,13 @@ def test_a_repeat_run_writes_nothing_new():
 
     again = exports.exports_run(now=NOW + timedelta(minutes=5))
 
-    assert first["written"] == 1 and again == {"written": 0, "rows": 0, "tenants": 0, "pruned": 0}
+    assert first["written"] == 1 and again == {
+        "written": 0,
+        "rows": 0,
+        "tenants": 0,
+        "failed": 0,
+        "pruned": 0,
+    }
     assert Export.objects.count() == 1 and files_in_storage() == files
 
 
@@ -376,3 +382,31 @@ def test_history_is_not_read_for_a_day_whose_messages_cannot_have_moved_yet(monk
     assert reads == []
     list(export_lines.finished_messages(tenant_id=acme.pk, day=old, now=now - timedelta(days=30)))
     assert reads == [export_lines.day_bounds(old)[0]]
+
+
+def test_a_tenant_whose_write_fails_holds_up_neither_the_others_nor_the_prune(monkeypatch):
+    acme, _ = tenant_with_key("acme")
+    globex, _ = tenant_with_key("globex")
+    finished(acme, at(DAY, 2))
+    finished(globex, at(DAY, 2))
+    old = finished(globex, at(DAY - timedelta(days=1), 2))
+    exports.exports_run(now=NOW - timedelta(days=1))  # globex's DAY - 1, to expire below
+    assert Export.objects.filter(tenant=globex, day=old.delivered_at.date()).exists()
+    real = exports.export_write
+
+    def acme_storage_refuses(*, tenant, day, now):
+        if tenant.pk == acme.pk:
+            raise OSError("No space left on device")
+        return real(tenant=tenant, day=day, now=now)
+
+    monkeypatch.setattr(exports, "export_write", acme_storage_refuses)
+    later = NOW + timedelta(days=29, hours=1)  # past the first export's keep time
+    result = exports.exports_run(now=later, max_days=1000)
+
+    assert result["failed"] == 1 and result["pruned"] == 1
+    assert not Export.objects.filter(tenant=acme).exists()
+    assert Export.objects.filter(tenant=globex, day=DAY).exists()
+
+    monkeypatch.setattr(exports, "export_write", real)
+    exports.exports_run(now=later, max_days=1000)
+    assert Export.objects.filter(tenant=acme, day=DAY).exists()

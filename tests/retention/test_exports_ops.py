@@ -26,7 +26,7 @@ def test_the_command_runs_one_pass_at_the_given_clock():
     call_command("exports_run", "--now", NOW.isoformat(), stdout=out)
 
     assert out.getvalue().splitlines()[-1] == "EXPORTS_DONE " + json.dumps(
-        {"written": 1, "rows": 1, "tenants": 1, "pruned": 0}
+        {"written": 1, "rows": 1, "tenants": 1, "failed": 0, "pruned": 0}
     )
     export = Export.objects.get()
     assert (export.tenant_id, export.day, export.created_at) == (acme.pk, DAY, NOW)
