@@ -8,6 +8,7 @@ from delivery.routing import api as routes_api
 from receipts import api as receipts_api
 from reporting import views as observability
 from retention import api as retention_api
+from retention import horizons_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
@@ -47,10 +48,17 @@ urlpatterns = [
     path("v1/campaigns/<str:public_id>/resume", cmpctl.CampaignResumeApi.as_view(), name="campaign-resume"),
     path("v1/campaigns/<str:public_id>/cancel", cmpctl.CampaignCancelApi.as_view(), name="campaign-cancel"),
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
-    path("v1/retention", retention_api.RetentionApi.as_view(), name="retention"),
+    path("v1/retention", horizons_api.RetentionApi.as_view(), name="retention"),
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
     path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
     path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),
+    path("v1/exports", retention_api.ExportsApi.as_view(), name="exports"),
+    path("v1/exports/<str:public_id>", retention_api.ExportDetailApi.as_view(), name="export-detail"),
+    path(
+        "v1/exports/<str:public_id>/download",
+        retention_api.ExportDownloadApi.as_view(),
+        name="export-download",
+    ),
     path("v1/capacity", delivery_api.CapacityApi.as_view(), name="capacity"),
     path(
         "v1/capacity/senders/<str:sender>", delivery_api.SenderCapacityApi.as_view(), name="capacity-sender"

@@ -1,13 +1,17 @@
 """Retention in the operator console: each tenant's horizons (an inline on the tenant, config.admin),
-history (read-only: the record of what a message was) and the retention audit (read-only)."""
+history (read-only: the record of what a message was), the retention audit (read-only) and the daily
+exports (read-only: written by the retention job, removed at their expiry, retention.exports). A
+superuser sees them; the operator roles get them once smsgw.console.roles lists them (a roles
+migration)."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.template.defaultfilters import filesizeformat
 
 from retention.horizons import MAX_DAYS, defaults
-from retention.models import MessageHistory, RetentionAudit, TenantRetention
+from retention.models import Export, MessageHistory, RetentionAudit, TenantRetention
 
 
 class TenantRetentionForm(forms.ModelForm):
@@ -59,6 +63,40 @@ class MessageHistoryAdmin(admin.ModelAdmin):
 class RetentionAuditAdmin(admin.ModelAdmin):
     list_display = ("created_at", "action", "tenant", "actor", "subject", "counts")
     list_filter = ("action",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Export)
+class ExportAdmin(admin.ModelAdmin):
+    list_display = ("public_id", "tenant", "day", "rows", "file_size", "created_at", "expires_at")
+    list_filter = ("day",)
+    search_fields = ("public_id", "tenant__slug")
+    ordering = ("-id",)
+    list_select_related = ("tenant",)
+    readonly_fields = (
+        "public_id",
+        "tenant",
+        "day",
+        "name",
+        "rows",
+        "size",
+        "sha256",
+        "created_at",
+        "expires_at",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="size", ordering="size")
+    def file_size(self, obj: Export) -> str:
+        return filesizeformat(obj.size)
 
     def has_add_permission(self, request):
         return False

@@ -1,72 +1,107 @@
-"""The tenant's retention horizons: ``GET``/``PUT /v1/retention`` (docs/retention.md)."""
+"""The tenant's daily exports (docs/exports.md): ``GET /v1/exports``, ``/v1/exports/{id}`` and
+``/v1/exports/{id}/download``. One thin view per endpoint; retention.export_selectors reads."""
 
 from __future__ import annotations
 
-from django.conf import settings
-from drf_spectacular.utils import extend_schema
+from django.core.files.storage import storages
+from django.http import FileResponse
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from retention.horizons import MAX_DAYS, horizons_for, tenant_retention_set
-from retention.models import TenantRetention
-from scheduling.messages.api import StrictSerializer
+from retention import export_selectors as selectors
+from retention.models import Export
+from smsgw.domain_errors import NotFoundError
+from smsgw.http import schema, strict_input
+from smsgw.http.pagination import StrictCursorPagination
+
+LIST_PARAMS = frozenset(("cursor", "page_size"))
+CONTENT_TYPE = "application/gzip"
 
 
-class RetentionInput(StrictSerializer):
-    content_days = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_DAYS,
-        allow_null=True,
-        help_text="Days after a message is final before its content goes (body, full number, metadata, "
-        "webhook payloads); null: the gateway's default.",
+class ExportOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    day = serializers.DateField(help_text="The UTC day whose final messages it holds.")
+    rows = serializers.IntegerField(help_text="Lines in the file: one per message (0: none that day).")
+    size = serializers.IntegerField(help_text="Bytes of the gzip file.")
+    sha256 = serializers.CharField(help_text="SHA-256 of the gzip file, hex.")
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(help_text="When it and its file are removed.")
+    download_url = serializers.SerializerMethodField()
+
+    def get_download_url(self, export: Export) -> str:
+        return f"/v1/exports/{export.public_id}/download"
+
+
+class ExportCursor(StrictCursorPagination):
+    # Ids grow with the day for each tenant (a tenant's days are written in order): newest day first.
+    ordering = "-id"
+
+
+class ExportsApi(APIView):
+    required_scopes = {"GET": "exports:read"}
+
+    @extend_schema(
+        parameters=[*schema.PAGE_PARAMETERS],
+        responses=schema.paginated(ExportOutput, "ExportPage"),
+        operation_id="exports_list",
+        summary="The daily exports (newest day first, cursor pages)",
     )
-    record_days = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_DAYS,
-        allow_null=True,
-        help_text="Days after a message is final before its record goes; null: the gateway's default.",
-    )
-
-
-class RetentionOutput(serializers.Serializer):
-    content_days = serializers.IntegerField(allow_null=True, help_text="The tenant's own, or null")
-    record_days = serializers.IntegerField(allow_null=True, help_text="The tenant's own, or null")
-    effective_content_days = serializers.IntegerField()
-    effective_record_days = serializers.IntegerField()
-    history_after_hours = serializers.IntegerField(
-        help_text="Hours after a message is final before it moves to history; also how long an "
-        "Idempotency-Key is remembered."
-    )
-
-
-def _output(tenant_id: int) -> dict:
-    own = TenantRetention.objects.filter(tenant_id=tenant_id).first()
-    effective = horizons_for(tenant_id)
-    return {
-        "content_days": own.content_days if own else None,
-        "record_days": own.record_days if own else None,
-        "effective_content_days": effective.content_days,
-        "effective_record_days": effective.record_days,
-        "history_after_hours": settings.HISTORY_AFTER_HOURS,
-    }
-
-
-class RetentionApi(APIView):
-    required_scopes = {"GET": "retention:read", "PUT": "retention:write"}
-
-    @extend_schema(responses=RetentionOutput, summary="The tenant's retention horizons")
     def get(self, request):
-        return Response(RetentionOutput(_output(request.user.tenant.pk)).data)
+        strict_input.query_params_check(request.query_params, LIST_PARAMS)
+        qs = selectors.export_list(tenant=request.user.tenant, now=timezone.now())
+        paginator = ExportCursor()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
+        return paginator.get_paginated_response(ExportOutput(page, many=True).data)
 
-    @extend_schema(request=RetentionInput, responses=RetentionOutput, summary="Set the retention horizons")
-    def put(self, request):
-        data = RetentionInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        tenant_retention_set(
-            tenant_id=request.user.tenant.pk,
-            content_days=data.validated_data["content_days"],
-            record_days=data.validated_data["record_days"],
-            actor=str(request.user),
+
+class ExportDetailApi(APIView):
+    required_scopes = {"GET": "exports:read"}
+
+    @extend_schema(responses=ExportOutput, summary="One daily export")
+    def get(self, request, public_id: str):
+        export = selectors.export_get(tenant=request.user.tenant, public_id=public_id, now=timezone.now())
+        return Response(ExportOutput(export).data)
+
+
+class ExportDownloadApi(APIView):
+    required_scopes = {"GET": "exports:read"}
+
+    @extend_schema(
+        responses={
+            # The bytes of a file: a schema with no JSON type (OpenAPI 3.1 describes binary content by its
+            # media type alone; a "string" would be read as text).
+            (200, CONTENT_TYPE): OpenApiResponse(
+                {"contentMediaType": CONTENT_TYPE},
+                description="The file: gzip-compressed JSON lines, one message a line (docs/exports.md).",
+            )
+        },
+        parameters=[
+            OpenApiParameter(
+                "Content-Disposition",
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description='`attachment; filename="<tenant>-<day>.jsonl.gz"`.',
+            )
+        ],
+        summary="Download a daily export's file",
+    )
+    def get(self, request, public_id: str):
+        tenant = request.user.tenant
+        export = selectors.export_get(tenant=tenant, public_id=public_id, now=timezone.now())
+        try:
+            # Streamed in blocks by FileResponse, never read whole into memory.
+            f = storages["exports"].open(export.name, "rb")
+        except FileNotFoundError:
+            # Its file was removed (an expired export a prune killed midway); the row goes next run.
+            raise NotFoundError("This export's file is no longer there.") from None
+        return FileResponse(
+            f,
+            as_attachment=True,
+            filename=f"{tenant.slug}-{export.day.isoformat()}.jsonl.gz",
+            content_type=CONTENT_TYPE,
         )
-        return Response(RetentionOutput(_output(request.user.tenant.pk)).data)

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from retention.models import TenantRetention
 from smsgw.domain_errors import InvalidInput
+from smsgw.models import Tenant
 
 # A tenant may keep content and records for at most ten years; a larger number is a typo, not a policy.
 MAX_DAYS = 3650
@@ -67,3 +68,13 @@ def tenant_retention_set(
         defaults={"content_days": content_days, "record_days": record_days, "updated_by": actor[:200]},
     )
     return Horizons(content, record)
+
+
+def content_days_for(tenant: Tenant) -> int:
+    """Days after a message is final before its content goes (body, full number, metadata)."""
+    return horizons_for(tenant.pk).content_days
+
+
+def record_days_for(tenant: Tenant) -> int:
+    """Days after a message is final before its record goes."""
+    return horizons_for(tenant.pk).record_days

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from retention.definitions import definitions_content_remove, definitions_prune
+from retention.exports import exports_run
 from retention.history import history_move_batch
 from retention.models import RetentionAction, RetentionAudit
 from retention.prune import history_prune, strays_prune
@@ -56,9 +57,15 @@ def retention_run(
         if time.monotonic() > deadline:
             log.info("retention run stopped at its budget; the next run goes on")
             break
+    # The daily exports, after the moves (a day may straddle them; each message is read once either way):
+    # bounded by its own budget of tenant-days, it audits its own pruning (retention.exports).
+    exported = exports_run(now=now) if time.monotonic() < deadline else {}
     for action, counts in totals.items():
         RetentionAudit.objects.create(
             action=action, actor=ACTOR, counts=dict(counts), created_at=timezone.now()
         )
         log.info("retention %s", action, extra={"counts": dict(counts)})
-    return {action: dict(counts) for action, counts in totals.items()}
+    result = {action: dict(counts) for action, counts in totals.items()}
+    if exported.get("written") or exported.get("pruned") or exported.get("failed"):
+        result["exports"] = exported
+    return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings.environment import VAR_DIR
-from smsgw.config.env import env_int, env_str
+from smsgw.config.env import env_int, env_json_object, env_str
 
 # Days after a message is final before its content goes (the body, the full number, metadata, webhook
 # payloads) and before its record goes. Each tenant may set its own (the API's /v1/retention, the admin).
@@ -27,6 +27,20 @@ RETENTION_RUN_BATCHES = env_int("SMSGW_RETENTION_RUN_BATCHES", 50, minimum=1)
 # Daily exports (retention.exports): kept this many days in the export storage, then removed.
 EXPORT_KEEP_DAYS = env_int("SMSGW_EXPORT_KEEP_DAYS", 30, minimum=1)
 EXPORT_DIR = env_str("SMSGW_EXPORT_DIR", str(VAR_DIR / "exports"))
+# The storage the exports are written through (STORAGES["exports"], docs/exports.md): a local folder by
+# default; an operator with object storage names django-storages' backend and its options, e.g.
+# SMSGW_EXPORT_STORAGE_BACKEND=storages.backends.s3.S3Storage
+# SMSGW_EXPORT_STORAGE_OPTIONS='{"bucket_name": "smsgw-exports", "location": "exports"}'.
+_FILESYSTEM = "django.core.files.storage.FileSystemStorage"
+EXPORT_STORAGE_BACKEND = env_str("SMSGW_EXPORT_STORAGE_BACKEND", "").strip() or _FILESYSTEM
+EXPORT_STORAGE = {
+    "BACKEND": EXPORT_STORAGE_BACKEND,
+    "OPTIONS": env_json_object(
+        "SMSGW_EXPORT_STORAGE_OPTIONS",
+        # The local folder; another backend has no such default (its options say where).
+        {"location": EXPORT_DIR} if EXPORT_STORAGE_BACKEND == _FILESYSTEM else {},
+    ),
+}
 
 if RETENTION_RECORD_DAYS < RETENTION_CONTENT_DAYS:
     raise ImproperlyConfigured(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.settings.environment import PRODUCTION, VAR_DIR
+from config.settings.retention import EXPORT_STORAGE
 from smsgw.config.env import env_float, env_int, env_str
 
 INSTALLED_APPS = [
@@ -107,6 +108,8 @@ STORAGES = {
             else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
+    # The daily exports (retention.exports; config.settings.retention says how to point it elsewhere).
+    "exports": EXPORT_STORAGE,
 }
 
 # --- admin (the operator console) -----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -81,4 +82,19 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = raw.strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def env_json_object(name: str, default: dict | None = None) -> dict:
+    """A JSON object (``{"bucket_name": "exports"}``); bad JSON or another JSON type is an error naming the
+    variable, never a silent default."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return dict(default or {})
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object, got invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, got {type(value).__name__}")
     return value

@@ -35,6 +35,8 @@ SCOPES: dict[str, str] = {
     "capacity:read": "read the tenant's sender capacity",
     "capacity:write": "set or remove a sender's rate",
     "routes:read": "read the routing rules and resolve a route",
+    # The exports hold every finished message of a day (content inside its horizon): their own scope.
+    "exports:read": "list and download the daily exports of finished messages",
     "keys:manage": "issue, list and revoke the tenant's API keys",
     "retention:read": "read the tenant's retention horizons",
     "retention:write": "set the tenant's retention horizons (how long content and records are kept)",

@@ -201,6 +201,7 @@ QUERY_CASES = (
         )
     ]
     + [("/v1/schedules", p) for p in ("to", "status", "cursor", "page_size")]
+    + [("/v1/exports", p) for p in ("cursor", "page_size")]
     + [
         ("/v1/schedules/{schedule}/occurrences", "count"),
         ("/v1/schedules/{schedule}/occurrences", "after"),
@@ -249,6 +250,8 @@ PATH_ROUTES = [
     ("post", "/v1/campaigns/{}/cancel", "public_id"),
     ("put", "/v1/capacity/senders/{}", "sender"),
     ("delete", "/v1/capacity/senders/{}", "sender"),
+    ("get", "/v1/exports/{}", "public_id"),
+    ("get", "/v1/exports/{}/download", "public_id"),
     ("post", "/v1/webhook-deliveries/{}/replay", "webhook_id"),
     ("post", "/receipts/{}/", "provider"),
     ("post", "/inbound/{}/", "provider"),
