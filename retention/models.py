@@ -80,6 +80,8 @@ class MessageHistory(models.Model):
         indexes = [
             models.Index(fields=["tenant_id", "-id"], name="hist_tenant_recent"),
             models.Index(fields=["public_id"], name="hist_public_id"),
+            # A tenant's finished messages of one day (retention.exports, a day read back from history).
+            models.Index(fields=["tenant_id", "finished_at"], name="hist_tenant_finished"),
             models.Index(fields=["tenant_id", "to", "-id"], name="hist_tenant_recipient"),
             models.Index(
                 fields=["tenant_id", "idempotency_key"],
