@@ -14,12 +14,14 @@ proven absent, released to send once; ambiguous, never resent, left for an opera
 * `sending`: all. Its attempt may have been answered, or retried, after the backup point.
 * `queued`: all. Each was due and released; a worker could have claimed it at any time after the backup
   point (one waiting for a hold or a pacing slot too: a cleared hold releases at once).
-* `scheduled`: those whose due time (``due_at``) or next run (``run_after``) is at or before the fence's
-  ``now``. The old gateway could not have sent a message before it was due, and it stopped before the
-  fence runs; a message due later could not have left and is not touched. The earlier of the two, because
-  a message waiting past its due time for a reason (a hold, an open circuit, pacing) is released as soon
-  as the reason ends, not at its ``run_after``; one expired since is fenced too (it may have been sent
-  before it expired).
+* `scheduled`: those whose next run (``run_after``) is at or before the fence's ``now``, and those whose
+  due time (``due_at``) is, unless they wait for a person (``AWAITING_A_PERSON``: a paused campaign, a
+  review, a disabled tenant, a used-up quota). The old gateway could not have sent a message before it was
+  due, and it stopped before the fence runs; a message due later could not have left and is not touched.
+  The due time too, because a message waiting past it for the provider or for capacity (a hold, an open
+  circuit, pacing) is released as soon as that ends, not at its ``run_after``; one expired since is fenced
+  too (it may have been sent before it expired). One waiting for a person stays as the restore left it:
+  only that person's act, lost with the rest of the lost history, could have released it.
 
 Terminal messages are left alone: a `sent` one has its sid, and what became of it later (a lost receipt)
 is asked by the status look-up like any other. What the fence cannot see is what the lost history did to
@@ -71,6 +73,17 @@ FENCED = "fenced"  # the timeline entry's kind
 FROM_STATUSES = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
 # A `sending` message's latest attempt the fence takes over (its outcome is unknown) instead of adding one.
 OPEN_OUTCOMES = (AttemptOutcome.PENDING, AttemptOutcome.UNCERTAIN)
+# Scheduled messages that wait for a person, not for a time or the provider: a paused campaign, a review,
+# a disabled tenant, a used-up quota. Only that person's act could have released them early; made after
+# the backup, it is lost with the rest of the lost history, and the restored rows are believed (the runbook
+# says to check before releasing them again). Fencing them would release them when proven absent, over the
+# pause the database still shows.
+AWAITING_A_PERSON = (
+    ReasonCode.CAMPAIGN_PAUSED,
+    ReasonCode.HELD_FOR_REVIEW,
+    ReasonCode.TENANT_DISABLED,
+    ReasonCode.QUOTA_EXCEEDED,
+)
 ROW_FIELDS = ("id", "status", "version", "attempt_count", "provider_calls", "provider", "route", "route_leg")
 
 
@@ -118,7 +131,8 @@ def since_check(since: datetime, now: datetime) -> None:
 
 def fenceable(now: datetime) -> Q:
     """The messages that could have left the gateway since a backup, as seen at ``now`` (module docs)."""
-    due = Q(due_at__lte=now) | Q(run_after__lte=now)
+    released_early = Q(due_at__lte=now) & ~Q(reason_code__in=AWAITING_A_PERSON)
+    due = Q(run_after__lte=now) | released_early
     return Q(status__in=(Status.SENDING, Status.QUEUED)) | (Q(status=Status.SCHEDULED) & due)
 
 

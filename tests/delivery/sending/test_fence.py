@@ -76,6 +76,10 @@ def test_the_fence_takes_what_could_have_left_and_leaves_the_rest(tenant):
         "sending": in_status(tenant, recipient(4), Status.SENDING),
     }
     later = in_status(tenant, recipient(5), Status.SCHEDULED, due_in=600)
+    # Due, but waiting for a person (a paused campaign, a review): only their act could have released it.
+    awaiting = [in_status(tenant, recipient(7 + i), Status.SCHEDULED, due_in=-30) for i in range(2)]
+    for msg, code in zip(awaiting, ["campaign_paused", "held_for_review"], strict=True):
+        Message.objects.filter(pk=msg.pk).update(reason_code=code, run_after=now + timedelta(hours=1))
     # Waiting past its due time for a reason (a hold): released the moment the reason ended.
     waiting = in_status(tenant, recipient(6), Status.SCHEDULED, due_in=-30)
     Message.objects.filter(pk=waiting.pk).update(run_after=now + timedelta(hours=1))
@@ -87,16 +91,17 @@ def test_the_fence_takes_what_could_have_left_and_leaves_the_rest(tenant):
     transitions.transition(
         cancelled.pk, from_statuses=[Status.SCHEDULED], to_status=Status.CANCELLED, kind="cancelled"
     )
-    for msg in [*fenced.values(), later, cancelled, *final.values()]:
+    for msg in [*fenced.values(), later, *awaiting, cancelled, *final.values()]:
         msg.refresh_from_db()
     was = {name: msg.status for name, msg in fenced.items()}
     assert was["scheduled_waiting"] == Status.SCHEDULED and was["sending"] == Status.SENDING
-    before = {m.pk: (m.status, m.version) for m in [later, cancelled, *final.values()]}
+    before = {m.pk: (m.status, m.version) for m in [later, *awaiting, cancelled, *final.values()]}
 
+    dead_worker_started = fenced["sending"].attempts.get().started_at
     report = fence.messages_fence(since=since, actor=ACTOR, now=now, batch_size=2)
 
     assert report.fenced == {"scheduled": 3, "queued": 1, "sending": 1} and report.total == 5
-    assert (report.already_fenced, report.moved_meanwhile, report.not_due, report.batches) == (0, 0, 1, 3)
+    assert (report.already_fenced, report.moved_meanwhile, report.not_due, report.batches) == (0, 0, 3, 3)
     for name, msg in fenced.items():
         msg.refresh_from_db()
         assert (msg.status, msg.run_after, msg.reason_code) == (
@@ -122,7 +127,7 @@ def test_the_fence_takes_what_could_have_left_and_leaves_the_rest(tenant):
                 1,
                 1,
             )
-            assert attempt.started_at < since + timedelta(minutes=10)
+            assert attempt.started_at == dead_worker_started
         else:  # a new attempt stands for what the lost history may have submitted, counted as a claim
             assert (msg.attempts.count(), attempt.number, msg.provider_calls, msg.attempt_count) == (
                 1,
