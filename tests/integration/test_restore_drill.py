@@ -1,6 +1,7 @@
 """The restore drill (docs/restore.md) with real processes: a worker, beat and the Twilio sandbox process
-send messages due at staggered times; a `pg_dump -Fc` is taken while they flow; more go out after it; the
-workers stop; the dump is restored into a fresh database; `manage.py restore_fence --since <backup time>`
+send messages due at staggered times; a backup is taken while they flow (PostgreSQL: `pg_dump -Fc`; the
+SQLite half: SQLite's online backup API, as the embedded mode's runbook says); more go out after it; the
+workers stop; the backup is restored into a fresh database; `manage.py restore_fence --since <backup time>`
 runs against it; new workers start on it, sending through the same sandbox, which still holds what the lost
 history sent. For every message: the sandbox holds exactly one copy, under the sid the restored database
 records, and its final status is sent (or delivered). Nothing the sandbox held was submitted again;
@@ -8,11 +9,14 @@ everything due that it did not hold was sent once (delivery.sending.fence, deliv
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -25,7 +29,8 @@ from tests import processes
 from tests.factories import message, recipient, tenant_with_key
 from tests.harness import Pipeline, handed_over
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+# Both halves: PostgreSQL (pg_dump, pg_restore) and the embedded mode's SQLite (its online backup API).
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 N = 24
 SPACING_S = 0.5  # due times t0 + FIRST_DUE_S + i * SPACING_S: they flow for about 12 s
@@ -37,8 +42,9 @@ BLOCKED = (1, 3)
 # the new workers. (On a machine slow enough to fence later they are fenced, and proven absent instead.)
 LATER = (N, N + 1)
 LATER_DUE_S = 30.0
-BACKUP_AT_HELD = 6  # take the backup once the sandbox holds this many
-STOP_AT_HELD = 14  # stop the workers once it holds this many
+SENT_AT_BACKUP = 6  # take the backup once this many are recorded sent
+MORE_AFTER_BACKUP = 6  # stop the workers once the sandbox holds this many more
+SENT = (Status.SENT, Status.DELIVERED)
 
 
 def _pg(tool: str, *args: str) -> list[str]:
@@ -46,6 +52,56 @@ def _pg(tool: str, *args: str) -> list[str]:
     settings = connection.settings_dict
     server = ["-h", settings["HOST"] or "127.0.0.1", "-p", str(settings["PORT"] or 5432)]
     return [tool, *server, "-U", settings["USER"] or "postgres", *args]
+
+
+class PostgresBackup:
+    """`pg_dump -Fc` while the gateway runs (one consistent snapshot, taken as it starts), restored with
+    createdb + pg_restore into a fresh database."""
+
+    def __init__(self, original: str, folder: Path):
+        self.original, self.dump, self.restored = original, folder / "backup.dump", f"{original}_restored"
+
+    def take(self) -> None:
+        subprocess.run(_pg("pg_dump", "-Fc", "-f", str(self.dump), self.original), check=True, timeout=60)
+
+    def restore(self) -> str:
+        subprocess.run(_pg("dropdb", "--if-exists", self.restored), check=True, timeout=60)
+        subprocess.run(_pg("createdb", self.restored), check=True, timeout=60)
+        subprocess.run(
+            _pg("pg_restore", "--no-owner", "-d", self.restored, str(self.dump)), check=True, timeout=60
+        )
+        return self.restored
+
+    def drop(self) -> None:
+        subprocess.run(_pg("dropdb", "--if-exists", "--force", self.restored), timeout=60)
+
+
+class SqliteBackup:
+    """Embedded mode: SQLite's online backup API (a consistent copy while the others write), restored by
+    putting the copy in place as a fresh file."""
+
+    def __init__(self, original: str, folder: Path):
+        self.original, self.copy, self.restored = (
+            original,
+            folder / "backup.sqlite3",
+            folder / "restored.sqlite3",
+        )
+
+    def take(self) -> None:
+        source, target = sqlite3.connect(self.original, timeout=30), sqlite3.connect(self.copy)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+
+    def restore(self) -> str:
+        shutil.copyfile(self.copy, self.restored)
+        return str(self.restored)
+
+    def drop(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.restored}{suffix}").unlink(missing_ok=True)
 
 
 def _held(pipeline: Pipeline) -> dict[str, list[str]]:
@@ -57,8 +113,6 @@ def _held(pipeline: Pipeline) -> dict[str, list[str]]:
 
 
 def test_restore_drill_nothing_the_provider_holds_is_sent_again_and_the_rest_once(pipeline, tmp_path):
-    if connection.vendor != "postgresql":
-        pytest.skip("the drill dumps and restores PostgreSQL (embedded mode: docs/restore.md)")
     started = time.monotonic()
     pipeline.sandbox.config(
         callbacks_enabled=False,
@@ -71,27 +125,30 @@ def test_restore_drill_nothing_the_provider_holds_is_sent_again_and_the_rest_onc
     ] + [message(tenant, to=recipient(i), body=f"drill {i}", due_in=LATER_DUE_S) for i in LATER]
     pks = [m.pk for m in msgs]
     original = connection.settings_dict["NAME"]
-    restored = f"{original}_restored"
-    dump = tmp_path / "backup.dump"
+    backup = (PostgresBackup if connection.vendor == "postgresql" else SqliteBackup)(original, tmp_path)
     connection.close()
     pipeline.worker()
     pipeline.beat()
 
-    # The backup, while messages flow: its time is taken before pg_dump starts, so it is no later than the
-    # snapshot the dump holds (earlier is safe: more is looked up, nothing more is sent).
-    pipeline.wait_until(lambda: len(_held(pipeline)) >= BACKUP_AT_HELD, 60, "the first sends")
+    # The backup, while messages flow: its time is taken before the backup starts, so it is no later than
+    # the snapshot the backup holds (earlier is safe: more is looked up, nothing more is sent).
+    pipeline.wait_until(
+        lambda: Message.objects.filter(pk__in=pks, status__in=SENT).count() >= SENT_AT_BACKUP,
+        60,
+        "the first sends, recorded",
+    )
     since = timezone.now()
-    subprocess.run(_pg("pg_dump", "-Fc", "-f", str(dump), original), check=True, timeout=60)
-    pipeline.wait_until(lambda: len(_held(pipeline)) >= STOP_AT_HELD, 60, "more sends after the backup")
+    backup.take()
+    # More go out after it: these only the provider will know of.
+    more = min(len(_held(pipeline)) + MORE_AFTER_BACKUP, N - len(BLOCKED))
+    pipeline.wait_until(lambda: len(_held(pipeline)) >= more, 60, "more sends after the backup")
     pipeline.stop()  # the old gateway is gone; what it sent since the backup is only at the provider
     held_by_lost_history = _held(pipeline)
     pipeline.sandbox.config(rules=[])  # the provider answers normally again
 
-    subprocess.run(_pg("dropdb", "--if-exists", restored), check=True, timeout=60)
-    subprocess.run(_pg("createdb", restored), check=True, timeout=60)
     after = None
     try:
-        subprocess.run(_pg("pg_restore", "--no-owner", "-d", restored, str(dump)), check=True, timeout=60)
+        restored = backup.restore()
         connection.close()
         connection.settings_dict["NAME"] = restored  # from here on, the test reads the restored database
         at_restore = dict(Message.objects.filter(pk__in=pks).values_list("pk", "status"))
@@ -114,9 +171,9 @@ def test_restore_drill_nothing_the_provider_holds_is_sent_again_and_the_rest_onc
             after.stop()
         connection.close()
         connection.settings_dict["NAME"] = original
-        subprocess.run(_pg("dropdb", "--if-exists", "--force", restored), timeout=60)
+        backup.drop()
     took = time.monotonic() - started
-    print(f"restore drill: {took:.1f} s wall")
+    print(f"restore drill ({connection.vendor}): {took:.1f} s wall")
 
 
 def _assert_drill(
