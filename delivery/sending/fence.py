@@ -98,7 +98,7 @@ class FenceReport:
     fenced: dict[str, int] = field(default_factory=lambda: {str(s): 0 for s in FROM_STATUSES})
     already_fenced: int = 0  # fenced before for the same backup time
     moved_meanwhile: int = 0  # changed between the read and the move (a worker still running)
-    not_due: int = 0  # scheduled after the fence's now: could not have left, untouched
+    not_due: int = 0  # scheduled, left alone: due after the fence's now, or waiting for a person
     batches: int = 0
 
     @property

@@ -42,7 +42,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"restore fence since {report.since.isoformat()} by {actor}: fenced {report.total} ({fenced}); "
             f"already fenced {report.already_fenced}; changed meanwhile {report.moved_meanwhile}; "
-            f"scheduled later, untouched {report.not_due}; {report.batches} batches"
+            f"scheduled and left alone (due later, or waiting for a person) {report.not_due}; "
+            f"{report.batches} batches"
         )
         if report.moved_meanwhile:
             self.stderr.write(

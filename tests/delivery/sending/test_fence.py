@@ -197,7 +197,10 @@ def test_the_command_fences_and_prints_its_counts(tenant):
     call_command("restore_fence", "--since", since, "--actor", "alice", stdout=out)
     text = out.getvalue()
     assert "fenced 1 (scheduled 0, queued 1, sending 0)" in text, text
-    assert "already fenced 0" in text and "scheduled later, untouched 1" in text
+    assert (
+        "already fenced 0" in text
+        and "scheduled and left alone (due later, or waiting for a person) 1" in text
+    )
     msg.refresh_from_db()
     later.refresh_from_db()
     assert msg.status == Status.SENDING and msg.events.get(kind="fenced").actor == "operator:alice"
