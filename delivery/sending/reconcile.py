@@ -37,7 +37,9 @@ listings, every ``grace`` seconds from SMSGW_RECONCILE_FIRST_LOOK_SECONDS after 
 A signed status callback naming the attempt (``?m=&a=``) proves existence at any time (receipts.unknown).
 A tenant may shorten the wait per message (``uncertain_wait_seconds``, a one-time code where late is
 worse than a rare duplicate) down to SMSGW_RECONCILE_MIN_WAIT_SECONDS, never below ``timeout + grace``
-(rule ``tenant_wait``). The timeline names the rule that released each resend.
+(rule ``tenant_wait``). After a database restore, the fence's attempts (delivery.sending.fence) count these
+bounds from the fence instead of their start (rule ``restore_fence``). The timeline names the rule that
+released each resend.
 
 Each verdict is a move of the outcome tables (delivery.outcomes.table), made in delivery.sending.verdicts.
 """
@@ -57,6 +59,7 @@ from delivery.models import Attempt
 from delivery.providers import ProviderQueryError, get_adapter
 from delivery.providers.base import LOOKUP_SOURCE, CallbackData, ProviderAdapter, ProviderMessage
 from delivery.sending import verdicts
+from delivery.sending.fence import fenced_at
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw import stages
@@ -231,6 +234,12 @@ def _by_listing(msg: Message, attempt: Attempt | None, adapter: ProviderAdapter,
             f"this message ({msg.uncertain_wait_seconds} s) has passed; nothing of the attempt can still "
             f"reach the provider (connection reset, retransmissions stopped after the request timeout)"
         )
+    elif rule == RULE_RESTORE_FENCE:
+        why = (
+            f"restored from a backup: a complete listing from {(started - CLOCK_SKEW).isoformat()}, made "
+            f"past the restore fence's request timeout, grace and list-lag bound "
+            f"({settings.RECONCILE_LIST_LAG_SECONDS} s), found no submission since the backup"
+        )
     else:
         why = (
             f"a complete listing {int((now - started).total_seconds())} s after the attempt began found no "
@@ -245,24 +254,27 @@ RULE_LIST_LAG = "list_lag_bound"
 RULE_TENANT_WAIT = "tenant_wait"
 RULE_FETCH_404 = "fetch_404_account_ok"
 RULE_NO_ATTEMPT = "no_attempt"
+RULE_RESTORE_FENCE = "restore_fence"
 
 
 def absence_release(msg: Message, attempt: Attempt, timeout_seconds: float) -> tuple[str, datetime]:
     """(rule, the earliest time a complete empty listing proves absence) for an uncertain attempt: the
     list-lag bound, or the tenant's shorter wait for this message (never before the request timeout plus
-    the processing grace, and never below SMSGW_RECONCILE_MIN_WAIT_SECONDS)."""
-    settled = attempt.started_at + timedelta(
-        seconds=timeout_seconds + settings.RECONCILE_ABSENT_GRACE_SECONDS
-    )
+    the processing grace, and never below SMSGW_RECONCILE_MIN_WAIT_SECONDS).
+
+    An attempt a restore fence made uncertain (delivery.sending.fence) stands for submissions the lost
+    history may have made at any time up to when it stopped, which is before the fence but may be just
+    before: its bounds count from the fence, not from the attempt's start (rule ``restore_fence``)."""
+    fence = fenced_at(attempt)
+    start = max(attempt.started_at, fence) if fence else attempt.started_at
+    settled = start + timedelta(seconds=timeout_seconds + settings.RECONCILE_ABSENT_GRACE_SECONDS)
     bound = settled + timedelta(seconds=settings.RECONCILE_LIST_LAG_SECONDS)
     wait = msg.uncertain_wait_seconds
     if wait:
-        tenant = max(
-            attempt.started_at + timedelta(seconds=max(wait, settings.RECONCILE_MIN_WAIT_SECONDS)), settled
-        )
+        tenant = max(start + timedelta(seconds=max(wait, settings.RECONCILE_MIN_WAIT_SECONDS)), settled)
         if tenant < bound:
             return RULE_TENANT_WAIT, tenant
-    return RULE_LIST_LAG, bound
+    return (RULE_RESTORE_FENCE if fence else RULE_LIST_LAG), bound
 
 
 def _owned_elsewhere(msg: Message, attempt: Attempt | None, provider: str, sids: list[str]) -> set[str]:

@@ -55,6 +55,9 @@ EDGES: dict[tuple[str, str], dict[str, object]] = {
     (S.SCHEDULED, S.EXPIRED): {"expired_at": NOW},
     # due while the daily quota is used up, tenant policy "fail" (limits)
     (S.SCHEDULED, S.FAILED): {"failed_at": NOW},
+    # A restore fence (delivery.sending.fence): a message due since the backup may have been sent by the
+    # history the restore lost; it waits in `sending`, uncertain, until the provider is asked.
+    (S.SCHEDULED, S.SENDING): {"sending_at": NOW},
     (S.QUEUED, S.QUEUED): {},  # re-publish after a presumed-lost broker message
     (S.QUEUED, S.SENDING): {"sending_at": NOW},
     (S.QUEUED, S.CANCELLED): {"cancelled_at": NOW},
