@@ -6,7 +6,8 @@ retention job.
 
 After removal a message keeps its timeline, attempts, receipts and webhook history as evidence, but:
 - ``body`` is empty and ``metadata`` is ``{}``;
-- ``to`` is masked (``+1415*****23``: country and a few digits, never the whole number);
+- ``to`` is masked (``+1415*****23``: country and a few digits, never the whole number), and a
+  campaign recipient's key (which is its number) becomes ``erased:<id>``;
 - every JSON column that mentions the message (event details, attempt responses, receipt payloads,
   webhook payloads and their delivery history) has its content keys emptied, its number keys masked, and
   any other string that quotes the number has it masked;
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, CharField, Value, When
+from django.db.models import Case, CharField, F, Value, When
 
 from delivery.models import Attempt, OptOutSignal
 from receipts.models import ReceiptEvent, WebhookDelivery
@@ -80,25 +81,25 @@ def _forms(numbers: Iterable[str]) -> list[tuple[str, str]]:
     return out
 
 
-def scrubbed(value: Any, numbers: Iterable[str] = ()) -> Any:
-    """``value`` (a JSON document) without content: CONTENT_KEYS emptied, NUMBER_KEYS masked, and each of
-    ``numbers`` masked wherever a string quotes it."""
-    return _scrub(value, _forms(numbers))
+def scrubbed(value: Any, numbers: Iterable[str] = (), *, content: bool = True) -> Any:
+    """``value`` (a JSON document) without content: CONTENT_KEYS emptied (unless ``content`` is False:
+    the number only), NUMBER_KEYS masked, and each of ``numbers`` masked wherever a string quotes it."""
+    return _scrub(value, _forms(numbers), content)
 
 
-def _scrub(value: Any, forms: list[tuple[str, str]]) -> Any:
+def _scrub(value: Any, forms: list[tuple[str, str]], content: bool) -> Any:
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            if key in CONTENT_KEYS:
+            if content and key in CONTENT_KEYS:
                 out[key] = _empty(item)
             elif key in NUMBER_KEYS and isinstance(item, str):
                 out[key] = masked(item)
             else:
-                out[key] = _scrub(item, forms)
+                out[key] = _scrub(item, forms, content)
         return out
     if isinstance(value, list):
-        return [_scrub(item, forms) for item in value]
+        return [_scrub(item, forms, content) for item in value]
     if isinstance(value, str):
         for written, hidden in forms:
             if written in value:
@@ -135,38 +136,58 @@ def messages_content_remove(
     """Remove the content of these live messages (those sent or final; the others are left as they are)
     and of every row that copies it. With ``actor``, each message whose content changed gets a
     ``redacted`` timeline entry naming it. Returns the rows changed per table (TABLES)."""
+    return _remove(message_ids, now, actor, content=True)
+
+
+def messages_address_mask(*, message_ids: list[int], now: datetime) -> dict[str, int]:
+    """Mask the number of these live messages (sent or final) and of every row that copies it, and leave
+    their body and metadata (Twilio's ``AddressRetention=obfuscate``). Returns rows changed per table."""
+    return _remove(message_ids, now, None, content=False)
+
+
+def _remove(message_ids: list[int], now: datetime, actor: str | None, *, content: bool) -> dict[str, int]:
     counts = counts_empty()
     for chunk in _chunks(dict.fromkeys(message_ids), CHUNK):
         with transaction.atomic():
-            numbers = _messages_scrub(chunk, now, counts, actor)
+            numbers = _messages_scrub(chunk, now, counts, actor, content)
             if numbers:
-                _related_scrub(numbers, counts)
+                _related_scrub(numbers, counts, content)
     return counts
 
 
 def _messages_scrub(
-    chunk: list[int], now: datetime, counts: dict[str, int], actor: str | None
+    chunk: list[int], now: datetime, counts: dict[str, int], actor: str | None, content: bool
 ) -> dict[int, str]:
     """The messages' own columns, in one compare-and-set UPDATE (the status must still be REMOVABLE, so a
     message the send worker took back in the meantime keeps what it needs). Returns {id: the number as
     it was} of the messages found removable, whose related rows are scrubbed next."""
     rows = list(
-        Message.objects.filter(pk__in=chunk, status__in=REMOVABLE).values_list("pk", "to", "body", "metadata")
+        Message.objects.filter(pk__in=chunk, status__in=REMOVABLE).values_list(
+            "pk", "to", "body", "metadata", "campaign_key"
+        )
     )
-    numbers = {pk: to for pk, to, _body, _metadata in rows}
-    changed = {pk: masked(to) for pk, to, body, metadata in rows if body or metadata or masked(to) != to}
+    numbers = {row[0]: row[1] for row in rows}
+    changed = {
+        pk: masked(to)
+        for pk, to, body, metadata, key in rows
+        if (content and (body or metadata)) or masked(to) != to or (key or "").startswith("+")
+    }
     if not changed:
         return numbers
+    # A campaign recipient's key is its number (scheduling.campaigns: one message per number): it becomes
+    # the message's own id, unique in its campaign as the key must be (two masked numbers may be equal).
+    keys = [When(pk=pk, campaign_key__startswith="+", then=Value(f"erased:{pk}")) for pk in changed]
+    columns: dict[str, Any] = {"body": "", "metadata": {}} if content else {}
     updated = Message.objects.filter(pk__in=list(changed), status__in=REMOVABLE).update(
-        body="",
-        metadata={},
         to=Case(*(When(pk=pk, then=Value(to)) for pk, to in changed.items()), output_field=CharField()),
+        campaign_key=Case(*keys, default=F("campaign_key"), output_field=CharField()),
         updated_at=now,
+        **columns,
     )
     counts["messages"] += updated
     if actor and updated:
         # Inside the UPDATE's transaction the rows it changed are locked: the re-read names exactly them.
-        done = Message.objects.filter(pk__in=list(changed), body="", status__in=REMOVABLE)
+        done = Message.objects.filter(pk__in=list(changed), to__contains="*", status__in=REMOVABLE)
         entries: list[tuple[int, str, str, dict]] = [
             (pk, "redacted", status, {}) for pk, status in done.values_list("pk", "status")
         ]
@@ -174,25 +195,22 @@ def _messages_scrub(
     return numbers
 
 
-def _related_scrub(numbers: dict[int, str], counts: dict[str, int]) -> None:
+def _related_scrub(numbers: dict[int, str], counts: dict[str, int], content: bool) -> None:
     """Every row that copies the messages' content: their JSON scrubbed of content keys and the numbers."""
     ids = list(numbers)
-    counts["message_events"] += _json_scrub(
-        MessageEvent.objects.filter(message_id__in=ids), ("details",), numbers
-    )
-    counts["attempts"] += _json_scrub(Attempt.objects.filter(message_id__in=ids), ("response",), numbers)
-    counts["receipt_events"] += _json_scrub(
-        ReceiptEvent.objects.filter(message_id__in=ids), ("payload",), numbers
-    )
-    counts["webhook_deliveries"] += _json_scrub(
-        WebhookDelivery.objects.filter(message_id__in=ids), ("payload", "history"), numbers
-    )
+    for table, qs, columns in (
+        ("message_events", MessageEvent.objects.filter(message_id__in=ids), ("details",)),
+        ("attempts", Attempt.objects.filter(message_id__in=ids), ("response",)),
+        ("receipt_events", ReceiptEvent.objects.filter(message_id__in=ids), ("payload",)),
+        ("webhook_deliveries", WebhookDelivery.objects.filter(message_id__in=ids), ("payload", "history")),
+    ):
+        counts[table] += _json_scrub(qs, columns, numbers, content)
     signals = OptOutSignal.objects.filter(message_id__in=ids).exclude(to__contains="*")
     for pk, to in signals.values_list("pk", "to"):
         counts["opt_out_signals"] += OptOutSignal.objects.filter(pk=pk).update(to=masked(to))
 
 
-def _json_scrub(qs, columns: tuple[str, ...], numbers: dict[int, str]) -> int:
+def _json_scrub(qs, columns: tuple[str, ...], numbers: dict[int, str], content: bool) -> int:
     """Scrub ``columns`` of the rows of ``qs`` (each row's own message's number, by ``message_id``);
     write back only the rows that changed. Returns how many did."""
     changed = []
@@ -201,7 +219,7 @@ def _json_scrub(qs, columns: tuple[str, ...], numbers: dict[int, str]) -> int:
         dirty = False
         for column in columns:
             before = getattr(row, column)
-            after = scrubbed(before, forms)
+            after = scrubbed(before, forms, content=content)
             if after != before:
                 setattr(row, column, after)
                 dirty = True

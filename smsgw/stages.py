@@ -118,6 +118,13 @@ class ReceiptIntake(Protocol):
     def __call__(self, *, provider: str, callback: Any, received_at: datetime | None = None) -> Any: ...
 
 
+class Redactor(Protocol):
+    """Removes one message's content at once, audited (the retention room: docs/erasure.md); raises the
+    domain errors (NotFoundError, ConflictError while it is still to be sent). Returns rows per table."""
+
+    def __call__(self, *, tenant: Tenant, public_id: str, actor: str) -> Mapping[str, int]: ...
+
+
 class Task(Protocol):
     """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
 
@@ -166,3 +173,6 @@ park_rows: Slot[Callable[..., None]] = Slot("park rows")
 send_batch: Slot[Task] = Slot("send batch task")
 reconcile_batch: Slot[Task] = Slot("reconcile batch task")
 publish_after_commit: Slot[Callable[..., None]] = Slot("publish after commit")
+# The Twilio-compatible Body="" (scheduling.messages.final): the same removal, audit and all, as the
+# retention room's POST /v1/messages/{id}/redact, which no app may import.
+message_redact: Slot[Redactor] = Slot("message redaction")
