@@ -9,7 +9,8 @@ docs/erasure.md). What it does, table by table:
   so that its content goes the moment it is sent and its number the moment it is final, and is counted
   ``messages_in_flight`` (a repeat of the erase once it is final finishes the rest);
 - messages sent or final: their content removed (retention.content) with every copy in the timeline,
-  attempts, receipts, webhook deliveries and opt-out signals;
+  attempts, receipts, webhook deliveries and opt-out signals, and a ``redacted`` timeline entry naming
+  who; webhook deliveries whose message row is gone: their payload scrubbed of the number;
 - history rows (retention.history): their content removed;
 - campaign error rows quoting the number: masked; a campaign still being created whose stored recipient
   list holds the number: masked in place (same length, so no line moves), and the creation job then
@@ -32,10 +33,12 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from delivery.models import OptOutSignal
+from receipts.models import WebhookDelivery
 from retention.content import (
     REMOVABLE,
     TABLES,
@@ -78,8 +81,9 @@ def recipient_erase(*, tenant: Tenant, number: str, actor: str) -> dict[str, int
     counts: Counter[str] = Counter(dict.fromkeys(COUNTS, 0))
     _schedules_erase(tenant, number, actor, now, counts)
     _pending_cancel(tenant, number, actor, counts)
-    _messages_erase(tenant, number, now, counts)
-    _history_erase(tenant, number, now, counts)
+    _messages_erase(tenant, number, actor, now, counts)
+    _history_erase(tenant, number, actor, now, counts)
+    _orphan_webhooks_erase(tenant, number, counts)
     _campaigns_erase(tenant, number, counts)
     _signals_erase(tenant, number, counts)
     result = {name: counts[name] for name in COUNTS}
@@ -149,17 +153,40 @@ def _pending_cancel(tenant: Tenant, number: str, actor: str, counts: Counter) ->
             counts["messages_in_flight"] += marked
 
 
-def _messages_erase(tenant: Tenant, number: str, now: datetime, counts: Counter) -> None:
+def _messages_erase(tenant: Tenant, number: str, actor: str, now: datetime, counts: Counter) -> None:
+    """The sent and final messages to the number (each gets a ``redacted`` entry naming the actor), and
+    the ones the tenant deleted through the Twilio API: message_delete masked their row but not the
+    copies (webhook payloads), which hold the number under ``to``/``To`` and are masked here."""
     removable = Message.objects.filter(tenant=tenant, to=number, status__in=REMOVABLE)
-    for batch in _ids(removable):
-        for table, n in messages_content_remove(message_ids=batch, now=now).items():
-            counts[table] += n
+    deleted = Message.objects.filter(tenant=tenant, to=masked(number), deleted_at__isnull=False)
+    for qs in (removable, deleted):
+        for batch in _ids(qs):
+            for table, n in messages_content_remove(message_ids=batch, now=now, actor=actor).items():
+                counts[table] += n
 
 
-def _history_erase(tenant: Tenant, number: str, now: datetime, counts: Counter) -> None:
+def _history_erase(tenant: Tenant, number: str, actor: str, now: datetime, counts: Counter) -> None:
     rows = MessageHistory.objects.filter(tenant_id=tenant.pk, to=number)
     for batch in _ids(rows):
-        counts["message_history"] += history_content_remove(ids=batch, now=now)["message_history"]
+        done = history_content_remove(ids=batch, now=now, actor=actor)
+        counts["message_history"] += done["message_history"]
+
+
+def _orphan_webhooks_erase(tenant: Tenant, number: str, counts: Counter) -> None:
+    """Webhook deliveries that no longer name a message (its row removed: ``on_delete=SET_NULL``) and
+    still quote the number in their payload. Found by the payload's text, in keyset batches."""
+    orphans = (
+        WebhookDelivery.objects.filter(tenant=tenant, message__isnull=True)
+        .annotate(text=Cast("payload", TextField()))
+        .filter(text__contains=number)
+    )
+    for batch in _ids(orphans):
+        changed = []
+        for row in WebhookDelivery.objects.filter(pk__in=batch).only("pk", "payload", "history"):
+            row.payload, row.history = scrubbed(row.payload, [number]), scrubbed(row.history, [number])
+            changed.append(row)
+        WebhookDelivery.objects.bulk_update(changed, ["payload", "history"])
+        counts["webhook_deliveries"] += len(changed)
 
 
 def _campaigns_erase(tenant: Tenant, number: str, counts: Counter) -> None:
@@ -186,11 +213,12 @@ def _upload_mask(campaign_id: int, number: str) -> int:
     every line and chunk keeps its offsets. Returns the chunks changed."""
     forms = [(number.encode(), masked(number).encode()), (number[1:].encode(), masked(number)[1:].encode())]
     changed: set[int] = set()
+    chunks = CampaignUpload.objects.filter(campaign_id=campaign_id)
     with transaction.atomic():
         previous: CampaignUpload | None = None
-        for chunk in (
-            CampaignUpload.objects.select_for_update().filter(campaign_id=campaign_id).order_by("seq")
-        ):
+        # One chunk loaded at a time (a list is up to hundreds of 1 MB chunks), locked as it is read.
+        for seq in list(chunks.order_by("seq").values_list("seq", flat=True)):
+            chunk = chunks.select_for_update().get(seq=seq)
             head = bytes(previous.data) if previous is not None else b""
             data = head + bytes(chunk.data)
             for written, hidden in forms:

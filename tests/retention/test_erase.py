@@ -195,3 +195,24 @@ def test_a_number_straddling_two_upload_chunks_is_masked_in_both(world):
     assert counts["campaign_uploads"] == 2
     joined = b"".join(bytes(c.data) for c in CampaignUpload.objects.filter(campaign=campaign).order_by("seq"))
     assert joined == text.replace(RECIPIENT.encode(), masked(RECIPIENT).encode())
+
+
+def test_copies_of_a_deleted_message_and_of_a_removed_one_are_scrubbed_too(world):
+    """A message the tenant deleted through the Twilio API keeps its webhook payloads (message_delete masks
+    the row only); a delivery whose message row is gone keeps its payload. Both lose the number."""
+    tenant = world["tenant"]
+    deleted = world["failed"]
+    Message.objects.filter(pk=deleted.pk).update(deleted_at=timezone.now(), to=masked(RECIPIENT), body="")
+    orphan = WebhookDelivery.objects.filter(message=world["final"]).first()
+    WebhookDelivery.objects.filter(pk=orphan.pk).update(message=None)
+    theirs = WebhookDelivery.objects.filter(message=world["theirs"]).first()
+    WebhookDelivery.objects.filter(pk=theirs.pk).update(message=None)
+    assert _erase(world["key"]).status_code == 200
+    for payload in WebhookDelivery.objects.filter(tenant=tenant).values_list("payload", flat=True):
+        assert not quotes(payload, RECIPIENT)
+    assert quotes(WebhookDelivery.objects.get(pk=theirs.pk).payload, RECIPIENT), "another tenant's"
+    # each message whose content went says who removed it
+    actor = str(RetentionAudit.objects.get().actor)
+    assert list(_state(world["final"]).events.filter(kind="redacted").values_list("actor", flat=True)) == [
+        actor
+    ]
