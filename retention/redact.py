@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -44,40 +45,59 @@ def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Redaction:
             .first()
         )
         if live is not None:
-            if live["status"] not in REMOVABLE:
-                raise ConflictError(
-                    "The content can be removed once the message has been sent; "
-                    f"this one is {live['status']}.",
-                    current_status=live["status"],
-                )
-            counts = messages_content_remove(message_ids=[live["pk"]], now=now, actor=actor)
-            if Message.objects.filter(pk=live["pk"]).exists():
-                return _audited(tenant, public_id, live["status"], "live", counts, actor, now)
-            continue
+            done = _live_redact(tenant, public_id, live["pk"], live["status"], actor, now)
+            if done is not None:
+                return done
+            continue  # moved to history meanwhile
         row = (
             MessageHistory.objects.filter(tenant_id=tenant.pk, public_id=public_id)
             .values("pk", "status")
             .first()
         )
         if row is not None:
-            counts = history_content_remove(ids=[row["pk"]], now=now, actor=actor)
-            return _audited(tenant, public_id, row["status"], "history", counts, actor, now)
+            with transaction.atomic():
+                counts = history_content_remove(ids=[row["pk"]], now=now, actor=actor)
+                return _audited(tenant, public_id, row["status"], "history", counts, actor, now)
         break
     raise NotFoundError("No message with this id.")
 
 
-def _audited(
-    tenant: Tenant, public_id: str, status: str, place: str, counts: dict[str, int], actor: str, now
-) -> Redaction:
+def _conflict(status: str) -> ConflictError:
+    return ConflictError(
+        f"The content can be removed once the message has been sent; this one is {status}.",
+        current_status=status,
+    )
+
+
+def _live_redact(
+    tenant: Tenant, public_id: str, pk: int, status: str, actor: str, now: datetime
+) -> Redaction | None:
+    """The removal and its audit in one transaction; None when the row left for history meanwhile."""
+    if status not in REMOVABLE:
+        raise _conflict(status)
     with transaction.atomic():
-        RetentionAudit.objects.create(
-            tenant=tenant,
-            action=RetentionAction.REDACT,
-            actor=actor[:200],
-            subject=public_id,
-            counts=counts,
-            created_at=now,
-        )
+        counts = messages_content_remove(message_ids=[pk], now=now, actor=actor)
+        current = Message.objects.filter(pk=pk).values_list("status", flat=True).first()
+        if current is None:
+            return None
+        if current not in REMOVABLE:
+            # Taken back by the send worker between the read and the removal (sent -> queued after a
+            # resendable failure): nothing was removed, and the answer says why.
+            raise _conflict(current)
+        return _audited(tenant, public_id, current, "live", counts, actor, now)
+
+
+def _audited(
+    tenant: Tenant, public_id: str, status: str, place: str, counts: dict[str, int], actor: str, now: datetime
+) -> Redaction:
+    RetentionAudit.objects.create(
+        tenant=tenant,
+        action=RetentionAction.REDACT,
+        actor=actor[:200],
+        subject=public_id,
+        counts=counts,
+        created_at=now,
+    )
     log.info("message redacted", extra={"message_id": public_id, "actor": actor, "place": place})
     return Redaction(public_id=public_id, status=status, place=place, counts=counts)
 

@@ -137,3 +137,47 @@ def test_twilio_body_empty_is_the_same_redaction(account):
     assert client.messages(message_sid(msg.public_id)).update(body="").body == ""
     assert kept.events.filter(kind="redacted").count() == 1
     _audits_hold_no_number()
+
+
+def test_a_message_taken_back_for_a_resend_meanwhile_is_a_409_and_keeps_its_body(account, monkeypatch):
+    """The provider reported a resendable failure between the read and the removal (sent -> queued): the
+    send worker needs the body again, so nothing is removed and nothing audited."""
+    from retention import redact
+    from scheduling.lifecycle import transitions
+
+    tenant, key = account
+    msg = _sent(tenant, status=Status.SENT)
+    real = redact.messages_content_remove
+
+    def raced(**kwargs):
+        transitions.transition(msg.pk, from_statuses=[Status.SENT], to_status=Status.QUEUED, kind="requeued")
+        return real(**kwargs)
+
+    monkeypatch.setattr(redact, "messages_content_remove", raced)
+    resp = _api(key).post(f"/v1/messages/{msg.public_id}/redact")
+    assert resp.status_code == 409 and resp.json()["error"]["status"] == "queued", resp.content
+    kept = Message.objects.get(pk=msg.pk)
+    # (The race is simulated inside the redaction's transaction, so the refusal rolls it back too.)
+    assert (kept.body, kept.to) == ("secret code 1234", RECIPIENT)
+    assert not kept.events.filter(kind="redacted").exists() and not RetentionAudit.objects.exists()
+
+
+def test_a_message_moved_to_history_meanwhile_is_redacted_there(account, monkeypatch):
+    from retention import redact
+
+    tenant, key = account
+    msg = _sent(tenant)
+    real = redact.messages_content_remove
+
+    def moved(**kwargs):
+        history_make(tenant, pk=msg.pk, to=RECIPIENT)
+        MessageHistory.objects.filter(pk=msg.pk).update(public_id=msg.public_id)
+        Message.objects.filter(pk=msg.pk).delete()
+        monkeypatch.setattr(redact, "messages_content_remove", real)
+        return real(**kwargs)
+
+    monkeypatch.setattr(redact, "messages_content_remove", moved)
+    resp = _api(key).post(f"/v1/messages/{msg.public_id}/redact")
+    assert resp.status_code == 200 and resp.json()["place"] == "history", resp.content
+    row = MessageHistory.objects.get(pk=msg.pk)
+    assert row.to == masked(RECIPIENT) and not quotes(row.document, RECIPIENT)
