@@ -8,7 +8,7 @@ from delivery.routing import api as routes_api
 from receipts import api as receipts_api
 from reporting import views as observability
 from retention import api as retention_api
-from retention import horizons_api
+from retention import erase_api, horizons_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
@@ -22,6 +22,8 @@ urlpatterns = [
     path("v1/messages/<str:public_id>", api.MessageDetailApi.as_view(), name="message-detail"),
     path("v1/messages/<str:public_id>/cancel", api.MessageCancelApi.as_view(), name="message-cancel"),
     path("v1/messages/<str:public_id>/events", api.MessageEventsApi.as_view(), name="message-events"),
+    path("v1/messages/<str:public_id>/redact", erase_api.MessageRedactApi.as_view(), name="message-redact"),
+    path("v1/recipients/erase", erase_api.RecipientEraseApi.as_view(), name="recipients-erase"),
     path("v1/schedules", sched.SchedulesApi.as_view(), name="schedules"),
     path("v1/schedules/<str:public_id>", sched.ScheduleDetailApi.as_view(), name="schedule-detail"),
     path("v1/schedules/<str:public_id>/pause", sched.SchedulePauseApi.as_view(), name="schedule-pause"),

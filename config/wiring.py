@@ -17,7 +17,7 @@ def stages_install() -> None:
     from delivery.guards import acceptance, velocity
     from delivery.routing import birth
     from receipts import ingest, webhooks
-    from retention import reader
+    from retention import reader, redact, requested
     from scheduling.dispatch import release
     from scheduling.limits import execution
 
@@ -43,9 +43,16 @@ def stages_install() -> None:
     # At acceptance: the suppression list and the destination guards.
     stages.acceptance_checks.fill(acceptance)
     # Inside the transaction of every status change: the tenant-webhook outbox (the notification commits
-    # or rolls back with the change it reports), and the quota's give-back for a message that ends before
-    # it was submitted.
-    stages.status_listeners.fill((webhooks.webhook_outbox_enqueue, execution.quota_release_listener))
+    # or rolls back with the change it reports), the quota's give-back for a message that ends before
+    # it was submitted, and a message's own ContentRetention / AddressRetention (after the outbox, so the
+    # notification of that very change is masked too).
+    stages.status_listeners.fill(
+        (
+            webhooks.webhook_outbox_enqueue,
+            execution.quota_release_listener,
+            requested.retention_requested_apply,
+        )
+    )
     # A provider's word on a message, from a callback or from the reconciler's look-up alike.
     stages.receipt_intake.fill(ingest.receipt_ingest)
     # Scheduling's side of a wait and a release, for the send worker, pacing and the circuit.
@@ -56,3 +63,5 @@ def stages_install() -> None:
     stages.reconcile_batch.fill(delivery_tasks.reconcile_batch)
     # The tenant APIs' reads of finished messages that moved to history (retention.reader).
     stages.message_history.fill(reader)
+    # A message's content removed on request (the Twilio-compatible Body=""), by the retention room.
+    stages.message_redact.fill(redact.message_redact_slot)

@@ -97,6 +97,11 @@ class Message(models.Model):
     # Twilio's StatusCallback (scheduling.facade): each status change Twilio would call back about is
     # POSTed there, form-encoded and signed (receipts.webhooks); empty = none.
     status_callback = models.CharField(max_length=1024, blank=True, default="", db_default="")
+    # Twilio's ContentRetention / AddressRetention (scheduling.facade.requests): "discard" empties the
+    # body once the provider has taken the message, "obfuscate" masks the number once it is final
+    # (retention.requested, a status listener; docs/erasure.md). "retain": the tenant's horizons only.
+    content_retention = models.CharField(max_length=8, default="retain", db_default="retain")
+    address_retention = models.CharField(max_length=10, default="retain", db_default="retain")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

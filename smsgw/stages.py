@@ -131,6 +131,13 @@ class HistoryReader(Protocol):
     ) -> list[Any]: ...
 
 
+class Redactor(Protocol):
+    """Removes one message's content at once, audited (the retention room: docs/erasure.md); raises the
+    domain errors (NotFoundError, ConflictError while it is still to be sent). Returns rows per table."""
+
+    def __call__(self, *, tenant: Tenant, public_id: str, actor: str) -> Mapping[str, int]: ...
+
+
 class Task(Protocol):
     """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
 
@@ -181,3 +188,6 @@ reconcile_batch: Slot[Task] = Slot("reconcile batch task")
 publish_after_commit: Slot[Callable[..., None]] = Slot("publish after commit")
 # Where the tenant APIs find a finished message once it has moved out of the operational tables.
 message_history: Slot[HistoryReader] = Slot("message history")
+# The Twilio-compatible Body="" (scheduling.messages.final): the same removal, audit and all, as the
+# retention room's POST /v1/messages/{id}/redact, which no app may import.
+message_redact: Slot[Redactor] = Slot("message redaction")

@@ -1,11 +1,12 @@
 """A Twilio request turned into the message services' calls, and their refusals into Twilio's errors.
 
 Parameters are Twilio's (``To``, ``From``, ``MessagingServiceSid``, ``Body``, ``StatusCallback``,
-``ValidityPeriod``, ``SendAt``, ``ScheduleType``), plus the documented extensions: ``SmsgwTimezone`` (or
-the ``X-Smsgw-Timezone`` header, or RFC 9557's ``[Zone/Name]`` suffix on ``SendAt``, which every SDK
-passes through unchanged) for a local wall time. Outside strict mode ``SendAt`` reaches the gateway's
-horizon, needs no Messaging Service and no ``ScheduleType``; in strict mode (``Tenant.facade_strict``)
-the answers are exactly Twilio's limits and codes (docs/coming-from-twilio.md)."""
+``ValidityPeriod``, ``SendAt``, ``ScheduleType``, ``ContentRetention``, ``AddressRetention``), plus the
+documented extensions: ``SmsgwTimezone`` (or the ``X-Smsgw-Timezone`` header, or RFC 9557's
+``[Zone/Name]`` suffix on ``SendAt``, which every SDK passes through unchanged) for a local wall time.
+Outside strict mode ``SendAt`` reaches the gateway's horizon, needs no Messaging Service and no
+``ScheduleType``; in strict mode (``Tenant.facade_strict``) the answers are exactly Twilio's limits and
+codes (docs/coming-from-twilio.md)."""
 
 from __future__ import annotations
 
@@ -49,14 +50,14 @@ CREATE_PARAMS = frozenset(
         "ScheduleType",
         "SmsgwTimezone",
         "SmsgwDstPolicy",
+        "ContentRetention",
+        "AddressRetention",
         # Accepted and ignored as Twilio does when they do not apply to an SMS.
         "ApplicationSid",
         "MaxPrice",
         "ProvideFeedback",
         "Attempt",
         "ForceDelivery",
-        "ContentRetention",
-        "AddressRetention",
         "SmartEncoded",
         "ShortenUrls",
         "SendAsMms",
@@ -65,6 +66,16 @@ CREATE_PARAMS = frozenset(
         "TrafficType",
     )
 )
+
+
+# Twilio's per-message privacy controls, honoured (retention.requested; docs/erasure.md): the values its
+# Messages resource takes (twilio-oai: message_enum_content_retention "retain" | "discard",
+# message_enum_address_retention "retain" | "obfuscate") and its refusals of any other value
+# (twilio.com/docs/api/errors/30029 "Invalid ContentRetention", /30030 "Invalid AddressRetention").
+RETENTION_PARAMS = {
+    "ContentRetention": ("content_retention", ("retain", "discard"), 30029),
+    "AddressRetention": ("address_retention", ("retain", "obfuscate"), 30030),
+}
 
 
 def _strict_min_lead() -> int:
@@ -197,9 +208,22 @@ def create_data(tenant: Tenant, params, headers) -> dict[str, Any]:
     callback = _param(params, "StatusCallback")
     if callback:
         data["status_callback"] = _status_callback(callback)
+    _retention(params, data)
     if tenant.facade_strict:
         _strict_schedule(tenant, data, schedule_type)
     return data
+
+
+def _retention(params, data: dict[str, Any]) -> None:
+    for name, (field, allowed, code) in RETENTION_PARAMS.items():
+        value = _param(params, name)
+        if value is None:
+            continue
+        if value not in allowed:
+            raise TwilioError(
+                400, code, f"{name} must be {' or '.join(repr(a) for a in allowed)}, not {value[:32]!r}"
+            )
+        data[field] = value
 
 
 def _to_problem(to: str) -> TwilioError:

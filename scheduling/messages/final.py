@@ -1,4 +1,4 @@
-"""What a tenant or an operator does to a message that has left the gateway: redact its body, delete it
+"""What a tenant or an operator does to a message that has left the gateway: redact its content, delete it
 (the Twilio-compatible API), or send a dead-lettered one again (replay). None of them bypasses the
 lifecycle's one writer (scheduling.lifecycle.transitions)."""
 
@@ -15,32 +15,21 @@ from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages.service import message_get
 from scheduling.models import TERMINAL_STATUSES, Message, Status
+from smsgw import stages
 from smsgw.domain_errors import ConflictError
 from smsgw.models import Tenant
 from smsgw.values.phone import mask
 
 log = logging.getLogger(__name__)
 
-# A body can be redacted once the message has left the gateway: before, the send worker still needs it.
-REDACTABLE = frozenset({Status.SENT, *TERMINAL_STATUSES})
-
 
 def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
-    """Blank the body of a message that has left the gateway (Twilio's ``update(body="")``); the timeline
-    records who did it. ConflictError while it is still to be sent."""
+    """Twilio's ``update(body="")``: the message's content (body, metadata, the full number, and their
+    copies in its timeline, attempts, receipts and webhooks) removed at once, with a ``redacted`` entry
+    naming who, and audited: the retention room's redaction (``smsgw.stages.message_redact``,
+    docs/erasure.md). ConflictError while it is still to be sent."""
     message = message_get(tenant=tenant, public_id=public_id)
-    with transaction.atomic():
-        done = Message.objects.filter(pk=message.pk, status__in=REDACTABLE).update(
-            body="", updated_at=timezone.now()
-        )
-        if done:
-            transitions.event_record(message.pk, kind="redacted", actor=actor, status=message.status)
-    if not done:
-        message.refresh_from_db(fields=["status"])
-        raise ConflictError(
-            f"The body can be redacted once the message has been sent; this one is {message.status}.",
-            current_status=message.status,
-        )
+    stages.message_redact()(tenant=tenant, public_id=message.public_id, actor=actor)
     message.refresh_from_db()
     return message
 

@@ -276,6 +276,8 @@ def message_build(
         metadata=data.get("metadata") or {},
         uncertain_wait_seconds=data.get("uncertain_wait_seconds"),
         status_callback=data.get("status_callback") or "",
+        content_retention=data.get("content_retention") or "retain",
+        address_retention=data.get("address_retention") or "retain",
         expires_at=time_fields["due_at"] + timedelta(seconds=validity),
         run_after=time_fields["due_at"],
         status=Status.SCHEDULED,

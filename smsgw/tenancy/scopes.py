@@ -22,7 +22,9 @@ SCOPES: dict[str, str] = {
     "messages:write": "edit or reschedule a scheduled message (PATCH /v1/messages/{id})",
     "messages:cancel": "cancel a message (POST /v1/messages/{id}/cancel; Status=canceled)",
     # Erases content the audit trail would otherwise keep: never implied by cancel or write.
-    "messages:delete": "redact or delete a message through the compatible API (/2010-04-01)",
+    "messages:delete": "redact a message (POST /v1/messages/{id}/redact; /2010-04-01 Body= and delete)",
+    # Removes a person's number from every message, schedule and campaign row: a key of its own.
+    "recipients:erase": "erase every trace of one number (POST /v1/recipients/erase)",
     "schedules:read": "read schedules, their versions, occurrences and messages",
     "schedules:write": "create, edit, pause, resume and cancel schedules (they send messages)",
     "campaigns:read": "read campaigns, their messages and errors",

@@ -9,6 +9,7 @@ from delivery.guards import acceptance as delivery_acceptance
 from delivery.guards import velocity
 from delivery.routing import birth as routing_birth
 from receipts import ingest, webhooks
+from retention import redact, requested
 from scheduling.dispatch import release
 from scheduling.limits import execution
 from scheduling.messages import acceptance
@@ -37,12 +38,18 @@ def test_every_other_hand_off_is_filled_with_its_stage(settings):
     assert stages.router() is routing_birth.rows_route
     assert stages.acceptance_checks() is delivery_acceptance
     assert acceptance._checks() is delivery_acceptance
-    assert stages.status_listeners() == (webhooks.webhook_outbox_enqueue, execution.quota_release_listener)
+    # The retention room's listener last: it masks what the outbox wrote for the same change.
+    assert stages.status_listeners() == (
+        webhooks.webhook_outbox_enqueue,
+        execution.quota_release_listener,
+        requested.retention_requested_apply,
+    )
     assert stages.receipt_intake() is ingest.receipt_ingest
     assert stages.park_rows() is release.park_rows
     assert stages.publish_after_commit() is release.publish_after_commit
     assert stages.send_batch() is delivery_tasks.send_batch
     assert stages.reconcile_batch() is delivery_tasks.reconcile_batch
+    assert stages.message_redact() is redact.message_redact_slot
 
 
 def test_an_empty_slot_names_itself():

@@ -233,6 +233,7 @@ PATH_ROUTES = [
     ("get", "/v1/messages/{}", "public_id"),
     ("patch", "/v1/messages/{}", "public_id"),
     ("post", "/v1/messages/{}/cancel", "public_id"),
+    ("post", "/v1/messages/{}/redact", "public_id"),
     ("get", "/v1/messages/{}/events", "public_id"),
     ("get", "/v1/schedules/{}", "public_id"),
     ("patch", "/v1/schedules/{}", "public_id"),

@@ -412,6 +412,18 @@ def campaigns_control_walk(c: Contract) -> None:
     c.call("post", f"/v1/campaigns/{done.public_id}/cancel", 409)
 
 
+def retention_walk(c: Contract) -> None:
+    """Redaction and erasure (docs/erasure.md): done, repeated, refused."""
+    sent = message(c.tenant, status=Status.DELIVERED)
+    c.call("post", f"/v1/messages/{sent.public_id}/redact", 200)
+    c.call("post", f"/v1/messages/{sent.public_id}/redact", 200)
+    c.call("post", f"/v1/messages/{message(c.tenant).public_id}/redact", 409)
+    c.call("post", "/v1/messages/msg_unknown/redact", 404)
+    c.call("post", "/v1/recipients/erase", 200, data={"to": RECIPIENT})
+    c.call("post", "/v1/recipients/erase", 400, data={"to": "+1555"})
+    c.call("post", "/v1/recipients/erase", 400, data={})
+
+
 def unauthenticated_walk(c: Contract) -> None:
     """Every operation, without a key and with a revoked one: 401 in the envelope."""
     fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
@@ -451,6 +463,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     routes_walk(contract)
     exports_walk(contract)
     campaigns_control_walk(contract)
+    retention_walk(contract)
     unauthenticated_walk(contract)
     hostile_walk(contract, settings)
     missing = sorted(op for op in contract.operations if op not in contract.seen)

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY cannot run inside a transaction
 
     dependencies = [
-        ("scheduling", "0016_sender_pool"),
+        ("scheduling", "0017_message_retention_requested"),
     ]
 
     operations = [
