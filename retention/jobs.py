@@ -20,6 +20,7 @@ from django.utils import timezone
 from retention.definitions import definitions_content_remove, definitions_prune
 from retention.exports import exports_run
 from retention.history import history_move_batch
+from retention.horizon import history_content_due, messages_content_due
 from retention.models import RetentionAction, RetentionAudit
 from retention.prune import history_prune, strays_prune
 
@@ -30,6 +31,8 @@ Pass = Callable[..., dict[str, int]]
 # In order: what leaves the hot tables first, then what is past its horizons.
 PASSES: tuple[tuple[str, Pass], ...] = (
     (RetentionAction.HISTORY_MOVE, history_move_batch),
+    (RetentionAction.CONTENT_HORIZON, messages_content_due),
+    (RetentionAction.CONTENT_HORIZON, history_content_due),
     (RetentionAction.CONTENT_HORIZON, definitions_content_remove),
     (RetentionAction.RECORD_HORIZON, history_prune),
     (RetentionAction.RECORD_HORIZON, strays_prune),

@@ -42,7 +42,7 @@ class TenantRetention(models.Model):
 class MessageHistory(models.Model):
     """A finished message's whole record, moved out of the tables the sweep, the claim, the send worker
     and the receipt processor share. ``id`` is the message's own id, so lists keep one order across the
-    live table and this one. The database's primary key is (purge_on, id) on PostgreSQL (a partitioned
+    live table and this one. The database's primary key is (id, purge_on) on PostgreSQL (a partitioned
     table's keys must hold its partition key); Django addresses rows by ``id``, which stays unique
     because a message moves once."""
 

@@ -19,7 +19,8 @@ from django.db import connection, migrations, transaction
 TABLE = "retention_messagehistory"
 
 # The columns as Django declares them (retention.models.MessageHistory), with the primary key widened to
-# hold the partition key, which PostgreSQL requires of every unique key of a partitioned table.
+# hold the partition key, which PostgreSQL requires of every unique key of a partitioned table. The id
+# first: Django addresses rows by id alone (a redaction, an erasure), one index probe per partition.
 _CREATE = f"""
 CREATE TABLE {TABLE} (
     id bigint NOT NULL,
@@ -43,7 +44,7 @@ CREATE TABLE {TABLE} (
     purge_on date NOT NULL,
     redact_on date NULL,
     document jsonb NOT NULL,
-    PRIMARY KEY (purge_on, id)
+    PRIMARY KEY (id, purge_on)
 ) PARTITION BY RANGE (purge_on)
 """
 
