@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Field
+from django.utils import timezone
 
-from retention.models import MessageHistory
+from retention.content import history_content_remove
+from retention.models import MessageHistory, RetentionAction, RetentionAudit
 from scheduling.models import Message, MessageEvent
 
 
@@ -51,3 +54,27 @@ def page(
         if before is not None:
             qs = qs.filter(id__lt=before)
     return [_message(row) for row in qs[:limit]]
+
+
+def delete(*, tenant_id: int, public_id: str, actor: str) -> bool:
+    now = timezone.now()
+    with transaction.atomic():
+        row = (
+            MessageHistory.objects.select_for_update()
+            .filter(tenant_id=tenant_id, public_id=public_id, deleted=False)
+            .values("pk")
+            .first()
+        )
+        if row is None:
+            return False
+        counts = history_content_remove(ids=[row["pk"]], now=now, actor=actor)
+        MessageHistory.objects.filter(pk=row["pk"]).update(deleted=True)
+        RetentionAudit.objects.create(
+            tenant_id=tenant_id,
+            action=RetentionAction.REDACT,
+            actor=actor[:200],
+            subject=public_id,
+            counts={**counts, "deleted": 1},
+            created_at=now,
+        )
+    return True

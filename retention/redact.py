@@ -50,7 +50,7 @@ def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Redaction:
                 return done
             continue  # moved to history meanwhile
         row = (
-            MessageHistory.objects.filter(tenant_id=tenant.pk, public_id=public_id)
+            MessageHistory.objects.filter(tenant_id=tenant.pk, public_id=public_id, deleted=False)
             .values("pk", "status")
             .first()
         )

@@ -130,6 +130,11 @@ class HistoryReader(Protocol):
         self, *, tenant_id: int, lookups: dict[str, Any], before: int | None, after: int | None, limit: int
     ) -> list[Any]: ...
 
+    def delete(self, *, tenant_id: int, public_id: str, actor: str) -> bool:
+        """The Twilio-compatible DELETE of a moved message: gone from the tenant's view, its content
+        removed, audited; False when the tenant has no such message in history."""
+        ...
+
 
 class Redactor(Protocol):
     """Removes one message's content at once, audited (the retention room: docs/erasure.md); raises the

@@ -171,7 +171,8 @@ def _create(request: HttpRequest, tenant: Tenant, key: ApiKey) -> HttpResponse:
 
 
 def _message(tenant: Tenant, sid: str, path: str, *, moved: bool = False) -> Message:
-    """The tenant's message by its SID; ``moved``: also one that has moved to history (reads only)."""
+    """The tenant's message by its SID; ``moved``: also one that has moved to history (final long ago:
+    it can be fetched, redacted and deleted; a cancel is a 409, as for any final message)."""
     public_id = public_id_of(sid)
     message = (
         Message.objects.filter(tenant=tenant, public_id=public_id, deleted_at__isnull=True).first()
@@ -192,7 +193,7 @@ def message(request: HttpRequest, account_sid: str, sid: str) -> HttpResponse:
         _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
         _require(key, _message_scopes(request))
-        current = _message(tenant, sid, request.path, moved=request.method == "GET")
+        current = _message(tenant, sid, request.path, moved=True)
         if request.method == "GET":
             return JsonResponse(message_resource(current, account_sid))
         if request.method == "POST":
@@ -217,6 +218,8 @@ def _update(request: HttpRequest, tenant: Tenant, key: ApiKey, current: Message)
         raise TwilioError(400, 20001, "Body can only be updated to an empty string (redaction)")
     try:
         if status == "canceled":
+            if getattr(current, "history_events", None) is not None:  # moved: final long ago
+                raise ConflictError("It is final", current_status=current.status)
             if tenant.facade_strict and current.status != Status.SCHEDULED:
                 raise ConflictError("Too late to cancel", current_status=current.status)
             current = service.message_cancel(tenant=tenant, public_id=current.public_id, actor=_actor(key))

@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
+from scheduling.messages.selectors import message_read
 from scheduling.messages.service import message_get
 from scheduling.models import TERMINAL_STATUSES, Message, Status
 from smsgw import stages
-from smsgw.domain_errors import ConflictError
+from smsgw.domain_errors import ConflictError, NotFoundError
 from smsgw.models import Tenant
 from smsgw.values.phone import mask
 
@@ -28,10 +29,9 @@ def message_redact(*, tenant: Tenant, public_id: str, actor: str) -> Message:
     copies in its timeline, attempts, receipts and webhooks) removed at once, with a ``redacted`` entry
     naming who, and audited: the retention room's redaction (``smsgw.stages.message_redact``,
     docs/erasure.md). ConflictError while it is still to be sent."""
-    message = message_get(tenant=tenant, public_id=public_id)
+    message = message_read(tenant=tenant, public_id=public_id)  # live, or moved to history
     stages.message_redact()(tenant=tenant, public_id=message.public_id, actor=actor)
-    message.refresh_from_db()
-    return message
+    return message_read(tenant=tenant, public_id=message.public_id)
 
 
 def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
@@ -40,8 +40,15 @@ def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
     masked), but the row, its timeline and its attempts stay as the audit trail, with a ``deleted`` entry
     naming who deleted it and when; operators still find it in the admin. Not a status change (the
     lifecycle's one writer is not bypassed): a deleted message is already final and stays so.
-    ConflictError before it is final: its delivery is not complete."""
-    message = message_get(tenant=tenant, public_id=public_id)
+    ConflictError before it is final: its delivery is not complete. A message that has moved to history
+    (final long ago) is marked deleted there, its content removed (retention.reader)."""
+    try:
+        message = message_get(tenant=tenant, public_id=public_id)
+    except NotFoundError:
+        if stages.message_history().delete(tenant_id=tenant.pk, public_id=public_id, actor=actor):
+            log.info("message deleted", extra={"message_id": public_id, "actor": actor})
+            return
+        raise
     now = timezone.now()
     with transaction.atomic():
         deleted = Message.objects.filter(

@@ -148,3 +148,29 @@ def test_bad_horizons_are_a_400_naming_the_field_and_change_nothing(api, tenant_
     assert list(bad.json()["error"]["fields"]) == [field]
     got = api.get("/v1/retention").json()
     assert (got["content_days"], got["record_days"]) == (5, 50)
+
+
+def test_the_twilio_compatible_redact_cancel_and_delete_of_a_moved_message(tenant_key):
+    from twilio.base.exceptions import TwilioRestException
+
+    tenant, key = tenant_key
+    msg = _delivered(tenant, body="old news")
+    _moved(msg)
+    client = sdk_in_process(tenant.facade_account_sid, key)
+    sid = message_sid(msg.public_id)
+
+    redacted = client.messages(sid).update(body="")
+    assert (redacted.body, redacted.status) == ("", "delivered")
+    row = MessageHistory.objects.get(id=msg.pk)
+    assert row.document["message"]["body"] == "" and "*" in row.to
+
+    with pytest.raises(TwilioRestException) as cancel:
+        client.messages(sid).update(status="canceled")
+    assert (cancel.value.status, cancel.value.code) == (409, 30409)
+
+    assert client.messages(sid).delete() is True
+    assert MessageHistory.objects.get(id=msg.pk).deleted
+    with pytest.raises(TwilioRestException) as gone:
+        client.messages(sid).fetch()
+    assert gone.value.status == 404
+    assert client.messages.list() == []
