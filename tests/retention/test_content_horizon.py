@@ -16,7 +16,7 @@ from retention.models import MessageHistory, RetentionAudit, TenantRetention
 from scheduling.models import Message, Status
 from tests.factories import message, tenant_with_key
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 NUMBER = "+14155550123"
 

@@ -14,7 +14,7 @@ from retention.models import TenantRetention
 from scheduling.models import Campaign, CampaignError, Message, Schedule, ScheduleVersion
 from tests.factories import message, tenant_with_key
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 
 def _campaign(tenant, status, days_ago):

@@ -22,7 +22,7 @@ from scheduling.dispatch.sweep import sweep_once
 from scheduling.models import Message, MessageEvent, Status
 from tests.factories import message, tenant_with_key
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 LATER = timedelta(hours=49)  # past the default HISTORY_AFTER_HOURS (48)
 

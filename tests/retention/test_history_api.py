@@ -18,7 +18,7 @@ from scheduling.models import Message, Status
 from tests.factories import message, tenant_with_key
 from tests.scheduling.facade.sdk_client import sdk_in_process
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 
 def _delivered(tenant, to="+14155550123", body="hello"):
