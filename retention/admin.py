@@ -42,27 +42,8 @@ class TenantRetentionInline(admin.StackedInline):
     verbose_name_plural = "retention (empty: the gateway's defaults, docs/retention.md)"
 
 
-@admin.register(MessageHistory)
-class MessageHistoryAdmin(admin.ModelAdmin):
-    list_display = ("public_id", "tenant_id", "to", "status", "finished_at", "purge_on", "redact_on")
-    list_filter = ("status",)
-    search_fields = ("=public_id",)
-    show_full_result_count = False  # a count over every partition is the cost history avoids
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in MessageHistory._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(RetentionAudit)
-class RetentionAuditAdmin(admin.ModelAdmin):
-    list_display = ("created_at", "action", "tenant", "actor", "subject", "counts")
-    list_filter = ("action",)
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Written by the services only (the retention job, the APIs); operators read."""
 
     def has_add_permission(self, request):
         return False
@@ -74,8 +55,25 @@ class RetentionAuditAdmin(admin.ModelAdmin):
         return False
 
 
+@admin.register(MessageHistory)
+class MessageHistoryAdmin(ReadOnlyAdmin):
+    list_display = ("public_id", "tenant_id", "to", "status", "finished_at", "purge_on", "redact_on")
+    list_filter = ("status",)
+    search_fields = ("=public_id",)
+    show_full_result_count = False  # a count over every partition is the cost history avoids
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in MessageHistory._meta.fields]
+
+
+@admin.register(RetentionAudit)
+class RetentionAuditAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "action", "tenant", "actor", "subject", "counts")
+    list_filter = ("action",)
+
+
 @admin.register(Export)
-class ExportAdmin(admin.ModelAdmin):
+class ExportAdmin(ReadOnlyAdmin):
     list_display = ("public_id", "tenant", "day", "rows", "file_size", "created_at", "expires_at")
     list_filter = ("day",)
     search_fields = ("public_id", "tenant__slug")
@@ -97,12 +95,3 @@ class ExportAdmin(admin.ModelAdmin):
     @admin.display(description="size", ordering="size")
     def file_size(self, obj: Export) -> str:
         return filesizeformat(obj.size)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -75,29 +75,25 @@ def definitions_content_remove(*, now: dt.datetime, limit: int | None = None) ->
     return {k: v for k, v in done.items() if v}
 
 
+# What is over, and the message column that points at it: a definition goes only once no live message
+# does (the messages' foreign keys protect it; moved ones keep its id as a plain number).
+_PRUNABLE = ((Campaign, CAMPAIGN_OVER, "campaign_id"), (Schedule, SCHEDULE_OVER, "schedule_id"))
+
+
 def definitions_prune(*, now: dt.datetime, limit: int | None = None) -> dict[str, int]:
     limit = limit or settings.RETENTION_BATCH_SIZE
     done: dict[str, int] = defaultdict(int)
     for days, scope in horizon_groups("record_days"):
         cutoff = now - dt.timedelta(days=days)
-        live = Message.objects.filter(campaign_id=OuterRef("pk"))
-        campaigns = list(
-            Campaign.objects.filter(scope, status__in=CAMPAIGN_OVER, updated_at__lt=cutoff)
-            .exclude(Exists(live))
-            .values_list("id", flat=True)[:limit]
-        )
-        if campaigns:
-            _n, counts = Campaign.objects.filter(id__in=campaigns).delete()
-            for label, n in counts.items():
-                done[label.split(".")[-1].lower()] += n
-        occurrences = Message.objects.filter(schedule_id=OuterRef("pk"))
-        schedules = list(
-            Schedule.objects.filter(scope, status__in=SCHEDULE_OVER, updated_at__lt=cutoff)
-            .exclude(Exists(occurrences))
-            .values_list("id", flat=True)[:limit]
-        )
-        if schedules:
-            _n, counts = Schedule.objects.filter(id__in=schedules).delete()
-            for label, n in counts.items():
-                done[label.split(".")[-1].lower()] += n
+        for model, over, column in _PRUNABLE:
+            live = Message.objects.filter(**{column: OuterRef("pk")})
+            ids = list(
+                model.objects.filter(scope, status__in=over, updated_at__lt=cutoff)
+                .exclude(Exists(live))
+                .values_list("id", flat=True)[:limit]
+            )
+            if ids:
+                _n, counts = model.objects.filter(id__in=ids).delete()
+                for label, n in counts.items():
+                    done[label.split(".")[-1].lower()] += n
     return {k: v for k, v in done.items() if v}
