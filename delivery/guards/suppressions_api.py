@@ -19,7 +19,7 @@ from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
-from smsgw.http.strict_input import JsonTypedSerializer
+from smsgw.http.strict_input import ClosedJsonSerializer
 
 SENDER_HELP = (
     "The From number or messaging service SID the recipient opted out of; empty or absent: every sender "
@@ -45,19 +45,12 @@ class SuppressionOutput(serializers.Serializer):
 @extend_schema_serializer(
     deprecate_fields=[ALIAS], description="`to` is required (or `number`, its deprecated alias)."
 )
-class SuppressionInput(JsonTypedSerializer):
+class SuppressionInput(ClosedJsonSerializer):
     to = serializers.CharField(max_length=32, required=False, help_text="The recipient (E.164). Required.")
     number = serializers.CharField(
         max_length=32, required=False, help_text=f"{DEPRECATED_ALIAS}: give one of them (or both, equal)."
     )
     sender = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text=SENDER_HELP)
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({k[:64]: ["unknown field"] for k in unknown[:10]})
-        return super().to_internal_value(data)
 
 
 class SuppressionCursor(StrictCursorPagination):

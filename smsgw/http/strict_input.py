@@ -76,6 +76,18 @@ class JsonTypedSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class ClosedJsonSerializer(JsonTypedSerializer):
+    """As JsonTypedSerializer, and a key it does not know is a 400 naming it (the name cut short: it is
+    whatever the client sent), so a typo never silently does something else."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({k[:64]: ["unknown field"] for k in unknown[:10]})
+        return super().to_internal_value(data)
+
+
 def query_params_check(params: Mapping, allowed: frozenset[str]) -> None:
     """A query parameter a list does not know is a 400 naming it: ``?stauts=sent`` must not silently
     answer every message, as an unknown body key must not silently send now."""
