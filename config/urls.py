@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from delivery import api as delivery_api
 from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
+from inbound import webhook as inbound_webhook
 from receipts import api as receipts_api
 from reporting import views as observability
 from retention import api as retention_api
@@ -81,7 +82,7 @@ urlpatterns = [
         name="webhook-replay",
     ),
     path("receipts/<str:provider>/", receipts_api.status_callback, name="receipts"),
-    path("inbound/<str:provider>/", receipts_api.inbound_message, name="inbound"),
+    path("inbound/<str:provider>/", inbound_webhook.inbound_message, name="inbound"),
     # The Twilio-compatible Messages API (docs/coming-from-twilio.md): the official SDKs' paths.
     path("2010-04-01/Accounts/<str:account_sid>/Messages.json", facade_api.messages, name="facade-messages"),
     path(

@@ -315,9 +315,10 @@ def children_embedded(args: argparse.Namespace, sandboxes: list[dict]) -> list[C
         "--logger-class",
         "smsgw.runtime.gunicorn_logging.RedactingLogger",
     ]
-    # Four processes: the sweep, receipts and webhooks ticks each keep one for most of every second
-    # (they poll inside it), and sends need the rest; a tick that waits past its expiry is discarded.
-    worker = [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "4"]
+    # Five processes: the sweep, receipts, inbound and webhooks ticks each keep one for most of every
+    # second (they poll inside it), and sends need the rest; a tick that waits past its expiry is
+    # discarded.
+    worker = [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "5"]
     worker += ["--hostname", "embedded@%h", "--without-gossip", "--without-mingle", "-Q", args.queues]
     beat = [
         str(venv / "celery"),

@@ -7,11 +7,10 @@ import json
 import logging
 
 from django.conf import settings
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_POST
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -46,14 +45,14 @@ def callback_url(request: HttpRequest) -> str:
     return request.build_absolute_uri()
 
 
-def _error(status: int, field: str, message: str, code: str = "invalid") -> JsonResponse:
+def callback_error(status: int, field: str, message: str, code: str = "invalid") -> JsonResponse:
     return JsonResponse(
         {"error": {"code": code, "message": f"{field}: {message}", "fields": {field: [message]}}},
         status=status,
     )
 
 
-def _signed_form(request: HttpRequest, provider: str):
+def signed_form(request: HttpRequest, provider: str):
     """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
     415 for a body of a type the provider does not send (``Capabilities.callback_content_types``), 403
@@ -62,23 +61,23 @@ def _signed_form(request: HttpRequest, provider: str):
     it (``adapter.free_text_fields``), never a 500 that the provider would retry. A
     signed callback outside its provider's timestamp window is refused 403 naming ``timestamp``."""
     if provider not in PROVIDERS:
-        return None, None, _error(404, "provider", "unknown provider")
+        return None, None, callback_error(404, "provider", "unknown provider")
     if body_too_large(request, settings.RECEIPT_MAX_BODY_BYTES):  # drained first: the 413 is read
         limit = settings.RECEIPT_MAX_BODY_BYTES
-        return None, None, _error(413, "body", f"callbacks are at most {limit} bytes")
+        return None, None, callback_error(413, "body", f"callbacks are at most {limit} bytes")
     adapter = get_adapter(provider)
     accepted = adapter.capabilities.callback_content_types
     # A GET (Vonage's inbound webhook may use one) carries its fields in the query and has no body type.
     if accepted and request.method != "GET" and request.content_type not in accepted:
         # Not what the provider sends: refused before the body is read (a 200 to a JSON body before).
         message = f"{provider} callbacks are {' or '.join(accepted)}"
-        return None, None, _error(415, "Content-Type", message, code="unsupported_media_type")
+        return None, None, callback_error(415, "Content-Type", message, code="unsupported_media_type")
     params = _fields(request)
     if params is None:
         return (
             None,
             None,
-            _error(
+            callback_error(
                 400, "body", f"a JSON callback must be one object, nested at most {MAX_JSON_DEPTH} levels"
             ),
         )
@@ -87,15 +86,15 @@ def _signed_form(request: HttpRequest, provider: str):
     except CallbackKeyUnknown as exc:
         return None, None, _key_unknown(provider, params, exc)
     except CallbackInvalid as exc:  # signed, but stale or from the future: a replay or a skewed clock
-        return None, None, _error(403, exc.field, str(exc))
+        return None, None, callback_error(403, exc.field, str(exc))
     if not verified:
-        return None, None, _error(403, adapter.signature_header, "missing or invalid signature")
+        return None, None, callback_error(403, adapter.signature_header, "missing or invalid signature")
     # Verified, so it came from the provider: a NUL in a mere description is removed, not refused.
     for key in adapter.free_text_fields & params.keys():
         params[key] = bad_text_removed(params[key])
     bad = first_bad_field(params)
     if bad is not None:
-        return None, None, _error(400, bad, NUL_OR_SURROGATE)
+        return None, None, callback_error(400, bad, NUL_OR_SURROGATE)
     return adapter, params, None
 
 
@@ -145,7 +144,9 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
         sid,
         message_id is not None,
     )
-    return _error(503, capabilities.signing_key_header or "signature", "signing key not configured here")
+    return callback_error(
+        503, capabilities.signing_key_header or "signature", "signing key not configured here"
+    )
 
 
 @csrf_exempt
@@ -156,16 +157,16 @@ def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     201 stored, 200 a duplicate. Nothing before the INSERT needs the database (the signature is checked
     with settings only; a one-time signature's record, Vonage's, is skipped when the database is away),
     so during a database outage a signed callback is spooled (receipts.spool) and still answered 201."""
-    adapter, params, refused = _signed_form(request, provider)
+    adapter, params, refused = signed_form(request, provider)
     if refused is not None:
         return refused
     try:
         callback = adapter.parse_callback(params, {k: request.GET.get(k, "") for k in request.GET})
     except CallbackInvalid as exc:
-        return _error(400, exc.field, str(exc))
+        return callback_error(400, exc.field, str(exc))
     once = adapter.callback_replay_key(params)
     if once is not None and not _first_use(provider, once):
-        return _error(403, adapter.signature_header, "already used: a replayed callback")
+        return callback_error(403, adapter.signature_header, "already used: a replayed callback")
     received_at = timezone.now()
     try:
         result = receipt_ingest(provider=provider, callback=callback, received_at=received_at)
@@ -207,7 +208,7 @@ def _spool(provider: str, callback, received_at, db_error: Exception) -> HttpRes
             callback.provider_message_id,
             callback.raw_status,
         )
-        return _error(503, "receipt", "temporarily unable to store the callback")
+        return callback_error(503, "receipt", "temporarily unable to store the callback")
     log.warning(
         "receipt spooled, database unavailable (%s): provider=%s sid=%s status=%s",
         type(db_error).__name__,
@@ -303,72 +304,3 @@ class WebhookReplayApi(APIView):
 
             raise NotFound("No webhook delivery with this id.") from None
         return Response({"id": delivery.webhook_id, "status": delivery.status})
-
-
-def _inbound_tenants(sender_number: str, pool: str) -> list[int]:
-    """The tenants that own the number (or sender pool) the message was sent to (smsgw.tenancy.senders):
-    one tenant, or each tenant an operator shares it with. Never a tenant that only sent from it: before
-    senders had owners, a tenant that sent as another's number got that number's opt-outs too."""
-    from smsgw.tenancy.senders import sender_owners
-
-    return sender_owners([sender_number, pool])
-
-
-@csrf_exempt
-@require_http_methods(["GET", "POST"])
-def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
-    """``/inbound/<provider>/``: the provider's incoming-SMS webhook (Twilio's "A message comes in",
-    Vonage's inbound SMS webhook), signature-validated like status callbacks; a GET only where the
-    provider sends one (``inbound_methods``). A message that is exactly an opt-out keyword (STOP,
-    STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT) adds its sender to the suppression list of every tenant that
-    owns the number (or messaging service) it was sent to; START, UNSTOP, YES remove it; HELP is
-    recorded. A one-time signed keyword (Vonage's) is applied once: the same signed request again is
-    refused 403, nothing changed. Any other message is acknowledged and not stored. Answers 200 with the
-    adapter's empty reply (``inbound_reply``: no automatic reply from us)."""
-    from delivery.guards import suppression
-    from smsgw.channels import DEFAULT_CHANNEL, AddressError
-    from smsgw.values.phone import mask
-
-    if provider in PROVIDERS and not get_adapter(provider).capabilities.inbound:
-        return _error(404, "provider", f"{provider} posts no inbound messages here")
-    if provider in PROVIDERS and request.method not in get_adapter(provider).inbound_methods:
-        refused = _error(405, "method", f"{provider} posts its inbound messages")
-        refused["Allow"] = ", ".join(get_adapter(provider).inbound_methods)
-        return refused
-    adapter, params, refused = _signed_form(request, provider)
-    if refused is not None:
-        return refused
-    content, content_type = adapter.inbound_reply()
-    reply = HttpResponse(content, content_type=content_type)
-    try:
-        inbound = adapter.parse_inbound(params)
-    except CallbackInvalid as exc:
-        return _error(400, exc.field, str(exc))
-    keyword = suppression.keyword_of(inbound.body)
-    if keyword is None:
-        return reply
-    try:
-        number = DEFAULT_CHANNEL.address(inbound.from_number)
-    except AddressError as exc:
-        return _error(400, inbound.from_field, str(exc))
-    try:
-        our_number = DEFAULT_CHANNEL.address(inbound.to_number)
-    except AddressError as exc:
-        return _error(400, inbound.to_field, str(exc))
-    pool = inbound.sender_pool
-    sender = pool or our_number
-    once = adapter.callback_replay_key(params)
-    # One transaction: a keyword that fails to apply leaves its signature unrecorded, so the provider's
-    # retry of it is taken.
-    with transaction.atomic():
-        if once is not None and not replay.signed_callback_first_use(
-            provider=provider, key=once[0], keep_seconds=once[1]
-        ):
-            return _error(403, adapter.signature_header, "already used: a replayed callback")
-        tenants = _inbound_tenants(our_number, pool)
-        for tenant_id in tenants:
-            suppression.inbound_keyword_apply(
-                tenant_id=tenant_id, number=number, sender=sender, keyword=keyword
-            )
-    log.info("inbound %s from %s to %s: %d tenant(s)", keyword, mask(number), mask(our_number), len(tenants))
-    return reply

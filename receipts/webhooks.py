@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
@@ -36,6 +37,8 @@ from smsgw.values.actors import reason_for_tenant
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "message.status_changed"
+# A reply from a recipient (inbound.notify enqueues it; the same outbox, signatures and retries).
+INBOUND_EVENT = "message.received"
 # Deliveries claimed per pass; each is one HTTP POST with a wall-clock deadline (receipts.webhook_http),
 # run on a small thread pool, so a pass lasts at most about SMSGW_WEBHOOK_TIMEOUT_SECONDS per 16 of them.
 WEBHOOK_BATCH_SIZE = 200
@@ -364,6 +367,7 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
             delivery.status = WebhookStatus.DELIVERED
             delivery.delivered_at = finished
             events.webhook_attempt("delivered")
+            _inbound_delay(delivery, finished)
         elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             delivery.status = WebhookStatus.DEAD
             events.webhook_attempt("dead")
@@ -389,6 +393,16 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
         ],
     )
     return len(deliveries)
+
+
+def _inbound_delay(delivery: WebhookDelivery, finished: datetime) -> None:
+    """A reply's provider-to-tenant delay: from its webhook reaching us to the tenant's 2xx (its first
+    delivery only; a replay is an operator's, not the pipeline's)."""
+    if delivery.event_type != INBOUND_EVENT or delivery.attempts != 1:
+        return
+    received_at = parse_datetime(str(delivery.payload.get("data", {}).get("received_at") or ""))
+    if received_at is not None:
+        events.inbound_delivered((finished - received_at).total_seconds())
 
 
 def webhook_replay(*, tenant: Tenant | None, webhook_id: str) -> WebhookDelivery:

@@ -10,6 +10,7 @@ from config.settings.broker import *  # noqa: F403
 from config.settings.database import *  # noqa: F403
 from config.settings.environment import *  # noqa: F403
 from config.settings.guards import *  # noqa: F403
+from config.settings.inbound import *  # noqa: F403
 from config.settings.jobs import *  # noqa: F403
 from config.settings.limits import *  # noqa: F403
 from config.settings.logging import *  # noqa: F403

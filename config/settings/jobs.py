@@ -113,6 +113,16 @@ JOBS: tuple[Job, ...] = (
         True,
         "smsgw-receipts",
     ),
+    # Inbound messages (replies) have their own queue and worker: a burst of replies never delays
+    # receipts or sends, and the other way round. It polls inside its interval, as the receipts do.
+    Job(
+        "inbound.process",
+        (q.INBOUND,),
+        SWEEP_INTERVAL_SECONDS * 0.9 + 60,
+        SWEEP_INTERVAL_SECONDS,
+        True,
+        "smsgw-inbound",
+    ),
     # Messages stuck at `sent` (a lost final receipt) are looked up at the provider; idle: one query.
     Job(
         "receipts.status_lookup",

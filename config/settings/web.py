@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "scheduling",
     "delivery",
     "receipts",
+    "inbound",  # what recipients send back: above receipts (it uses the webhook outbox)
     "scheduling.limits",  # the tenant limits: quotas, API rates, and the quota's release gate
     "smsgw.observability",
     "reporting",  # the top floor: reports that read every app's models

@@ -278,6 +278,18 @@ class InboundMessage:
     sender_pool: str = ""  # the sender pool that number belongs to, when the provider says
     from_field: str = "from"  # the request field that carried ``from_number`` (named in a 400)
     to_field: str = "to"  # and the one that carried ``to_number``
+    # The provider's id of this message (of this part, for a part of a long one): what a retry of the
+    # same webhook repeats, so what duplicates are told apart by (inbound.intake).
+    message_id: str = ""
+    id_field: str = "id"  # the request field that carried it
+    segments: int = 1  # as the provider counted them (Twilio's NumSegments); 1 for a part
+    sent_at: datetime | None = None  # the provider's time for it (Vonage's message-timestamp), if given
+    # One part of a long message the provider posts part by part (Vonage's concat-*): the reference the
+    # parts share, how many there are, and which this is (1-based). concat_total 0: a whole message.
+    concat_ref: str = ""
+    concat_total: int = 0
+    concat_part: int = 0
+    payload: dict = field(default_factory=dict)  # the provider's other fields: no body, numbers masked
 
 
 # The query parameters of the status callback URL given with each submission (``status_callback_url``):

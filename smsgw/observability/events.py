@@ -89,6 +89,26 @@ CALLBACKS_KEY_UNKNOWN = Counter(
     ["provider"],
 )
 
+# Two-way messaging (inbound): what recipients sent back.
+INBOUND_RECEIVED = Counter(
+    "smsgw_inbound_received",
+    "Inbound messages (and parts of long ones) whose provider webhook was verified, by provider and "
+    "whether it was new or a duplicate the store dropped (a provider's retry).",
+    ["provider", "result"],
+)
+INBOUND_ACTIONS = Counter(
+    "smsgw_inbound_keyword_actions",
+    "Keyword actions an inbound message took (opt_out, opt_in, help, cancel, confirm) and near misses "
+    "left for review (review).",
+    ["action"],
+)
+INBOUND_DELAY = Histogram(
+    "smsgw_inbound_to_tenant_seconds",
+    "From an inbound message's webhook reaching us to its message.received webhook answered 2xx by the "
+    "tenant.",
+    buckets=LAG_BUCKETS,
+)
+
 
 def _safe(fn):
     def wrapper(*args, **kwargs):
@@ -193,3 +213,18 @@ def heartbeat(name: str, *, now: datetime | None = None) -> None:
     at = now or timezone.now()
     if not Heartbeat.objects.filter(name=name).update(at=at):
         Heartbeat.objects.get_or_create(name=name, defaults={"at": at})
+
+
+@_safe
+def inbound_received(provider: str, *, duplicate: bool) -> None:
+    INBOUND_RECEIVED.labels(provider, "duplicate" if duplicate else "stored").inc()
+
+
+@_safe
+def inbound_action(action: str) -> None:
+    INBOUND_ACTIONS.labels(action).inc()
+
+
+@_safe
+def inbound_delivered(seconds: float) -> None:
+    INBOUND_DELAY.observe(max(0.0, seconds))

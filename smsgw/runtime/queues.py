@@ -18,6 +18,7 @@ SEND_TRANSACTIONAL = SEND_PREFIX + "transactional"
 SEND_BULK = SEND_PREFIX + "bulk"
 RECONCILE = "reconcile"  # provider look-ups, holds and circuit probes, campaign control, housekeeping
 RECEIPTS = "receipts"
+INBOUND = "inbound"  # replies from recipients: keywords, actions, the tenant's message.received
 WEBHOOKS = "webhooks"
 CAMPAIGNS = "campaigns"  # campaign creation jobs (making a campaign's messages)
 RETENTION = "retention"  # history moves, redaction and pruning at the horizons, daily exports

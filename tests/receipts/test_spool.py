@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def spool_dir(settings, tmp_path):
     settings.RECEIPT_SPOOL_DIR = tmp_path / "spool"
-    spool._last_web_drain = 0.0
+    spool.spool_drain_from_web.last = 0.0
     return settings.RECEIPT_SPOOL_DIR
 
 

@@ -476,15 +476,7 @@ class TwilioAdapter(ProviderAdapter):
         return twilio_callbacks.parse(params, query)
 
     def parse_inbound(self, params: dict) -> InboundMessage:
-        # "A message comes in": Body, From, To, and MessagingServiceSid when the number is in a service.
-        return InboundMessage(
-            body=params.get("Body", ""),
-            from_number=params.get("From", ""),
-            to_number=params.get("To", ""),
-            sender_pool=params.get("MessagingServiceSid", "")[:64],
-            from_field="From",
-            to_field="To",
-        )
+        return twilio_callbacks.parse_inbound(params)
 
     def inbound_reply(self) -> tuple[str, str]:
         return '<?xml version="1.0" encoding="UTF-8"?><Response></Response>', "text/xml"  # empty TwiML

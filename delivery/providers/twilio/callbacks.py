@@ -15,6 +15,7 @@ Sources (Twilio docs, checked 2026-11):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from twilio.request_validator import SIGNATURE_SETTINGS_HEADER, RequestValidator, get_signature_algorithm
@@ -26,6 +27,7 @@ from delivery.providers.base import (
     CallbackData,
     CallbackInvalid,
     CallbackKeyUnknown,
+    InboundMessage,
     carrier_minute,
     redact_fields,
 )
@@ -152,3 +154,44 @@ def body_matches(sent: str, stored: str) -> bool:
     if not sent:
         return not stored
     return stored in {form for body in {sent, sent.translate(_SMART)} for form in (body, TRIAL_PREFIX + body)}
+
+
+# "A message comes in" (twilio.com/docs/messaging/guides/webhook-request, checked 2026-12): MessageSid (and
+# its older names SmsMessageSid, SmsSid), AccountSid, MessagingServiceSid when the number is in a service,
+# From, To, Body, NumMedia, NumSegments, SmsStatus "received", ApiVersion, and the From*/To* geography
+# fields. Kept beside the stored message (inbound.models): these, never the body or the numbers.
+INBOUND_KEPT_FIELDS = (
+    "AccountSid",
+    "ApiVersion",
+    "NumMedia",
+    "NumSegments",
+    "SmsStatus",
+    "FromCountry",
+    "ToCountry",
+)
+_SID_RE = re.compile(r"(SM|MM)[0-9a-f]{32}")
+
+
+def parse_inbound(params: dict) -> InboundMessage:
+    """An incoming message, as Twilio posts it. The MessageSid names it: Twilio posts the same sid
+    again when it retries (twilio.com/docs/usage/webhooks/webhooks-connection-overrides), so it is what
+    a duplicate is told apart by. Raises CallbackInvalid naming a missing or malformed field."""
+    sid = str(params.get("MessageSid") or params.get("SmsMessageSid") or "").strip()
+    if not _SID_RE.fullmatch(sid):
+        raise CallbackInvalid("MessageSid", "missing or not a message sid (SM or MM and 32 hex digits)")
+    for name in ("From", "To"):
+        if not str(params.get(name) or "").strip():
+            raise CallbackInvalid(name, "missing")
+    segments = ascii_int(str(params.get("NumSegments") or "1").strip(), max_digits=2) or 1
+    return InboundMessage(
+        body=str(params.get("Body") or ""),
+        from_number=str(params["From"]).strip(),
+        to_number=str(params["To"]).strip(),
+        sender_pool=str(params.get("MessagingServiceSid") or "")[:64],
+        from_field="From",
+        to_field="To",
+        message_id=sid,
+        id_field="MessageSid",
+        segments=segments,
+        payload={k: str(params[k])[:64] for k in INBOUND_KEPT_FIELDS if params.get(k)},
+    )

@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import re
 import time
+from datetime import UTC, datetime
 
 from delivery.providers.base import (
     HINT_ATTEMPT,
@@ -170,19 +171,53 @@ def _number(value: object) -> str:
     return "+" + text if text.isascii() and text.isdigit() else text
 
 
+# Kept beside a stored inbound message (inbound.models): the provider's fields other than the text and
+# the numbers.
+INBOUND_KEPT_FIELDS = ("type", "keyword", "message-timestamp", "api-key")
+_MESSAGE_ID_RE = re.compile(r"[0-9A-Za-z-]{1,64}")
+
+
 def parse_inbound(params: dict) -> InboundMessage:
-    """An inbound SMS, as the opt-out keywords need it. A part of a concatenated message (``concat``) is
-    never a keyword on its own (its text is a fragment), nor is a binary message: their body is empty
-    here; reassembling parts is two-way messaging's, not this path's."""
+    """An inbound SMS, or one part of a long one (``concat``: each part has its own ``messageId``, and
+    ``concat-ref``, ``concat-total`` and ``concat-part``, 1-based; the parts may come in any order and
+    inbound.parts joins them). The ``messageId`` names it: Vonage posts the same one again when it
+    retries, so it is what a duplicate is told apart by. A binary message's ``text`` is not text: its
+    body is empty. Raises CallbackInvalid naming a missing or malformed field."""
     for name in ("msisdn", "to"):
         if not str(params.get(name) or "").strip():
             raise CallbackInvalid(name, "missing")
-    fragment = str(params.get("concat") or "").strip().lower() == "true"
+    message_id = str(params.get("messageId") or "").strip()
+    if not _MESSAGE_ID_RE.fullmatch(message_id):
+        raise CallbackInvalid("messageId", "missing or not a Vonage message id")
     binary = str(params.get("type") or "").strip().lower() == "binary"
+    ref, total, part = "", 0, 0
+    if str(params.get("concat") or "").strip().lower() == "true":
+        ref = str(params.get("concat-ref") or "").strip()[:16]
+        total = ascii_int(str(params.get("concat-total") or "").strip(), max_digits=3) or 0
+        part = ascii_int(str(params.get("concat-part") or "").strip(), max_digits=3) or 0
+        if not ref:
+            raise CallbackInvalid("concat-ref", "missing on a part of a long message")
+        if not 1 <= part <= total:
+            raise CallbackInvalid("concat-part", "must be between 1 and concat-total")
     return InboundMessage(
-        body="" if fragment or binary else str(params.get("text") or ""),
+        body="" if binary else str(params.get("text") or ""),
         from_number=_number(params.get("msisdn")),
         to_number=_number(params.get("to")),
         from_field="msisdn",
         to_field="to",
+        message_id=message_id,
+        id_field="messageId",
+        sent_at=_message_timestamp(params.get("message-timestamp")),
+        concat_ref=ref,
+        concat_total=total,
+        concat_part=part,
+        payload={k: str(params[k])[:64] for k in INBOUND_KEPT_FIELDS if params.get(k)},
     )
+
+
+def _message_timestamp(value: object) -> datetime | None:
+    # "2020-01-01 12:00:00" (UTC; developer.vonage.com/messaging/sms/guides/inbound-sms).
+    try:
+        return datetime.strptime(str(value or "").strip(), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None

@@ -113,10 +113,36 @@ def test_an_inbound_message_gives_its_text_and_numbers_in_e164():
     assert inbound.from_field == "msisdn"
 
 
-def test_a_part_of_a_long_message_or_a_binary_one_is_never_a_keyword():
+def test_an_inbound_message_gives_its_id_and_the_providers_time():
+    inbound = callbacks.parse_inbound(INBOUND)
+    assert (inbound.message_id, inbound.id_field, inbound.concat_total) == (
+        "0A0000000123ABCD",
+        "messageId",
+        0,
+    )
+    assert inbound.sent_at is not None and inbound.sent_at.isoformat() == "2026-12-04T10:00:00+00:00"
+    assert "text" not in inbound.payload and "msisdn" not in inbound.payload
+
+
+def test_a_part_of_a_long_message_says_which_part_and_a_binary_one_has_no_text():
     part = {**INBOUND, "concat": "true", "concat-ref": "1", "concat-total": "3", "concat-part": "3"}
-    assert callbacks.parse_inbound(part).body == ""
+    parsed = callbacks.parse_inbound(part)
+    assert (parsed.body, parsed.concat_ref, parsed.concat_total, parsed.concat_part) == ("STOP", "1", 3, 3)
     assert callbacks.parse_inbound({**INBOUND, "type": "binary", "data": "00", "udh": "00"}).body == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "changes"),
+    [
+        ("messageId", {"messageId": ""}),
+        ("concat-part", {"concat": "true", "concat-ref": "7", "concat-total": "2", "concat-part": "3"}),
+        ("concat-ref", {"concat": "true", "concat-total": "2", "concat-part": "1"}),
+    ],
+)
+def test_an_inbound_message_without_its_id_or_with_a_bad_part_names_the_field(field, changes):
+    with pytest.raises(CallbackInvalid) as refused:
+        callbacks.parse_inbound({**INBOUND, **changes})
+    assert refused.value.field == field
 
 
 @pytest.mark.parametrize("missing", ["msisdn", "to"])

@@ -1,0 +1,188 @@
+"""The inbound processor (the ``inbound.process`` tick, on its own queue): each stored inbound message is
+worked out once, in one transaction with its row locked, so a crash leaves it pending for the next pass
+and two processors never take the same one (SKIP LOCKED):
+
+1. its tenant: the owner of the number (or pool) it was sent to (smsgw.tenancy.senders). None owns it:
+   ``unrouted``, kept and shown to operators (jasmin #531 answered the carrier OK and lost such messages);
+2. the message it answers (``in_reply_to``): the last one the tenant sent on the same number pair, which
+   gets a ``reply_received`` entry on its timeline;
+3. its keyword and the keyword's action (inbound.keywords, inbound.actions), or a near miss flagged for
+   review;
+4. the tenant's ``message.received`` webhook (inbound.notify), in the same transaction.
+
+A message whose processing raises is put back with a growing delay and the others go on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inbound import actions, notify
+from inbound.actions import Replied
+from inbound.keywords import keyword_match
+from inbound.models import InboundMessage, InboundState
+from inbound.parts import parts_join_due
+from scheduling.lifecycle.notes import event_record
+from scheduling.models import Message
+from smsgw.channels import DEFAULT_CHANNEL, AddressError
+from smsgw.models import Tenant
+from smsgw.observability import events
+from smsgw.tenancy.senders import sender_owners
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Route:
+    tenant_id: int
+    webhook_url: str
+
+
+def inbound_process_due(*, limit: int | None = None, now: datetime | None = None) -> int:
+    """Join the long messages whose parts are in, then process up to ``limit`` pending messages."""
+    now = now or timezone.now()
+    limit = limit or settings.INBOUND_BATCH_SIZE
+    parts_join_due(now)
+    with transaction.atomic():
+        claimed = list(
+            InboundMessage.objects.select_for_update(skip_locked=True)
+            .filter(state=InboundState.PENDING, next_try_at__lte=now)
+            .order_by("next_try_at", "id")[:limit]
+        )
+        for inbound in claimed:
+            try:
+                with transaction.atomic():
+                    _process(inbound, now)
+            except Exception:
+                log.exception(
+                    "inbound %s not processed (try %d): put back", inbound.public_id, inbound.tries + 1
+                )
+                _put_back(inbound, now)
+    return len(claimed)
+
+
+def inbound_process_for(seconds: float, *, idle_sleep: float = 0.05) -> int:
+    """Process batches for ``seconds``, as the receipt processor does (receipts.processor): a batch that
+    was not full means it has caught up, so it waits ``idle_sleep`` before the next claim."""
+    deadline = time.monotonic() + seconds
+    total = 0
+    limit = settings.INBOUND_BATCH_SIZE
+    while time.monotonic() < deadline:
+        n = inbound_process_due(limit=limit)
+        total += n
+        if n < limit:
+            time.sleep(idle_sleep)
+    return total
+
+
+def _put_back(inbound: InboundMessage, now: datetime) -> None:
+    tries = inbound.tries + 1
+    delay = min(MAX_BACKOFF_SECONDS, 2**tries)
+    InboundMessage.objects.filter(pk=inbound.pk).update(
+        tries=tries, next_try_at=now + timedelta(seconds=delay)
+    )
+
+
+def _contact(raw: str) -> str:
+    """The sender as E.164 when it is a number; an alphanumeric sender stays as it came."""
+    try:
+        return DEFAULT_CHANNEL.address(raw)
+    except AddressError:
+        return raw
+
+
+def _route(inbound: InboundMessage, contact: str) -> Route | None:
+    """The tenant that owns the receiving number or pool. Where an operator shares one number between
+    tenants, the one that last sent to this contact on it; else the first owner."""
+    owners = sender_owners([inbound.to_number, inbound.sender_pool])
+    if not owners:
+        return None
+    tenant_id = owners[0]
+    if len(owners) > 1:
+        last = (
+            _pair_messages(owners, contact, inbound)
+            .order_by("-sent_at")
+            .values_list("tenant_id", flat=True)
+            .first()
+        )
+        tenant_id = last or tenant_id
+    webhook_url = Tenant.objects.filter(pk=tenant_id).values_list("webhook_url", flat=True).first() or ""
+    return Route(tenant_id=tenant_id, webhook_url=webhook_url)
+
+
+def _pair_messages(tenant_ids: list[int], contact: str, inbound: InboundMessage):
+    """The tenants' messages sent on this number pair (served by msg_tenant_recipient: tenant, to, -id),
+    within the reply window before the reply came."""
+    ours = Q(from_number=inbound.to_number)
+    if inbound.sender_pool:
+        ours |= Q(sender_pool=inbound.sender_pool)
+    since = inbound.received_at - timedelta(days=settings.INBOUND_REPLY_WINDOW_DAYS)
+    return Message.objects.filter(
+        ours,
+        tenant_id__in=tenant_ids,
+        to=contact,
+        sent_at__isnull=False,
+        sent_at__gte=since,
+        sent_at__lte=inbound.received_at,
+    )
+
+
+def _replied(tenant_id: int, contact: str, inbound: InboundMessage) -> Replied | None:
+    row = (
+        _pair_messages([tenant_id], contact, inbound)
+        .order_by("-id")
+        .values("pk", "public_id", "status", "schedule_id", "campaign_id")
+        .first()
+    )
+    if row is None:
+        return None
+    return Replied(
+        id=row["pk"],
+        public_id=row["public_id"],
+        status=row["status"],
+        schedule_id=row["schedule_id"],
+        campaign_id=row["campaign_id"],
+    )
+
+
+def _process(inbound: InboundMessage, now: datetime) -> None:
+    contact = _contact(inbound.from_number)
+    inbound.from_number = contact
+    inbound.conversation = f"{inbound.to_number}:{contact}"
+    inbound.processed_at = now
+    route = _route(inbound, contact)
+    if route is None:
+        inbound.state = InboundState.UNROUTED
+        inbound.save()
+        log.warning("inbound %s unrouted: no tenant owns the number it was sent to", inbound.public_id)
+        return
+    inbound.tenant_id = route.tenant_id
+    replied = _replied(route.tenant_id, contact, inbound)
+    inbound.in_reply_to = replied.public_id if replied else ""
+    numbers = (inbound.to_number, inbound.sender_pool)
+    match = keyword_match(body=inbound.body, tenant_id=route.tenant_id, numbers=numbers)
+    inbound.keyword = match.keyword
+    if match.near_miss:
+        inbound.needs_review = True
+        events.inbound_action("review")
+    elif match.action and contact.startswith("+"):
+        inbound.action = match.action
+        inbound.action_result = actions.keyword_apply(inbound, match, replied)
+        events.inbound_action(match.action)
+    inbound.state = InboundState.ROUTED
+    inbound.save()
+    if replied is not None:
+        details = {"inbound": inbound.public_id, "keyword": match.keyword, "action": inbound.action}
+        event_record(
+            replied.id, kind="reply_received", actor="recipient", details=details, status=replied.status
+        )
+    notify.received_notify(inbound, webhook_url=route.webhook_url, replied_id=replied and replied.id, now=now)
