@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from delivery import api as delivery_api
 from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
+from inbound import api as inbound_api
 from inbound import webhook as inbound_webhook
 from receipts import api as receipts_api
 from reporting import views as observability
@@ -55,6 +56,9 @@ urlpatterns = [
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
     path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
     path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),
+    path("v1/inbound", inbound_api.InboundListApi.as_view(), name="inbound-list"),
+    path("v1/inbound/<str:public_id>", inbound_api.InboundDetailApi.as_view(), name="inbound-detail"),
+    path("v1/conversations/<str:to>", inbound_api.ConversationApi.as_view(), name="conversation"),
     path("v1/exports", retention_api.ExportsApi.as_view(), name="exports"),
     path("v1/exports/<str:public_id>", retention_api.ExportDetailApi.as_view(), name="export-detail"),
     path(

@@ -24,10 +24,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from delivery.guards import suppression
+from delivery.models import SuppressionSource
 from inbound import actions, notify
 from inbound.actions import Replied
-from inbound.keywords import keyword_match
-from inbound.models import InboundMessage, InboundState
+from inbound.keywords import Match, keyword_match
+from inbound.models import InboundMessage, InboundState, KeywordAction
 from inbound.parts import parts_join_due
 from scheduling.lifecycle.notes import event_record
 from scheduling.models import Message
@@ -45,6 +47,7 @@ MAX_BACKOFF_SECONDS = 300
 class Route:
     tenant_id: int
     webhook_url: str
+    owners: tuple[int, ...]  # every tenant that owns the number (an operator may share one)
 
 
 def inbound_process_due(*, limit: int | None = None, now: datetime | None = None) -> int:
@@ -116,7 +119,7 @@ def _route(inbound: InboundMessage, contact: str) -> Route | None:
         )
         tenant_id = last or tenant_id
     webhook_url = Tenant.objects.filter(pk=tenant_id).values_list("webhook_url", flat=True).first() or ""
-    return Route(tenant_id=tenant_id, webhook_url=webhook_url)
+    return Route(tenant_id=tenant_id, webhook_url=webhook_url, owners=tuple(owners))
 
 
 def _pair_messages(tenant_ids: list[int], contact: str, inbound: InboundMessage):
@@ -177,6 +180,7 @@ def _process(inbound: InboundMessage, now: datetime) -> None:
     elif match.action and contact.startswith("+"):
         inbound.action = match.action
         inbound.action_result = actions.keyword_apply(inbound, match, replied)
+        _shared_opt_out(inbound, match, route)
         events.inbound_action(match.action)
     inbound.state = InboundState.ROUTED
     inbound.save()
@@ -186,3 +190,26 @@ def _process(inbound: InboundMessage, now: datetime) -> None:
             replied.id, kind="reply_received", actor="recipient", details=details, status=replied.status
         )
     notify.received_notify(inbound, webhook_url=route.webhook_url, replied_id=replied and replied.id, now=now)
+
+
+def _shared_opt_out(inbound: InboundMessage, match: Match, route: Route) -> None:
+    """An opt-out (or opt-in) to a number an operator shares between tenants is the recipient's word to
+    that number, whoever sent from it: every owner's list changes, not only the tenant the reply was
+    routed to."""
+    if match.action not in (KeywordAction.OPT_OUT, KeywordAction.OPT_IN):
+        return
+    change = (
+        suppression.suppression_add
+        if match.action == KeywordAction.OPT_OUT
+        else suppression.suppression_remove
+    )
+    for tenant_id in route.owners:
+        if tenant_id != route.tenant_id:
+            change(
+                tenant_id=tenant_id,
+                number=inbound.from_number,
+                sender=inbound.sender_pool or inbound.to_number,
+                source=SuppressionSource.INBOUND_KEYWORD,
+                actor="recipient",
+                keyword=match.keyword,
+            )
