@@ -111,7 +111,9 @@ def _cursor_decode(raw: str | None) -> tuple[datetime, str, int] | None:
     return at, kind, int(pk)
 
 
-def conversation_page(*, tenant, contact_raw: str, params, size: int) -> tuple[list[Item], str | None]:
+def conversation_page(
+    *, tenant, contact_raw: str, params, size: int, outbound: bool = True
+) -> tuple[list[Item], str | None]:
     """One page (``size`` items, oldest first) of the number pair's messages, and the next page's cursor.
     ``contact_raw``: the contact's number (the path's ``{to}``); ``from``: one of our numbers, to narrow
     to one pair (else every number of the tenant with that contact); ``since``: where to start."""
@@ -122,21 +124,23 @@ def conversation_page(*, tenant, contact_raw: str, params, size: int) -> tuple[l
     ours = _number(params, "from")
     since = instant(params, "since")
     after = _cursor_decode(params.get("cursor"))
-    outbound = Message.objects.filter(tenant=tenant, to=contact, deleted_at__isnull=True).annotate(
+    sent = Message.objects.filter(tenant=tenant, to=contact, deleted_at__isnull=True).annotate(
         at=Coalesce(F("sent_at"), F("due_at"))
     )
+    if not outbound:
+        sent = sent.none()
     inbound = InboundMessage.objects.filter(
         tenant=tenant, from_number=contact, state=InboundState.ROUTED
     ).annotate(at=F("received_at"))
     if ours:
-        outbound = outbound.filter(Q(from_number=ours) | Q(sender_pool=ours))
+        sent = sent.filter(Q(from_number=ours) | Q(sender_pool=ours))
         inbound = inbound.filter(Q(to_number=ours) | Q(sender_pool=ours))
     if since:
-        outbound, inbound = outbound.filter(at__gte=since), inbound.filter(at__gte=since)
+        sent, inbound = sent.filter(at__gte=since), inbound.filter(at__gte=since)
     if after:
         at, kind, pk = after
         # (at, direction, id) ascending; "i" (inbound) sorts before "o" (outbound) at the same instant.
-        outbound = outbound.filter(Q(at__gt=at) | Q(at=at, pk__gt=pk if kind == "o" else 0))
+        sent = sent.filter(Q(at__gt=at) | Q(at=at, pk__gt=pk if kind == "o" else 0))
         inbound = inbound.filter(Q(at__gt=at) | Q(at=at, pk__gt=pk) if kind == "i" else Q(at__gt=at))
     items = [
         Item(
@@ -149,7 +153,7 @@ def conversation_page(*, tenant, contact_raw: str, params, size: int) -> tuple[l
             m["body"],
             m["status"],
         )
-        for m in outbound.order_by("at", "pk").values(
+        for m in sent.order_by("at", "pk").values(
             "at", "pk", "public_id", "from_number", "sender_pool", "to", "body", "status"
         )[: size + 1]
     ] + [
