@@ -37,7 +37,7 @@ def inbound_data(inbound: InboundMessage) -> dict:
 def received_notify(
     inbound: InboundMessage, *, webhook_url: str, replied_id: int | None, now: datetime
 ) -> None:
-    if not webhook_url:
+    if not webhook_url or inbound.tenant_id is None:
         return
     WebhookDelivery.objects.create(
         webhook_id=f"whin_{secrets.token_hex(12)}",

@@ -189,7 +189,9 @@ def _process(inbound: InboundMessage, now: datetime) -> None:
         event_record(
             replied.id, kind="reply_received", actor="recipient", details=details, status=replied.status
         )
-    notify.received_notify(inbound, webhook_url=route.webhook_url, replied_id=replied and replied.id, now=now)
+    notify.received_notify(
+        inbound, webhook_url=route.webhook_url, replied_id=replied.id if replied else None, now=now
+    )
 
 
 def _shared_opt_out(inbound: InboundMessage, match: Match, route: Route) -> None:
