@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from inbound import actions, notify
+from inbound import actions, notify, twilio_forward
 from inbound.actions import Replied
 from inbound.keywords import keyword_match
 from inbound.models import InboundMessage, InboundState
@@ -186,3 +186,4 @@ def _process(inbound: InboundMessage, now: datetime) -> None:
             replied.id, kind="reply_received", actor="recipient", details=details, status=replied.status
         )
     notify.received_notify(inbound, webhook_url=route.webhook_url, replied_id=replied and replied.id, now=now)
+    twilio_forward.incoming_forward(inbound, now)
