@@ -88,11 +88,11 @@ def incoming_numbers(request: HttpRequest, account_sid: str) -> HttpResponse:
     try:
         _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
-        _require(key, [SCOPE])
         if request.method != "GET":
             raise TwilioError(
                 405, 20004, "Method not allowed: numbers are assigned by the gateway's operator"
             )
+        _require(key, [SCOPE])
         return _list(request, tenant)
     except TwilioError as err:
         return _error(err)
@@ -152,11 +152,11 @@ def incoming_number(request: HttpRequest, account_sid: str, sid: str) -> HttpRes
     try:
         _body_checked(request)
         tenant, key = _authenticate(request, account_sid)
-        _require(key, [SCOPE])
         if request.method not in ("GET", "POST"):
             raise TwilioError(
                 405, 20004, "Method not allowed: numbers are released by the gateway's operator"
             )
+        _require(key, [SCOPE])
         pk = sender_pk_of(sid)
         sender = _numbers(tenant).filter(pk=pk).first() if pk is not None else None
         if sender is None:
