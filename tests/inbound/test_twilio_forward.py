@@ -10,7 +10,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from django.utils import timezone
-from twilio.base.exceptions import TwilioRestException
 from twilio.request_validator import RequestValidator
 
 from delivery.providers.types import InboundMessage as Parsed
@@ -93,49 +92,6 @@ def _deliver_all() -> None:
 
 def _replies(tenant) -> list[Message]:
     return list(Message.objects.filter(tenant=tenant, to=RECIPIENT, from_number=SENDER).order_by("id"))
-
-
-def test_the_sdk_lists_fetches_and_points_the_tenants_numbers(account, client, program):
-    tenant, _ = account
-    receiver = program()
-    numbers = client.incoming_phone_numbers.list()
-    assert [n.phone_number for n in numbers] == [SENDER]  # the pool is not a phone number
-    number = numbers[0]
-    assert number.sid.startswith("PN") and len(number.sid) == 34
-    assert number.account_sid == tenant.facade_account_sid and number.sms_url == ""
-    assert number.capabilities == {"fax": False, "mms": False, "sms": True, "voice": False}
-
-    updated = client.incoming_phone_numbers(number.sid).update(sms_url=receiver.url, sms_method="GET")
-    assert (updated.sms_url, updated.sms_method) == (receiver.url, "GET")
-    fetched = client.incoming_phone_numbers(number.sid).fetch()
-    assert (fetched.sid, fetched.sms_url, fetched.sms_method) == (number.sid, receiver.url, "GET")
-    cleared = client.incoming_phone_numbers(number.sid).update(sms_url="")
-    assert cleared.sms_url == "" and cleared.sms_method == "GET"
-
-
-def test_bad_sms_urls_and_unknown_numbers_are_refused_naming_the_field(account, client, settings):
-    (number,) = client.incoming_phone_numbers.list()
-    settings.WEBHOOK_ALLOW_PRIVATE = False
-    for url in ("http://127.0.0.1:9/sms", "ftp://example.com/x", "https://user:pw@example.com/"):
-        with pytest.raises(TwilioRestException) as err:
-            client.incoming_phone_numbers(number.sid).update(sms_url=url)
-        assert err.value.status == 400 and "SmsUrl" in err.value.msg, url
-    with pytest.raises(TwilioRestException) as err:
-        client.incoming_phone_numbers(number.sid).update(sms_method="PUT")
-    assert err.value.status == 400 and "SmsMethod" in err.value.msg
-    with pytest.raises(TwilioRestException) as err:
-        client.incoming_phone_numbers(number.sid).update(voice_url="https://example.com/v")
-    assert err.value.status == 400 and "VoiceUrl" in err.value.msg
-    assert client.incoming_phone_numbers(number.sid).fetch().sms_url == ""
-    other, _ = tenant_with_key("other", default_from="+14155550177")
-    from smsgw.models import TenantSender
-
-    their = TenantSender.objects.get(tenant=other, value="+14155550177")
-    from scheduling.facade.resources import number_sid
-
-    with pytest.raises(TwilioRestException) as err:
-        client.incoming_phone_numbers(number_sid(their.pk)).fetch()
-    assert err.value.status == 404
 
 
 def test_a_reply_reaches_the_sms_url_in_twilios_signed_form(account, client, program):
