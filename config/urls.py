@@ -14,6 +14,7 @@ from retention import erase_api, horizons_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
+from scheduling.facade import numbers as facade_numbers
 from scheduling.messages import api
 from scheduling.schedules import api as sched
 from smsgw.http import docs, health
@@ -93,6 +94,16 @@ urlpatterns = [
         "2010-04-01/Accounts/<str:account_sid>/Messages/<str:sid>.json",
         facade_api.message,
         name="facade-message",
+    ),
+    path(
+        "2010-04-01/Accounts/<str:account_sid>/IncomingPhoneNumbers.json",
+        facade_numbers.incoming_numbers,
+        name="facade-numbers",
+    ),
+    path(
+        "2010-04-01/Accounts/<str:account_sid>/IncomingPhoneNumbers/<str:sid>.json",
+        facade_numbers.incoming_number,
+        name="facade-number",
     ),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from delivery.guards import suppression
 from delivery.models import SuppressionSource
-from inbound import actions, notify
+from inbound import actions, notify, twilio_forward
 from inbound.actions import Replied
 from inbound.keywords import Match, keyword_match
 from inbound.models import InboundMessage, InboundState, KeywordAction
@@ -192,6 +192,7 @@ def _process(inbound: InboundMessage, now: datetime) -> None:
     notify.received_notify(
         inbound, webhook_url=route.webhook_url, replied_id=replied.id if replied else None, now=now
     )
+    twilio_forward.incoming_forward(inbound, now)
 
 
 def _shared_opt_out(inbound: InboundMessage, match: Match, route: Route) -> None:
