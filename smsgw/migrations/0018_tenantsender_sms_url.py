@@ -13,11 +13,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tenantsender',
             name='sms_method',
-            field=models.CharField(choices=[('POST', 'POST'), ('GET', 'GET')], default='POST', help_text='SmsMethod', max_length=4),
+            field=models.CharField(choices=[('POST', 'POST'), ('GET', 'GET')], db_default='POST', default='POST', help_text='SmsMethod', max_length=4),
         ),
         migrations.AddField(
             model_name='tenantsender',
             name='sms_url',
-            field=models.CharField(blank=True, help_text="Twilio-compatible SmsUrl: replies forwarded in Twilio's form", max_length=1024),
+            field=models.CharField(blank=True, db_default='', default='', help_text="Twilio-compatible SmsUrl: replies forwarded in Twilio's form", max_length=1024),
         ),
     ]
