@@ -23,8 +23,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from delivery.models import ProviderCircuit, ProviderHostCircuit
-from inbound.models import InboundMessage, InboundState
-from inbound.parts import parts_waiting_oldest_seconds
+from inbound.models import InboundMessage, InboundPart, InboundState
 from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.models import Message, Priority, Status
 from smsgw.observability.models import Heartbeat
@@ -37,6 +36,7 @@ MSG = Message._meta.db_table
 RECEIPT = ReceiptEvent._meta.db_table
 WEBHOOK = WebhookDelivery._meta.db_table
 INBOUND = InboundMessage._meta.db_table
+INBOUND_PART = InboundPart._meta.db_table
 UNROUTED_WINDOW = timedelta(hours=1)
 REVIEW_WINDOW = timedelta(hours=24)
 
@@ -228,7 +228,10 @@ class StateCollector:
             "Age of the oldest part of a long inbound message still waiting for the rest (0 when none); "
             "a group is joined at SMSGW_INBOUND_PARTS_WAIT_SECONDS at the latest.",
         )
-        parts.add_metric([], parts_waiting_oldest_seconds(now))
+        # As inbound.parts.parts_waiting_oldest_seconds, in this module's form (one probe; SQLite's naive
+        # times read as UTC).
+        waiting = _oldest(cur, "received_at", '"message_id" IS NULL', [], table=INBOUND_PART)
+        parts.add_metric([], _age(now, waiting))
         unrouted = GaugeMetricFamily(
             "smsgw_inbound_unrouted_recent",
             "Inbound messages received in the last hour for a number no tenant owns (kept as unrouted; "
