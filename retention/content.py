@@ -326,7 +326,7 @@ def _parts_scrub(contacts: dict[int, str]) -> int:
         "pk", "message_id", "body", "from_number", "payload"
     )
     for part in parts:
-        forms = [contacts[part.message_id], part.from_number]
+        forms = [contacts.get(part.message_id or 0, ""), part.from_number]
         after = ("", masked(part.from_number), scrubbed(part.payload, forms))
         if after != (part.body, part.from_number, part.payload):
             part.body, part.from_number, part.payload = after
