@@ -289,7 +289,7 @@ def history_document_scrubbed(
 
 
 # --- inbound rows -------------------------------------------------------------------------------------
-INBOUND_TABLES = ("inbound_messages", "inbound_parts", "webhook_deliveries")
+INBOUND_TABLES = ("inbound_messages", "inbound_parts")
 
 
 def inbound_content_remove(*, inbound_ids: list[int]) -> dict[str, int]:

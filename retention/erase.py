@@ -79,7 +79,7 @@ COUNTS = (
     "schedule_versions",
     "campaign_errors",
     "campaign_uploads",
-    *(t for t in INBOUND_TABLES if t not in TABLES),
+    *INBOUND_TABLES,
 )
 
 
@@ -257,6 +257,4 @@ def _inbound_erase(tenant: Tenant, number: str, counts: Counter) -> None:
     above: they name the message replied to (``_messages_erase``, ``_history_erase``) or none
     (``_orphan_webhooks_erase``)."""
     for batch in _ids(InboundMessage.objects.filter(tenant=tenant, from_number=number)):
-        for table, n in inbound_content_remove(inbound_ids=batch).items():
-            if table != "webhook_deliveries":
-                counts[table] += n
+        counts.update(inbound_content_remove(inbound_ids=batch))
