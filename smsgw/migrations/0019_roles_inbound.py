@@ -12,7 +12,7 @@ def roles_update(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("smsgw", "0017_tenant_sender_pool"),
+        ("smsgw", "0018_tenantsender_sms_url"),
         ("inbound", "0002_retention_indexes_unrouted"),
     ]
 
