@@ -94,10 +94,30 @@ class InboundMessage(models.Model):
             models.Index(fields=["tenant", "-id"], name="inbound_tenant_recent"),
             models.Index(fields=["tenant", "from_number", "-id"], name="inbound_tenant_contact"),
             models.Index(fields=["-id"], name="inbound_unrouted", condition=Q(state="unrouted")),
+            # The retention job (retention.inbound): the record horizon walks the processed rows oldest
+            # first; the content horizon only the ones that still hold content (a removed one has its
+            # contact masked), so a run costs what is due, not what was done before.
+            models.Index(fields=["received_at"], name="inbound_processed", condition=~Q(state="pending")),
+            models.Index(
+                fields=["received_at"],
+                name="inbound_content_held",
+                condition=~Q(state="pending") & ~Q(from_number__contains="*"),
+            ),
+            # /metrics (reporting.state): near misses left for the tenant's review, recent ones counted.
+            models.Index(fields=["received_at"], name="inbound_review", condition=Q(needs_review=True)),
         ]
 
     def __str__(self) -> str:
         return f"{self.public_id} {self.state}"
+
+
+class UnroutedInbound(InboundMessage):
+    """The inbound messages no tenant owns the number of (state ``unrouted``): their own page in the
+    operator console (inbound.admin), so they are found without knowing the filter."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "unrouted inbound message"
 
 
 class InboundPart(models.Model):

@@ -16,13 +16,14 @@ counts exactly: it holds what one machine sends.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from delivery.models import ProviderCircuit, ProviderHostCircuit
+from inbound.models import InboundMessage, InboundPart, InboundState
 from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.models import Message, Priority, Status
 from smsgw.observability.models import Heartbeat
@@ -34,6 +35,10 @@ TERMINAL = (Status.DELIVERED, Status.UNDELIVERED, Status.FAILED, Status.CANCELLE
 MSG = Message._meta.db_table
 RECEIPT = ReceiptEvent._meta.db_table
 WEBHOOK = WebhookDelivery._meta.db_table
+INBOUND = InboundMessage._meta.db_table
+INBOUND_PART = InboundPart._meta.db_table
+UNROUTED_WINDOW = timedelta(hours=1)
+REVIEW_WINDOW = timedelta(hours=24)
 
 
 def _estimate(cur, sql: str, params: list) -> int:
@@ -115,6 +120,7 @@ class StateCollector:
         with connection.cursor() as cur:
             yield from self._messages(cur, now)
             yield from self._receipts_webhooks(cur, now)
+            yield from self._inbound(cur, now)
         yield from self._circuits()
         yield from self._sweep(now)
         yield from _queues(now)
@@ -196,6 +202,57 @@ class StateCollector:
         yield outbox
         yield oldest
         yield dead
+
+    def _inbound(self, cur, now):
+        """Two-way messaging (docs/inbound.md, "Operators"). Each figure is one bounded read of a partial
+        index: inbound_pending (next_try_at WHERE pending), inbound_unrouted, inbound_review, and the
+        waiting parts' inbound_part_waiting."""
+        pending_where, pending = '"state" = %s', [InboundState.PENDING]
+        backlog = GaugeMetricFamily(
+            "smsgw_inbound_pending",
+            f"Inbound messages stored and not processed yet (exact below {EXACT_BELOW}; above, the "
+            "planner's estimate).",
+        )
+        backlog.add_metric([], count(cur, pending_where, pending, table=INBOUND))
+        oldest = GaugeMetricFamily(
+            "smsgw_inbound_pending_oldest_age_seconds",
+            "How long the oldest due pending inbound message has waited for the inbound processor "
+            "(now - next_try_at; 0 when none).",
+        )
+        due_where = '"state" = %s AND "next_try_at" <= %s'
+        oldest.add_metric(
+            [], _age(now, _oldest(cur, "next_try_at", due_where, [*pending, now], table=INBOUND))
+        )
+        parts = GaugeMetricFamily(
+            "smsgw_inbound_parts_waiting_oldest_seconds",
+            "Age of the oldest part of a long inbound message still waiting for the rest (0 when none); "
+            "a group is joined at SMSGW_INBOUND_PARTS_WAIT_SECONDS at the latest.",
+        )
+        # As inbound.parts.parts_waiting_oldest_seconds, in this module's form (one probe; SQLite's naive
+        # times read as UTC).
+        waiting = _oldest(cur, "received_at", '"message_id" IS NULL', [], table=INBOUND_PART)
+        parts.add_metric([], _age(now, waiting))
+        unrouted = GaugeMetricFamily(
+            "smsgw_inbound_unrouted_recent",
+            "Inbound messages received in the last hour for a number no tenant owns (kept as unrouted; "
+            "the admin's Unrouted inbound messages).",
+        )
+        where = '"state" = %s AND "received_at" >= %s'
+        unrouted.add_metric(
+            [], count(cur, where, [InboundState.UNROUTED, now - UNROUTED_WINDOW], table=INBOUND)
+        )
+        review = GaugeMetricFamily(
+            "smsgw_inbound_needs_review_recent",
+            'Inbound messages received in the last 24 hours whose keyword was a near miss ("stop '
+            "please\"), left for the tenant's review instead of applied.",
+        )
+        where = '"needs_review" AND "received_at" >= %s'
+        review.add_metric([], count(cur, where, [now - REVIEW_WINDOW], table=INBOUND))
+        yield backlog
+        yield oldest
+        yield parts
+        yield unrouted
+        yield review
 
     def _circuits(self):
         family = GaugeMetricFamily(

@@ -14,6 +14,13 @@ After removal a message keeps its timeline, attempts, receipts and webhook histo
 - provider opt-out signals of the message keep their evidence with the number masked (the suppression
   list itself is another table and is never touched: an opt-out outlives the content).
 
+An inbound message (what a recipient sent back, docs/inbound.md) holds content too, with the roles of
+the numbers swapped: its ``body`` is the person's text and ``from_number`` the person's number (``to_number``
+is ours and stays). Removing it empties the body, masks the contact wherever the row quotes it (its
+conversation key, the provider's fields, the action's outcome), and does the same to the parts it was
+joined from; its ``message.received`` webhook payloads are scrubbed like any other (``data.body`` emptied,
+the contact masked). A pending one (not processed yet) is never touched: the processor still needs it.
+
 Only a message that has left the gateway (``sent``) or is final is touched: before that the send worker
 still needs its body and number. Every function is idempotent (a masked number stays as it is) and returns
 the rows it changed per table; callers pass ids in batches and each function reads them in chunks of
@@ -30,7 +37,9 @@ from django.db import transaction
 from django.db.models import Case, CharField, F, Value, When
 
 from delivery.models import Attempt, OptOutSignal
+from inbound.models import InboundMessage, InboundPart, InboundState
 from receipts.models import ReceiptEvent, WebhookDelivery
+from receipts.webhooks import INBOUND_EVENT
 from retention.models import MessageHistory
 from scheduling.lifecycle import transitions
 from scheduling.models import TERMINAL_STATUSES, Message, MessageEvent, Status
@@ -277,3 +286,77 @@ def history_document_scrubbed(
             },
         ]
     return out
+
+
+# --- inbound rows -------------------------------------------------------------------------------------
+INBOUND_TABLES = ("inbound_messages", "inbound_parts")
+
+
+def inbound_content_remove(*, inbound_ids: list[int]) -> dict[str, int]:
+    """Remove the content of these inbound messages (those processed; a pending one is left as it is) and
+    of the parts they were joined from: body emptied, the contact masked wherever the rows quote it.
+    Their ``message.received`` webhooks are another pass (``inbound_webhooks_scrub``): a delivery names
+    no inbound row. Returns the rows changed per table (INBOUND_TABLES)."""
+    counts = dict.fromkeys(INBOUND_TABLES, 0)
+    columns = ("body", "from_number", "conversation", "payload", "action_result")
+    for chunk in _chunks(dict.fromkeys(inbound_ids), CHUNK):
+        with transaction.atomic():
+            rows = InboundMessage.objects.filter(pk__in=chunk).exclude(state=InboundState.PENDING)
+            changed, contacts = [], {}
+            for row in rows.only("pk", *columns):
+                contacts[row.pk] = row.from_number
+                before = [getattr(row, c) for c in columns]
+                row.body, row.from_number = "", masked(row.from_number)
+                row.conversation = scrubbed(row.conversation, [contacts[row.pk]])
+                row.payload = scrubbed(row.payload, [contacts[row.pk]])
+                row.action_result = scrubbed(row.action_result, [contacts[row.pk]], content=False)
+                if [getattr(row, c) for c in columns] != before:
+                    changed.append(row)
+            InboundMessage.objects.bulk_update(changed, list(columns), batch_size=500)
+            counts["inbound_messages"] += len(changed)
+            counts["inbound_parts"] += _parts_scrub(contacts)
+    return counts
+
+
+def _parts_scrub(contacts: dict[int, str]) -> int:
+    """The parts of these joined messages ({message id: its contact}); a part keeps the number as the
+    provider wrote it (Vonage: no ``+``), masked in that form."""
+    changed = []
+    parts = InboundPart.objects.filter(message_id__in=list(contacts)).only(
+        "pk", "message_id", "body", "from_number", "payload"
+    )
+    for part in parts:
+        forms = [contacts.get(part.message_id or 0, ""), part.from_number]
+        after = ("", masked(part.from_number), scrubbed(part.payload, forms))
+        if after != (part.body, part.from_number, part.payload):
+            part.body, part.from_number, part.payload = after
+            changed.append(part)
+    InboundPart.objects.bulk_update(changed, ["body", "from_number", "payload"], batch_size=500)
+    return len(changed)
+
+
+def inbound_webhooks_scrub(*, delivery_ids: list[int]) -> dict[str, int]:
+    """Scrub these ``message.received`` deliveries (payload and attempt history): ``data.body`` emptied
+    and the contact (``data.from``) masked wherever quoted. Returns ``{"webhook_deliveries": changed}``."""
+    changed_total = 0
+    for chunk in _chunks(dict.fromkeys(delivery_ids), CHUNK):
+        with transaction.atomic():
+            changed = []
+            rows = WebhookDelivery.objects.filter(pk__in=chunk, event_type=INBOUND_EVENT)
+            for row in rows.only("pk", "payload", "history"):
+                data = (row.payload or {}).get("data") or {}
+                contact = str(data.get("from") or "") if isinstance(data, dict) else ""
+                payload = scrubbed(row.payload, [contact])
+                if isinstance(payload.get("data"), dict):
+                    # data.to is our receiving number, not the person's: it stays.
+                    if contact:
+                        payload["data"]["from"] = masked(contact)
+                    if "to" in data:
+                        payload["data"]["to"] = data["to"]
+                history = scrubbed(row.history, [contact])
+                if (payload, history) != (row.payload, row.history):
+                    row.payload, row.history = payload, history
+                    changed.append(row)
+            WebhookDelivery.objects.bulk_update(changed, ["payload", "history"], batch_size=500)
+            changed_total += len(changed)
+    return {"webhook_deliveries": changed_total}

@@ -15,7 +15,12 @@ docs/erasure.md). What it does, table by table:
 - campaign error rows quoting the number: masked; a campaign still being created whose stored recipient
   list holds the number: masked in place (same length, so no line moves), and the creation job then
   records that row as an invalid number and makes no message of it;
-- provider opt-out signals for the number: masked.
+- provider opt-out signals for the number: masked;
+- inbound messages from the number (what the person sent back, docs/inbound.md): their body emptied and
+  the number masked, in the parts they were joined from too; their ``message.received`` webhook payloads
+  are scrubbed with the other deliveries above (those naming the replied-to message with it, the others
+  found by their text). One still pending (not processed yet, so no tenant's yet) is not found: a repeat
+  of the erase once it is processed removes it.
 
 The suppression list (and its change log) is left as it is: an opt-out must still be honoured after
 every message to the person is gone. Another tenant's data is never read. The audit row says who, when
@@ -38,11 +43,14 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from delivery.models import OptOutSignal
+from inbound.models import InboundMessage
 from receipts.models import WebhookDelivery
 from retention.content import (
+    INBOUND_TABLES,
     REMOVABLE,
     TABLES,
     history_content_remove,
+    inbound_content_remove,
     masked,
     messages_content_remove,
     scrubbed,
@@ -71,6 +79,7 @@ COUNTS = (
     "schedule_versions",
     "campaign_errors",
     "campaign_uploads",
+    *INBOUND_TABLES,
 )
 
 
@@ -86,6 +95,7 @@ def recipient_erase(*, tenant: Tenant, number: str, actor: str) -> dict[str, int
     _orphan_webhooks_erase(tenant, number, counts)
     _campaigns_erase(tenant, number, counts)
     _signals_erase(tenant, number, counts)
+    _inbound_erase(tenant, number, counts)
     result = {name: counts[name] for name in COUNTS}
     RetentionAudit.objects.create(
         tenant=tenant,
@@ -239,3 +249,12 @@ def _signals_erase(tenant: Tenant, number: str, counts: Counter) -> None:
     signals = OptOutSignal.objects.filter(tenant_id=tenant.pk, to=number)
     for batch in _ids(signals):
         counts["opt_out_signals"] += OptOutSignal.objects.filter(pk__in=batch).update(to=masked(number))
+
+
+def _inbound_erase(tenant: Tenant, number: str, counts: Counter) -> None:
+    """What the person sent the tenant (inbound_tenant_contact: tenant, from_number): content removed as
+    at the content horizon (retention.content). Their webhook deliveries were scrubbed by the steps
+    above: they name the message replied to (``_messages_erase``, ``_history_erase``) or none
+    (``_orphan_webhooks_erase``)."""
+    for batch in _ids(InboundMessage.objects.filter(tenant=tenant, from_number=number)):
+        counts.update(inbound_content_remove(inbound_ids=batch))

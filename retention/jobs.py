@@ -21,6 +21,7 @@ from retention.definitions import definitions_content_remove, definitions_prune
 from retention.exports import exports_run
 from retention.history import history_move_batch
 from retention.horizon import history_content_due, messages_content_due
+from retention.inbound import inbound_content_due, inbound_prune
 from retention.models import RetentionAction, RetentionAudit
 from retention.prune import history_prune, strays_prune
 
@@ -34,9 +35,11 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     (RetentionAction.CONTENT_HORIZON, messages_content_due),
     (RetentionAction.CONTENT_HORIZON, history_content_due),
     (RetentionAction.CONTENT_HORIZON, definitions_content_remove),
+    (RetentionAction.CONTENT_HORIZON, inbound_content_due),
     (RetentionAction.RECORD_HORIZON, history_prune),
     (RetentionAction.RECORD_HORIZON, strays_prune),
     (RetentionAction.RECORD_HORIZON, definitions_prune),
+    (RetentionAction.RECORD_HORIZON, inbound_prune),
 )
 
 ACTOR = "retention job"

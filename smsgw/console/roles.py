@@ -31,6 +31,8 @@ VIEW = {
     "receipts": ["receiptevent", "webhookdelivery", "statuslookup"],
     "limits": ["quotawindow", "apiratebucket"],
     "smsgw": ["tenant", "tenantsender"],
+    # Inbound (docs/inbound.md, "Operators"): read-only for every role; nobody edits a received message.
+    "inbound": ["inboundmessage", "unroutedinbound", "inboundpart", "keywordrule"],
     "django_celery_beat": [
         "periodictask",
         "intervalschedule",
