@@ -64,7 +64,7 @@ def as_bool(key: str, value: Any) -> bool:
 
 
 def as_url(key: str, value: Any) -> str:
-    """"" (none) or an http:// or https:// URL."""
+    """An http:// or https:// URL, or empty for none."""
     if not isinstance(value, str) or (value and not value.startswith(("http://", "https://"))):
         raise ValueError(f"{key} must be an http:// or https:// URL, or empty")
     return value

@@ -75,7 +75,9 @@ def check_url(key: str, value: Any) -> str:
     return value
 
 
-def ask_from_json(payload: Any, *, default_url: str, default_copies: int, extra_keys: tuple = ()) -> InboundAsk:
+def ask_from_json(
+    payload: Any, *, default_url: str, default_copies: int, extra_keys: tuple = ()
+) -> InboundAsk:
     """The control request checked: ``from`` an E.164 number, ``to`` a non-empty string (the provider
     checks its form), ``body`` a string, ``url`` (default: the configured ``inbound_url``), ``copies``
     (default ``inbound_copies``), ``burst``, ``delay_ms``; ``extra_keys`` are the provider's own."""
@@ -183,7 +185,10 @@ class InboundSender:
         """``POST /_sandbox/inbound``: check, plan ``burst`` messages, start sending; the 202 answer."""
         cfg = self.state.config
         ask = ask_from_json(
-            payload, default_url=cfg.inbound_url, default_copies=cfg.inbound_copies, extra_keys=self.EXTRA_KEYS
+            payload,
+            default_url=cfg.inbound_url,
+            default_copies=cfg.inbound_copies,
+            extra_keys=self.EXTRA_KEYS,
         )
         self.check(ask)
         messages = [self.plan(ask) for _ in range(ask.burst)]
@@ -240,7 +245,9 @@ class InboundSender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send_message(self, webhooks: list[Webhook], copies: int, delay: float, generation: int) -> None:
+    async def _send_message(
+        self, webhooks: list[Webhook], copies: int, delay: float, generation: int
+    ) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
         for webhook in webhooks:
@@ -259,7 +266,9 @@ class InboundSender:
             if delay is not None:
                 self._spawn(self._retry(webhook, copy, generation, started, delay))
 
-    async def _retry(self, webhook: Webhook, copy: int, generation: int, started: float, delay: float) -> None:
+    async def _retry(
+        self, webhook: Webhook, copy: int, generation: int, started: float, delay: float
+    ) -> None:
         attempt = 1
         while True:
             await asyncio.sleep(delay)
@@ -304,7 +313,7 @@ class InboundSender:
         record["ms"] = round((loop.time() - began) * 1000, 1)
         record["status"], record["response"] = code, text[:BODY_KEPT]
         if code is not None:
-            result = OK if self.accepted(code) else HTTP_4XX if 400 <= code < 500 else HTTP_5XX if code >= 500 else FINAL
+            result = OK if self.accepted(code) else _failure(code)
         record["result"] = result
         if result == OK:
             try:
@@ -312,6 +321,13 @@ class InboundSender:
             except Exception:  # a bad answer must not stop the sender
                 logger.exception("sandbox inbound: handling the answer failed")
         return result
+
+
+def _failure(code: int) -> str:
+    """The kind of a refusing answer, as the status callbacks' retry policy names them."""
+    if 400 <= code < 500:
+        return HTTP_4XX
+    return HTTP_5XX if code >= 500 else FINAL
 
 
 async def _request(

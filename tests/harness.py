@@ -183,8 +183,10 @@ def start_web(
     port = processes.free_port()
     base = f"http://127.0.0.1:{port}"
     pipeline.env["SMSGW_PUBLIC_BASE_URL"] = base
-    # the sandbox's inbound messages (POST /_sandbox/inbound) go to this gateway's incoming webhook
-    pipeline.sandbox.config(inbound_url=f"{base}/inbound/{pipeline.provider}/")
+    # the sandbox's inbound messages (POST /_sandbox/inbound) go to this gateway's incoming webhook, for
+    # a sandbox built on the framework (sandbox.process: a provider package's own may have none)
+    if callable(getattr(pipeline.sandbox, "inbound", None)):
+        pipeline.sandbox.config(inbound_url=f"{base}/inbound/{pipeline.provider}/")
     pipeline.env.update(env)
     web = processes.Proc(
         "web",

@@ -34,7 +34,9 @@ class ProviderWebhookReceiver:
                 else:
                     fields = dict(parse_qsl(split.query, keep_blank_values=True))
                 with receiver.lock:
-                    status, body, content_type = receiver.answers.pop(0) if receiver.answers else receiver.default
+                    status, body, content_type = (
+                        receiver.answers.pop(0) if receiver.answers else receiver.default
+                    )
                     receiver.records.append(
                         {
                             "at": time.monotonic(),

@@ -94,7 +94,9 @@ class TwilioInbound(InboundSender):
 
     def check(self, ask: InboundAsk) -> None:
         if "parts_order" in ask.extra:
-            raise AskError("parts_order", "Twilio reassembles a long incoming message: one webhook per message")
+            raise AskError(
+                "parts_order", "Twilio reassembles a long incoming message: one webhook per message"
+            )
         if len(ask.body) > MAX_BODY_CHARS:
             raise AskError("body", f"at most {MAX_BODY_CHARS} characters")
         if not (_E164ISH.fullmatch(ask.to) and ask.to.startswith("+")) and not SERVICE_SID.fullmatch(ask.to):

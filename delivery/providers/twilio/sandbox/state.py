@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from delivery.providers.twilio.sandbox.callbacks import TwilioCallbackHook
-from delivery.providers.twilio.sandbox.inbound import TwilioInbound
 from delivery.providers.twilio.sandbox.config import (
     API_VERSION,
     CALLBACK_SHARE_KEYS,
@@ -33,6 +32,7 @@ from delivery.providers.twilio.sandbox.config import (
     OUTCOMES,
     SandboxConfig,
 )
+from delivery.providers.twilio.sandbox.inbound import TwilioInbound
 from delivery.providers.twilio.sandbox.lifecycle import (
     INF,
     TRIAL_PREFIX,

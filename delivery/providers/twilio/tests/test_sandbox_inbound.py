@@ -50,7 +50,11 @@ def fresh(twilio):
 def settled(twilio, deliveries: int) -> dict:
     def done():
         counts = twilio.stats()["inbound"]
-        return counts if counts["pending"] == 0 and counts["delivered"] + counts["failed"] >= deliveries else None
+        return (
+            counts
+            if counts["pending"] == 0 and counts["delivered"] + counts["failed"] >= deliveries
+            else None
+        )
 
     return wait_for(done, 10, f"{deliveries} inbound deliveries settled")
 
