@@ -14,7 +14,8 @@ Timing: each message's webhooks go in order, their copies one after the other; a
 attempts wait ``delay_ms``. A retry is scheduled on its own and never holds the next webhook back (a
 provider's retry queue is not its delivery order). ``burst`` messages go side by side, at most
 ``CONNECTIONS`` requests in flight. Every attempt is counted; a record keeps the first ``BODY_KEPT``
-characters of each answer. Must not import Django.
+characters of each answer, and shows ``result`` ``pending`` while its request is under way. Must not
+import Django.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sandbox.callbacks import CONNECT, FINAL, HTTP_4XX, HTTP_5XX, OK, READ
 logger = logging.getLogger("sandbox.inbound")
 
 CONNECTIONS = 64
+PENDING = "pending"  # an attempt's result while its request is under way
 BODY_KEPT = 4000  # characters of each answer kept in its attempt's record
 RECORDS_KEPT = 100_000  # webhooks kept for GET /_sandbox/inbound; the oldest are forgotten past it
 MAX_COPIES, MAX_BURST, MAX_DELAY_MS = 100, 10_000, 600_000
@@ -304,7 +306,7 @@ class InboundSender:
         method, url, headers, body = self.build_request(webhook, copy, attempt)
         budget = self.state.config.callback_timeout_ms / 1000.0
         loop = asyncio.get_running_loop()
-        record: dict[str, Any] = {"at": self.state.clock(), "status": None, "result": FINAL, "response": ""}
+        record: dict[str, Any] = {"at": self.state.clock(), "status": None, "result": PENDING, "response": ""}
         webhook.deliveries[copy].append(record)
         self.counts["attempts"] += 1
         async with self._limit:

@@ -11,6 +11,7 @@ import urllib.error
 import pytest
 from twilio.request_validator import RequestValidator
 
+from delivery.providers.twilio import callbacks
 from delivery.providers.twilio.sandbox.process import TwilioSandboxProcess
 from tests.provider_webhooks import ProviderWebhookReceiver
 from tests.waiting import wait_for
@@ -80,6 +81,10 @@ def test_the_form_is_twilios_and_the_sdk_validates_its_signature(twilio):
     signature = record["headers"]["X-Twilio-Signature"]
     assert RequestValidator(twilio.auth_token).validate(record["url"], form, signature)
     assert not RequestValidator("another-token").validate(record["url"], form, signature)
+    # what the gateway's /inbound/twilio/ checks (receipts.api._signed_form -> the adapter -> this)
+    assert callbacks.validate(
+        record["url"], form, record["headers"], auth_token=twilio.auth_token, shared_keys={}
+    )
 
 
 def test_a_number_in_a_messaging_service(twilio):
