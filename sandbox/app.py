@@ -6,11 +6,15 @@ up in every outage mode: ``SandboxApp``, which a provider's handlers subclass wi
   the API listener before the answer.
 * ``GET /_sandbox/stats``, ``GET /_sandbox/messages/{sid}`` (one stored item's internals).
 * ``POST /_sandbox/callbacks/replay``: ``{"sid": ...}`` or ``{"all": true}`` (``sandbox.callbacks``).
+* ``POST /_sandbox/inbound``: a recipient's reply, sent to the gateway's incoming-message webhook as the
+  provider sends it (``sandbox.inbound``): 202 with the ids made; ``GET /_sandbox/inbound`` (``?id=``)
+  lists each webhook's deliveries and attempts.
 * ``POST /_sandbox/reset``: clear the store and the stats, restore the start config.
 * ``GET /_sandbox/health``: 200.
 
 The state a handler reads gives ``config`` (with ``updated`` and ``to_json``), ``set_config``,
-``listeners``, ``stats()``, ``messages``, ``debug(item)``, ``callbacks``, ``reset()`` and ``all``. Must not
+``listeners``, ``stats()``, ``messages``, ``debug(item)``, ``callbacks``, ``inbound`` (an
+``InboundSender``), ``reset()`` and ``all``. Must not
 import Django.
 """
 
@@ -21,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from sandbox.config import REFUSE_NEEDS_CONTROL
+from sandbox.inbound import AskError
 from sandbox.responses import _json
 
 
@@ -83,6 +88,20 @@ class SandboxApp:
         if result is None:
             return _json({"error": "no such message with status callbacks"}, 404)
         return _json(result)
+
+    async def post_inbound(self, request: web.Request) -> web.Response:
+        try:
+            payload = await request.json()
+        except ValueError:
+            return _json({"error": "body: expected a JSON object", "field": "body"}, 400)
+        try:
+            answer = self.state.inbound.submit(payload)
+        except AskError as exc:
+            return _json({"error": str(exc), "field": exc.field}, 400)
+        return _json(answer, 202)
+
+    async def get_inbound(self, request: web.Request) -> web.Response:
+        return _json({"inbound": self.state.inbound.listing(request.query.get("id"))})
 
     async def post_reset(self, request: web.Request) -> web.Response:
         self.state.reset()

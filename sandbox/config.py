@@ -63,4 +63,11 @@ def as_bool(key: str, value: Any) -> bool:
     raise ValueError(f"{key} must be true or false")
 
 
+def as_url(key: str, value: Any) -> str:
+    """An http:// or https:// URL, or empty for none."""
+    if not isinstance(value, str) or (value and not value.startswith(("http://", "https://"))):
+        raise ValueError(f"{key} must be an http:// or https:// URL, or empty")
+    return value
+
+
 REFUSE_NEEDS_CONTROL = "outage refuse closes the API port: it needs a separate control port (--control-port)"

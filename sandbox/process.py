@@ -4,6 +4,7 @@ credential flags and the first line it prints.
 
     with ProviderSandboxProcess() as sandbox:  # a provider's subclass
         sandbox.config(latency_ms=50); sandbox.stats(); sandbox.message_info("<id>"); sandbox.reset()
+        sandbox.inbound("+447700900123", "+15005550006", "STOP"); sandbox.inbound_log()
 
 The process is started with ``--port 0`` and reports the port it bound in its first stdout line, so
 there is no free-port race. With ``control_port`` (0: any free port) the control API is also served on
@@ -28,6 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,12 +72,17 @@ class SandboxProcess:
         host: str = "127.0.0.1",
         command_prefix: list[str] | None = None,
         control_port: int | None = None,
+        inbound_url: str | None = None,
     ) -> None:
+        # inbound_url: where POST /_sandbox/inbound posts by default (the gateway's /inbound/<name>/);
+        # also settable later with config(inbound_url=...)
         # command_prefix: e.g. ["ip", "netns", "exec", "ns1"] to run the provider on another network
         # host (a test partitions the link between the send workers and it).
         self.host = host
         self.command_prefix = list(command_prefix or [])
         self.extra_args = list(extra_args or [])
+        if inbound_url is not None:
+            self.extra_args += ["--inbound-url", inbound_url]
         self.start_timeout = start_timeout
         self.control_port = control_port  # as asked: None (no control listener), 0 (any port) or a port
         self.process: subprocess.Popen | None = None
@@ -211,6 +218,16 @@ class SandboxProcess:
 
     def stats(self) -> dict:
         return self._request("GET", "/_sandbox/stats")
+
+    def inbound(self, from_: str, to: str, body: str, **options: Any) -> dict:
+        """``POST /_sandbox/inbound``: ``from_`` replies ``body`` to our number ``to``; ``options`` are
+        the request's other keys (url, copies, burst, delay_ms, parts_order, ...). The 202 answer."""
+        return self._request("POST", "/_sandbox/inbound", {"from": from_, "to": to, "body": body, **options})
+
+    def inbound_log(self, webhook_id: str | None = None) -> list[dict]:
+        """``GET /_sandbox/inbound``: every inbound webhook (or those of one id) with its deliveries."""
+        query = "" if webhook_id is None else "?" + urlencode({"id": webhook_id})
+        return self._request("GET", "/_sandbox/inbound" + query)["inbound"]
 
     def message_info(self, sid: str) -> dict:
         """The sandbox's internals for one message: the request it received (its callback URL, validity,

@@ -177,11 +177,16 @@ def start_web(
     pipeline: Pipeline, *, web_only: dict[str, str] | None = None, workers: int = 2, **env: str
 ) -> str:
     """gunicorn on a free port, with SMSGW_PUBLIC_BASE_URL pointing at it so the sandbox's signed status
-    callbacks reach the receipt endpoint; ``env`` is added to the pipeline's environment first, and
+    callbacks reach the receipt endpoint and its inbound messages (``pipeline.sandbox.inbound(...)``) the
+    gateway's ``/inbound/<provider>/``; ``env`` is added to the pipeline's environment first, and
     ``web_only`` to the web process's alone (e.g. its own DATABASE_URL). Returns the base URL."""
     port = processes.free_port()
     base = f"http://127.0.0.1:{port}"
     pipeline.env["SMSGW_PUBLIC_BASE_URL"] = base
+    # the sandbox's inbound messages (POST /_sandbox/inbound) go to this gateway's incoming webhook, for
+    # a sandbox built on the framework (sandbox.process: a provider package's own may have none)
+    if callable(getattr(pipeline.sandbox, "inbound", None)):
+        pipeline.sandbox.config(inbound_url=f"{base}/inbound/{pipeline.provider}/")
     pipeline.env.update(env)
     web = processes.Proc(
         "web",

@@ -6,7 +6,8 @@ sandbox (an emulator of the provider's API, a real server its real adapter talks
 
 - ``embedded(var_dir, environ) -> EmbeddedSandbox``: the command the embedded run's supervisor
   (``deploy/embedded.py``) starts, the URL that answers once it is ready, the environment the gateway's
-  processes need to reach it (an operator's own value of a variable wins), and its banner line. Its
+  processes need to reach it (an operator's own value of a variable wins), and its banner line; its
+  inbound messages (``POST /_sandbox/inbound``) go to ``gateway_inbound_url(name, environ)``. Its
   ports come from the package's own ``SMSGW_*_PORT`` variables, with defaults that do not collide with
   another kit's.
 - ``sandbox_process(**options)``: the sandbox as a separate process for the test harness (a context
@@ -44,6 +45,13 @@ class EmbeddedSandbox:
     ready_url: str  # answers 200 once it serves
     gateway_env: Mapping[str, str] = field(default_factory=dict)  # defaults for the gateway's processes
     banner: str = ""  # one line for the run's banner: where it listens, where its stats are
+
+
+def gateway_inbound_url(provider: str, environ: Mapping[str, str]) -> str:
+    """The gateway's incoming-message webhook for ``provider`` in the embedded run: its public base URL
+    (SMSGW_PUBLIC_BASE_URL, which deploy/run-embedded.sh sets, else the web port's) + /inbound/<name>/."""
+    base = environ.get("SMSGW_PUBLIC_BASE_URL") or f"http://127.0.0.1:{environ.get('SMSGW_WEB_PORT') or 8000}"
+    return f"{base.rstrip('/')}/inbound/{provider}/"
 
 
 def kit_module(name: str) -> ModuleType | None:
@@ -89,4 +97,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-__all__ = ["EmbeddedSandbox", "embedded_sandboxes", "kit_module", "kits", "main"]
+__all__ = ["EmbeddedSandbox", "embedded_sandboxes", "gateway_inbound_url", "kit_module", "kits", "main"]

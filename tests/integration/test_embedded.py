@@ -146,6 +146,22 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
                 "the SDK's message delivered",
                 interval=0.2,
             )
+        # A handset's reply: the sandbox posts its incoming-message webhook to the gateway's
+        # /inbound/<provider>/ (the kit's --inbound-url), signed, and the gateway takes it.
+        control = sandbox if provider == "twilio" else vonage_control
+        status, posted = _http(
+            "POST",
+            f"http://127.0.0.1:{control}/_sandbox/inbound",
+            body={"from": to, "to": "+14155550100", "body": "HELP"},
+        )
+        assert status == 202 and posted["url"] == f"http://127.0.0.1:{web}/inbound/{provider}/", posted
+
+        def answered() -> list:
+            _, log = _http("GET", f"http://127.0.0.1:{control}/_sandbox/inbound?id={posted['ids'][0]}")
+            attempts = [a for d in log["inbound"][0]["deliveries"] for a in d["attempts"]]
+            return [a["status"] for a in attempts] if attempts[-1]["result"] != "pending" else []
+
+        assert wait_for(answered, max(0.0, deadline - time.monotonic()), "the inbound answered") == [200]
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:

@@ -2,7 +2,8 @@
 
 The sandbox is Twilio's Programmable Messaging API as a real HTTP server (docs/twilio.md, "The sandbox
 provider"); the adapter reaches it through ``TWILIO_API_BASE_URL``. In the embedded run it listens on
-``SMSGW_SANDBOX_PORT`` (default 8081) and keeps its store in the var folder across restarts.
+``SMSGW_SANDBOX_PORT`` (default 8081), keeps its store in the var folder across restarts and posts the
+inbound messages ``POST /_sandbox/inbound`` makes to the gateway's ``/inbound/twilio/``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from delivery.providers.kits import EmbeddedSandbox
+from delivery.providers.kits import EmbeddedSandbox, gateway_inbound_url
 
 PORT_SETTING = "SMSGW_SANDBOX_PORT"
 DEFAULT_PORT = 8081
@@ -29,6 +30,8 @@ def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
     port = int(environ.get(PORT_SETTING) or DEFAULT_PORT)
     argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--state-file", str(var_dir / "sandbox-messages.jsonl")]
+    if not environ.get("SANDBOX_INBOUND_URL"):  # the sandbox's own setting wins
+        argv += ["--inbound-url", gateway_inbound_url("twilio", environ)]
     url = f"http://127.0.0.1:{port}"
     return EmbeddedSandbox(
         argv=argv,

@@ -5,7 +5,8 @@ sandbox"): the official SDK only speaks https://, so the adapter reaches it thro
 and trusts ``VONAGE_CA_BUNDLE``. Its control API (health, stats) is plain HTTP on a port of its own. In
 the embedded run it listens on ``SMSGW_VONAGE_SANDBOX_PORT`` (default 8082), its control API on
 ``SMSGW_VONAGE_SANDBOX_CONTROL_PORT`` (default the next port), the CA is written to the var folder and
-its store kept there across restarts. In the harness it signs its receipts (and checks signed requests)
+its store kept there across restarts; the inbound messages ``POST /_sandbox/inbound`` makes go to the
+gateway's ``/inbound/vonage/``. In the harness it signs its receipts (and checks signed requests)
 with a secret the gateway is given too, as a production account would.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from delivery.providers.kits import EmbeddedSandbox
+from delivery.providers.kits import EmbeddedSandbox, gateway_inbound_url
 
 PORT_SETTING = "SMSGW_VONAGE_SANDBOX_PORT"
 CONTROL_PORT_SETTING = "SMSGW_VONAGE_SANDBOX_CONTROL_PORT"
@@ -41,6 +42,8 @@ def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
     argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--control-port", str(control), "--ca-file", ca_file]
     argv += ["--state-file", str(var_dir / "vonage-sandbox-messages.jsonl")]
+    if not environ.get("VONAGE_SANDBOX_INBOUND_URL"):  # the sandbox's own setting wins
+        argv += ["--inbound-url", gateway_inbound_url("vonage", environ)]
     rest_host = environ.get("VONAGE_REST_HOST") or f"127.0.0.1:{port}"
     stats = f"http://127.0.0.1:{control}/_sandbox/stats"
     return EmbeddedSandbox(

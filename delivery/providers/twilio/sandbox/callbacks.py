@@ -86,7 +86,9 @@ def callback_params(account_sid: str, message: SandboxMessage, status: str) -> d
 class TwilioCallbackHook(StatusCallbackHook):
     """The framework's scheduler (``sandbox.callbacks``) with Twilio's signed status-callback form."""
 
-    def _sign(self, url: str, params: dict[str, str]) -> dict[str, str]:
+    def signature_headers(self, url: str, params: dict[str, str]) -> dict[str, str]:
+        """The signature headers of a request to ``url`` with ``params`` (status callbacks and the incoming
+        message webhook, ``inbound.py``, are signed alike)."""
         st = self.state
         cfg = st.config
         if cfg.callback_shared_key_id and cfg.callback_shared_key_secret:
@@ -107,6 +109,6 @@ class TwilioCallbackHook(StatusCallbackHook):
             "Content-Type": FORM,
             "User-Agent": USER_AGENT,
             "I-Twilio-Idempotency-Token": token,
-            **self._sign(url, params),
+            **self.signature_headers(url, params),
         }
         return "POST", url, headers, urlencode(params).encode()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sandbox.callbacks import parse_retry_policy
-from sandbox.config import _as_float, _as_int, as_bool, as_list
+from sandbox.config import _as_float, _as_int, as_bool, as_list, as_url
 
 API_VERSION = "2010-04-01"
 DEFAULT_ACCOUNT_SID = "AC" + "0" * 32
@@ -44,6 +44,7 @@ _INT_RANGES = {
     "callback_repeat": (1, 100),
     "callback_retries": (0, 10),
     "max_concurrent_requests": (0, None),
+    "inbound_copies": (1, 100),
 }
 _BOOL_KEYS = frozenset(
     ("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix", "default_messaging_service")
@@ -55,6 +56,7 @@ _STR_KEYS = frozenset(
         "callback_shared_key_secret",
         "api_key_sid",
         "api_key_secret",
+        "inbound_url",
     )
 )
 _LIST_KEYS = frozenset(("opted_out",))
@@ -161,6 +163,10 @@ class SandboxConfig:
     trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
     # a send without MessagingServiceSid shows the account's default service in messaging_service_sid
     default_messaging_service: bool = True
+    # inbound messages (POST /_sandbox/inbound, inbound.py): the number's "A message comes in" webhook
+    # URL (twilio.com/docs/messaging/guides/webhook-request) and the copies of each webhook by default
+    inbound_url: str = ""
+    inbound_copies: int = 1
     # "503": every Twilio API call answers 503/20503 at once; "refuse": the API listener is closed, so
     # connections to its port are refused (the control API stays up on --control-port)
     outage: str = "none"
@@ -189,6 +195,8 @@ class SandboxConfig:
                 values[key] = as_bool(key, value)
             elif key == "callback_retry_policy":
                 values[key] = parse_retry_policy(value)
+            elif key == "inbound_url":
+                values[key] = as_url(key, value)
             elif key in _STR_KEYS:
                 if not isinstance(value, str):
                     raise ValueError(f"{key} must be a string")

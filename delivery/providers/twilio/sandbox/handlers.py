@@ -33,6 +33,10 @@ Control surface (JSON, unauthenticated: bind it to localhost), on the main port 
   assign / release / final instants and its timeline.
 * ``POST /_sandbox/callbacks/replay`` -- ``{"sid": "SM..."}`` or ``{"all": true}``: send a message's
   status callbacks that are due so far again (see ``callbacks.py``).
+* ``POST /_sandbox/inbound`` -- ``{"from", "to", "body", "url"?, "copies"?, "burst"?, "delay_ms"?,
+  "messaging_service_sid"?}``: a recipient's reply, posted to the incoming-message webhook as Twilio
+  posts it (``inbound.py``); 202 with the MessageSids. ``GET /_sandbox/inbound`` (``?id=``): each one's
+  deliveries, attempts, answers (TwiML) and the replies its ``<Message>`` verbs sent.
 * ``POST /_sandbox/reset`` -- clear store and stats, restore the start config.
 * ``GET /_sandbox/health`` -- 200.
 
@@ -363,6 +367,7 @@ def build_app(state: SandboxState) -> web.Application:
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
     app.on_cleanup.append(state.callbacks.close)
+    app.on_cleanup.append(state.inbound.close)
     base = f"/{API_VERSION}/Accounts/{{account_sid}}"
     app.router.add_get(f"{base}.json", handlers.fetch_account, allow_head=False)
     app.router.add_post(f"{base}/Messages.json", handlers.create_message)
@@ -387,5 +392,7 @@ def _add_control_routes(app: web.Application, handlers: TwilioApp) -> None:
     app.router.add_get("/_sandbox/messages/{sid}", handlers.get_message_debug, allow_head=False)
     app.router.add_post("/_sandbox/reset", handlers.post_reset)
     app.router.add_post("/_sandbox/callbacks/replay", handlers.post_callbacks_replay)
+    app.router.add_post("/_sandbox/inbound", handlers.post_inbound)
+    app.router.add_get("/_sandbox/inbound", handlers.get_inbound, allow_head=False)
     app.router.add_get("/_sandbox/health", handlers.health)
     app.router.add_get("/_sandbox/submissions", handlers.get_submissions, allow_head=False)

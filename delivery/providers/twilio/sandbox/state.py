@@ -32,6 +32,7 @@ from delivery.providers.twilio.sandbox.config import (
     OUTCOMES,
     SandboxConfig,
 )
+from delivery.providers.twilio.sandbox.inbound import TwilioInbound
 from delivery.providers.twilio.sandbox.lifecycle import (
     INF,
     TRIAL_PREFIX,
@@ -99,6 +100,7 @@ class SandboxState(SandboxViews):
         self._service_senders: dict[str, str] = {}
         self.default_service_sid = default_service_sid(account_sid)
         self.callbacks = TwilioCallbackHook(self)
+        self.inbound = TwilioInbound(self)  # POST /_sandbox/inbound
         self.journal = None  # a MessageJournal (journal.py) with --state-file
         self._restored: list[SandboxMessage] = []
         # the server's listeners (``Listeners``), when it runs them itself; None in process (unit tests)
@@ -128,6 +130,7 @@ class SandboxState(SandboxViews):
         self.rng = random.Random(self.seed)
         self.set_config(self.start_config.updated({}))
         self.callbacks.reset()
+        self.inbound.reset()
         if self.journal is not None:
             self.journal.truncate()  # a reset forgets the store, on disk too
 
@@ -208,6 +211,7 @@ class SandboxState(SandboxViews):
             "connections": len(self.peers),
             "callbacks": self.callbacks.stats(),
             "callback_results": self.callbacks.results_stats(),
+            "inbound": self.inbound.stats(),
         }
 
     # -- auth ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sandbox.callbacks import parse_retry_policy
-from sandbox.config import _as_float, _as_int, as_bool, as_list
+from sandbox.config import _as_float, _as_int, as_bool, as_list, as_url
 
 DEFAULT_API_KEY = "abcd1234"  # Vonage api_key: 8 characters (developer.vonage.com/en/api/sms, api_key)
 DEFAULT_API_SECRET = "sandbox-api-secret"
@@ -105,11 +105,12 @@ _INT_RANGES = {
     "receipt_expired_err_code": (0, 99),
     "receipt_rejected_err_code": (0, 99),
     "receipt_unknown_err_code": (0, 99),
+    "inbound_copies": (1, 100),
 }
 _BOOL_KEYS = frozenset(
     ("callbacks_enabled", "callback_shuffle", "auth_fail", "account_barred", "require_signature")
 )
-_STR_KEYS = frozenset(("callback_retry_policy", "receipt_url", "signature_secret"))
+_STR_KEYS = frozenset(("callback_retry_policy", "receipt_url", "signature_secret", "inbound_url"))
 _LIST_KEYS = frozenset(("barred", "whitelist"))
 _CHOICE_KEYS = {
     "receipt_intermediate": ("", "accepted", "buffered"),
@@ -182,6 +183,16 @@ class VonageConfig:
     callback_retry_policy: str = "ct"
     callback_total_timeout_ms: float = 15000.0
     callback_retry_backoff_ms: float = 100.0
+    # inbound messages (POST /_sandbox/inbound, inbound.py): the account's inbound SMS webhook (Vonage
+    # dashboard, API settings) and the copies of each webhook by default. Vonage resends a webhook not
+    # answered 200 or 204 "for the next 24 hours" (developer.vonage.com/messaging/sms/guides/
+    # inbound-sms); it documents no spacing: the sandbox waits inbound_retry_backoff_ms, doubled each
+    # time up to inbound_retry_max_backoff_ms, for inbound_retry_window_seconds (tests shrink all three)
+    inbound_url: str = ""
+    inbound_copies: int = 1
+    inbound_retry_backoff_ms: float = 1000.0
+    inbound_retry_max_backoff_ms: float = 900_000.0
+    inbound_retry_window_seconds: float = 86400.0
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -219,6 +230,8 @@ def _check(key: str, value: Any) -> Any:
         return as_bool(key, value)
     if key == "callback_retry_policy":
         return parse_retry_policy(value)
+    if key == "inbound_url":
+        return as_url(key, value)
     if key in _STR_KEYS:
         if not isinstance(value, str):
             raise ValueError(f"{key} must be a string")

@@ -16,7 +16,11 @@ Control surface (JSON, unauthenticated: bind it to localhost), on the API port a
 ``--control-port``, on a plain-HTTP listener of its own that stays up in every outage mode:
 ``GET/POST /_sandbox/config``, ``GET /_sandbox/stats``, ``GET /_sandbox/messages`` (``?to=``,
 ``?client_ref=``), ``GET /_sandbox/messages/{message-id}``, ``POST /_sandbox/callbacks/replay``
-(``{"sid": "<message-id>"}`` or ``{"all": true}``), ``POST /_sandbox/reset``, ``GET /_sandbox/health``.
+(``{"sid": "<message-id>"}`` or ``{"all": true}``), ``POST /_sandbox/reset``, ``GET /_sandbox/health``,
+``POST /_sandbox/inbound`` (``{"from", "to", "body", "url"?, "copies"?, "burst"?, "delay_ms"?,
+"parts_order"?, "type"?}``: an inbound SMS posted to the account's inbound webhook as Vonage posts it,
+``inbound.py``; 202 with the messageIds) and ``GET /_sandbox/inbound`` (``?id=``: each webhook's
+deliveries and attempts).
 
 Must not import Django.
 """
@@ -197,6 +201,7 @@ def build_app(state: VonageState) -> web.Application:
     app = web.Application(client_max_size=1024 * 1024)
     app["sandbox_state"] = state
     app.on_cleanup.append(state.callbacks.close)
+    app.on_cleanup.append(state.inbound.close)
     app.router.add_post("/sms/json", handlers.send)
     _add_control_routes(app, handlers)
     return app
@@ -217,4 +222,6 @@ def _add_control_routes(app: web.Application, handlers: VonageApp) -> None:
     app.router.add_get("/_sandbox/messages/{sid}", handlers.get_message_debug, allow_head=False)
     app.router.add_post("/_sandbox/reset", handlers.post_reset)
     app.router.add_post("/_sandbox/callbacks/replay", handlers.post_callbacks_replay)
+    app.router.add_post("/_sandbox/inbound", handlers.post_inbound)
+    app.router.add_get("/_sandbox/inbound", handlers.get_inbound, allow_head=False)
     app.router.add_get("/_sandbox/health", handlers.health)

@@ -20,6 +20,7 @@ from delivery.providers.vonage.sandbox.config import (
     STATUS_TEXT,
     VonageConfig,
 )
+from delivery.providers.vonage.sandbox.inbound import VonageInbound
 from delivery.providers.vonage.sandbox.journal import PartJournal
 from delivery.providers.vonage.sandbox.parts import (
     VonagePart,
@@ -63,6 +64,7 @@ class VonageState:
         self.start_config = (config or VonageConfig()).updated({})
         self.seed = seed
         self.callbacks = ReceiptHook(self)
+        self.inbound = VonageInbound(self)  # POST /_sandbox/inbound
         self.listeners: Listeners | None = None
         self.journal: PartJournal | None = None  # with --state-file
         self._restored: list[VonagePart] = []
@@ -81,6 +83,7 @@ class VonageState:
         self.set_config(self.start_config.updated({}))
         self.balance = self.config.balance
         self.callbacks.reset()
+        self.inbound.reset()
         if getattr(self, "journal", None) is not None:
             self.journal.truncate()  # a reset forgets the store, on disk too
 
@@ -335,4 +338,5 @@ class VonageState:
             "max_in_flight": self.max_in_flight,
             "callbacks": self.callbacks.stats(),
             "callback_results": self.callbacks.results_stats(),
+            "inbound": self.inbound.stats(),
         }
