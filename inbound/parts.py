@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Min
 
 from inbound.models import InboundMessage, InboundPart, InboundState
@@ -78,16 +78,3 @@ def _join(key: tuple[str, str, str, str], *, waited_enough: bool, now: datetime)
     )
     InboundPart.objects.filter(pk__in=[p.pk for p in parts]).update(message=message)
     return 1
-
-
-def parts_waiting_oldest_seconds(now: datetime) -> float:
-    """Age of the oldest part still waiting for its group (for /metrics and the alert), 0 when none."""
-    with connection.cursor() as cur:
-        cur.execute(
-            f'SELECT MIN("received_at") FROM "{InboundPart._meta.db_table}" WHERE "message_id" IS NULL'  # noqa: S608
-        )
-        row = cur.fetchone()
-    oldest = row[0] if row else None
-    if isinstance(oldest, str):
-        oldest = datetime.fromisoformat(oldest)
-    return max(0.0, (now - oldest).total_seconds()) if oldest else 0.0

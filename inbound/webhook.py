@@ -45,7 +45,7 @@ def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
         refused = callback_error(405, "method", f"{provider} posts its inbound messages")
         refused["Allow"] = ", ".join(get_adapter(provider).inbound_methods)
         return refused
-    adapter, params, refused = signed_form(request, provider)
+    adapter, params, refused = signed_form(request, provider, inbound=True)
     if refused is not None:
         return refused
     try:

@@ -52,7 +52,7 @@ def callback_error(status: int, field: str, message: str, code: str = "invalid")
     )
 
 
-def signed_form(request: HttpRequest, provider: str):
+def signed_form(request: HttpRequest, provider: str, *, inbound: bool = False):
     """A provider's signed form POST, checked before anything reads the database: ``(adapter, params,
     None)``, or ``(None, None, error response)``. 404 for an unknown provider, 413 past the size limit,
     415 for a body of a type the provider does not send (``Capabilities.callback_content_types``), 403
@@ -82,7 +82,8 @@ def signed_form(request: HttpRequest, provider: str):
             ),
         )
     try:
-        verified = adapter.validate_callback(callback_url(request), params, request.headers)
+        validate = adapter.validate_inbound if inbound else adapter.validate_callback
+        verified = validate(callback_url(request), params, request.headers)
     except CallbackKeyUnknown as exc:
         return None, None, _key_unknown(provider, params, exc)
     except CallbackInvalid as exc:  # signed, but stale or from the future: a replay or a skewed clock

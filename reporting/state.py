@@ -228,7 +228,7 @@ class StateCollector:
             "Age of the oldest part of a long inbound message still waiting for the rest (0 when none); "
             "a group is joined at SMSGW_INBOUND_PARTS_WAIT_SECONDS at the latest.",
         )
-        # As inbound.parts.parts_waiting_oldest_seconds, in this module's form (one probe; SQLite's naive
+        # The oldest part still waiting for its group, in this module's form (one probe; SQLite's naive
         # times read as UTC).
         waiting = _oldest(cur, "received_at", '"message_id" IS NULL', [], table=INBOUND_PART)
         parts.add_metric([], _age(now, waiting))

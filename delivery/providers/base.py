@@ -256,6 +256,11 @@ class ProviderAdapter:
         this host does not hold."""
         raise NotImplementedError
 
+    def validate_inbound(self, url: str, params: dict, headers: Mapping[str, str]) -> bool:
+        """Is the inbound-message webhook signed by the provider? As ``validate_callback`` unless the
+        provider signs its retries of an inbound message differently."""
+        return self.validate_callback(url, params, headers)
+
     def callback_replay_key(self, params: dict) -> tuple[str, float] | None:
         """For a provider whose signed callbacks are one-time (a nonce and a timestamp under the
         signature, as Vonage's): the key a verified callback is remembered by and for how many seconds,

@@ -182,9 +182,23 @@ def test_unsigned_forged_or_stale_inbound_changes_nothing(tenant):
     assert post_inbound(inbound("STOP", to)).status_code == 403
     forged = {**sign(inbound("HELLO", to)), "text": "STOP"}
     assert post_inbound(forged).status_code == 403
-    stale = post_inbound(sign(inbound("STOP", to), at=time.time() - 600))
+    # Vonage resends an unanswered inbound message for 24 hours with its first timestamp: only past that
+    # (and an hour's margin) is a signed one stale.
+    stale = post_inbound(sign(inbound("STOP", to), at=time.time() - 26 * 3600))
     assert stale.status_code == 403 and list(stale.json()["error"]["fields"]) == ["timestamp"]
     assert not Suppression.objects.exists() and not SuppressionChange.objects.exists()
+
+
+def test_a_retry_of_an_inbound_message_hours_later_is_taken_once(tenant):
+    to = recipient(3)
+    first = inbound("STOP", to)
+    pushed = time.time() - 5 * 3600  # Vonage started to push it five hours ago; we answered 500 since
+    assert post_inbound(sign(first, at=pushed)).status_code == 200
+    assert post_inbound(sign(first, at=pushed)).status_code == 200
+    assert Suppression.objects.filter(number=to).count() == 1
+    # A receipt is still held to the receipts' five-minute window.
+    late = post_receipt(sign(receipt(), at=time.time() - 600))
+    assert late.status_code == 403 and list(late.json()["error"]["fields"]) == ["timestamp"]
 
 
 def test_a_replayed_start_does_not_undo_a_later_stop(tenant):
