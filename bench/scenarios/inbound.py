@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.harness import data, devprocs
 from inbound.models import InboundMessage
+from receipts.models import WebhookDelivery
 from smsgw.models import api_key_create
 from smsgw.tenancy.senders import sender_assign
 
@@ -162,6 +163,7 @@ def _delays(sent: dict[str, float], arrived: dict[str, float]) -> dict:
 def inbound(*, rate: int, seconds: int, retry_share: float, web_workers: int, drain_timeout: float) -> dict:
     tenant = data.bench_reset()
     InboundMessage.objects.all().delete()
+    WebhookDelivery.objects.filter(tenant=tenant).delete()
     sender_assign(tenant=tenant, sender="+14155550100", shared=False)
     receiver = _Receiver()
     tenant.webhook_url, tenant.webhook_secret = receiver.url, "whsec_" + secrets.token_hex(24)
