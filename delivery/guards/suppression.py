@@ -83,14 +83,14 @@ def suppression_remove(
     return bool(deleted)
 
 
-def help_record(*, tenant_id: int, number: str, sender: str) -> None:
+def help_record(*, tenant_id: int, number: str, sender: str, keyword: str = "HELP") -> None:
     SuppressionChange.objects.create(
         tenant_id=tenant_id,
         number=number,
         sender=sender,
         action=SuppressionChange.HELP,
         source=SuppressionSource.INBOUND_KEYWORD,
-        keyword="HELP",
+        keyword=keyword,
         created_at=timezone.now(),
     )
     transaction.on_commit(
@@ -138,8 +138,9 @@ def is_suppressed(*, tenant_id: int, number: str, from_number: str, sender_pool:
 
 def suppressed_rows(rows: Iterable[dict]) -> set[int]:
     """Of message rows (id, tenant_id, to, from_number, sender_pool), the ids a suppression
-    covers: one query for the whole batch."""
-    rows = list(rows)
+    covers: one query for the whole batch. A row with ``exempt_suppression`` (a keyword's confirmation,
+    scheduling.models.Message) is never covered."""
+    rows = [r for r in rows if not r.get("exempt_suppression")]
     if not rows:
         return set()
     cond = Q()
