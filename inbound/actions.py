@@ -145,7 +145,9 @@ def _confirm(inbound: InboundMessage, match: Match, replied: Replied | None, *, 
     if replied is None:
         return {"confirmed": None, "note": "no message to confirm on this number pair"}
     details = {"inbound": inbound.public_id, "keyword": match.keyword}
-    event_record(replied.id, kind="reply_confirmed", actor="recipient", details=details, status=replied.status)
+    event_record(
+        replied.id, kind="reply_confirmed", actor="recipient", details=details, status=replied.status
+    )
     webhook_url = Tenant.objects.filter(pk=inbound.tenant_id).values_list("webhook_url", flat=True).first()
     webhook_id = ""
     if webhook_url:

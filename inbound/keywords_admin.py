@@ -7,9 +7,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from inbound.keywords_api import KEYWORD
+from inbound.keywords_api import KEYWORD, owned_sender
 from inbound.models import KeywordRule
-from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.tenancy.senders import tenant_owns_sender
 
 
@@ -29,12 +28,7 @@ class KeywordRuleForm(forms.ModelForm):
         raw = (cleaned.get("number") or "").strip()
         tenant = self.instance.tenant if self.instance.tenant_id else getattr(self, "parent_tenant", None)
         if raw and tenant is not None and tenant.pk is not None:
-            candidates = [raw]
-            try:
-                candidates.append(DEFAULT_CHANNEL.sender(raw))
-            except AddressError:
-                pass
-            owned = next((c for c in candidates if tenant_owns_sender(tenant, c)), None)
+            owned = owned_sender(raw, lambda value: tenant_owns_sender(tenant, value))
             if owned is None:
                 self.add_error("number", "Not one of this tenant's senders.")
             else:

@@ -6,7 +6,9 @@ built-in lists (inbound.keywords) are shown beside the tenant's rules, which win
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable
 
 from django.db import transaction
 from drf_spectacular.utils import OpenApiExample, extend_schema
@@ -84,19 +86,22 @@ EXAMPLE = {
 }
 
 
+def owned_sender(raw: str, owns: Callable[[str], bool]) -> str | None:
+    """The tenant's sender ``raw`` names (as given, or normalised: "+1 415..." is +1415...), or None."""
+    candidates = [raw]
+    with contextlib.suppress(AddressError):
+        candidates.append(DEFAULT_CHANNEL.sender(raw))
+    return next((c for c in candidates if owns(c)), None)
+
+
 def _number(owns: OwnershipCheck, raw: str, field: str) -> str:
     raw = raw.strip()
     if not raw:
         return ""
-    candidates = [raw]
-    try:
-        candidates.append(DEFAULT_CHANNEL.sender(raw))
-    except AddressError:
-        pass
-    for value in candidates:
-        if owns.owns(value):
-            return value
-    raise field_error(field, "is not one of this tenant's senders (the operator assigns them)")
+    owned = owned_sender(raw, owns.owns)
+    if owned is None:
+        raise field_error(field, "is not one of this tenant's senders (the operator assigns them)")
+    return owned
 
 
 def _rules(tenant, items: list) -> list[KeywordRule]:

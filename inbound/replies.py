@@ -59,8 +59,7 @@ DEFAULTS: dict[str, dict[str, str]] = {
     },
     KeywordAction.HELP: {
         "en": "{name}: reply STOP to unsubscribe. Message and data rates may apply.",
-        "fr": "{name} : répondez ARRET pour vous désinscrire. Des frais de messagerie peuvent "
-        "s'appliquer.",
+        "fr": "{name} : répondez ARRET pour vous désinscrire. Des frais de messagerie peuvent s'appliquer.",
         "es": "{name}: responda BAJA para darse de baja. Pueden aplicarse tarifas de mensajes y datos.",
         "de": "{name}: Antworten Sie STOPP zum Abmelden. Es können SMS-Gebühren anfallen.",
     },
@@ -88,9 +87,7 @@ def reply_send(inbound: InboundMessage, *, action: str, keyword: str, rule_reply
     text = reply_text(action=action, keyword=keyword, rule_reply=rule_reply, tenant=tenant)
     if not text:
         return {}
-    sender = (
-        {SENDER_POOL_FIELD: inbound.sender_pool} if inbound.sender_pool else {"from": inbound.to_number}
-    )
+    sender = {SENDER_POOL_FIELD: inbound.sender_pool} if inbound.sender_pool else {"from": inbound.to_number}
     data = {
         "to": inbound.from_number,
         "body": text,

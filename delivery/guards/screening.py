@@ -90,9 +90,9 @@ def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int,
 
 def _rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Tenant]]:
     """The batch's queued rows, each with whether a suppression entry covers it (its tenant and number,
-    and its sender or none: the unique index's prefix; never a keyword's confirmation), and (``rules``) their tenants' current rules,
-    read fresh: a permission changed a second ago applies to this batch. On PostgreSQL one statement,
-    the ids as one array."""
+    and its sender or none: the unique index's prefix; never a keyword's confirmation), and (``rules``)
+    their tenants' current rules, read fresh: a permission changed a second ago applies to this batch. On
+    PostgreSQL one statement, the ids as one array."""
     if is_postgres():
         return _pg_rows(message_ids, rules)
     covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
