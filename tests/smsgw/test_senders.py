@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+import secrets
 from importlib import import_module
 
 import pytest
@@ -29,6 +30,7 @@ from smsgw.tenancy.senders import (
     tenant_owns_sender,
 )
 from tests.factories import message, recipient, tenant_with_key
+from tests.inbound.processing import inbound_processed
 from tests.smsgw.test_admin import _tenant_form, staff
 
 pytestmark = pytest.mark.django_db
@@ -228,7 +230,7 @@ def stop(settings):
 
     def post(body: str, frm: str, to: str):
         params = {
-            "MessageSid": "SM" + "1" * 32,
+            "MessageSid": f"SM{secrets.token_hex(16)}",  # each message its own, as Twilio gives them
             "AccountSid": "AC" + "0" * 32,
             "From": frm,
             "To": to,
@@ -239,6 +241,7 @@ def stop(settings):
         )
         response = Client().post("/inbound/twilio/", params, HTTP_X_TWILIO_SIGNATURE=signature)
         assert response.status_code == 200
+        inbound_processed()  # stored by the webhook, acted on by the inbound processor
         return response
 
     yield post

@@ -1,6 +1,7 @@
 """Vonage's signed callbacks through the endpoints (receipts.api): a forged or replayed receipt refused
 and nothing stored, a correctly signed one taken; STOP, START and HELP through ``/inbound/vonage/`` as
-Twilio's, signed, in each of Vonage's webhook methods, and a replayed START refused."""
+Twilio's, signed, in each of Vonage's webhook methods (stored, then acted on by the inbound processor), and
+a replayed START refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from delivery.providers.vonage import callbacks as vonage_callbacks
 from delivery.providers.vonage.sandbox.parts import signature
 from receipts.models import ReceiptEvent
 from tests.factories import SENDER, recipient, tenant_with_key
+from tests.inbound.processing import inbound_processed, inbound_states
 
 pytestmark = pytest.mark.django_db
 SECRET = "endpoint-signature-secret"
@@ -135,11 +137,15 @@ def inbound(text: str, frm: str, **extra) -> dict:
 
 
 def post_inbound(params: dict, how: str = "json"):
+    """The signed webhook, then the inbound processor's pass (the ``inbound`` queue's work)."""
     if how == "json":
-        return Client().post("/inbound/vonage/", params, content_type="application/json")
-    if how == "form":
-        return Client().post("/inbound/vonage/", params)
-    return Client().get("/inbound/vonage/?" + urlencode(params))
+        answer = Client().post("/inbound/vonage/", params, content_type="application/json")
+    elif how == "form":
+        answer = Client().post("/inbound/vonage/", params)
+    else:
+        answer = Client().get("/inbound/vonage/?" + urlencode(params))
+    inbound_processed()
+    return answer
 
 
 @pytest.mark.parametrize("how", ["json", "form", "get"])
@@ -186,9 +192,11 @@ def test_a_replayed_start_does_not_undo_a_later_stop(tenant):
     assert post_inbound(sign(inbound("STOP", to))).status_code == 200
     assert post_inbound(start).status_code == 200
     assert post_inbound(sign(inbound("STOP", to))).status_code == 200
+    # The same signed START again: Vonage's id is stored once (inbound.intake), so the replay is a
+    # duplicate, answered and dropped, and the later STOP stands.
     replayed = post_inbound(start)
-    assert replayed.status_code == 403
-    assert replayed.json()["error"]["fields"] == {"sig": ["already used: a replayed callback"]}
+    assert replayed.status_code in (200, 403)
+    assert inbound_states() == ["routed"] * 3
     assert Suppression.objects.filter(number=to).exists()
 
 
@@ -199,11 +207,12 @@ def test_an_inbound_message_without_its_sender_names_the_field(tenant):
     assert answer.status_code == 400 and list(answer.json()["error"]["fields"]) == ["msisdn"]
 
 
-def test_an_inbound_keyword_to_a_number_that_is_not_one_names_to_and_changes_nothing(tenant):
-    # An alphanumeric sender cannot be answered, so a STOP "to" one is no number of ours: the 400 names
-    # the field that is wrong, not the sender's.
+def test_an_inbound_keyword_to_a_number_no_tenant_owns_is_kept_unrouted_and_changes_nothing(tenant):
+    # "SMSGW" is no number of any tenant: the message is kept for operators (docs/inbound.md), never
+    # dropped, and its STOP applies to nobody's list.
     answer = post_inbound(sign({**inbound("STOP", recipient(6)), "to": "SMSGW"}))
-    assert answer.status_code == 400 and list(answer.json()["error"]["fields"]) == ["to"]
+    assert answer.status_code == 200
+    assert inbound_states() == ["unrouted"]
     assert not Suppression.objects.exists() and not SuppressionChange.objects.exists()
 
 
