@@ -28,7 +28,7 @@ KEYWORD = re.compile(r"^[A-Za-z0-9]{1,32}$")
 REPLY_MAX = KeywordRule._meta.get_field("reply").max_length
 
 
-class RuleInput(ClosedJsonSerializer):
+class KeywordRuleInput(ClosedJsonSerializer):
     keyword = serializers.CharField(
         max_length=64,
         trim_whitespace=True,
@@ -59,22 +59,22 @@ class KeywordsInput(ClosedJsonSerializer):
     )
 
 
-class RuleOutput(serializers.Serializer):
+class KeywordRuleOutput(serializers.Serializer):
     keyword = serializers.CharField()
     action = serializers.ChoiceField(choices=KeywordAction.choices)
     reply = serializers.CharField()
     number = serializers.CharField()
 
 
-class BuiltInOutput(serializers.Serializer):
+class BuiltInKeywordsOutput(serializers.Serializer):
     opt_out = serializers.ListField(child=serializers.CharField())
     opt_in = serializers.ListField(child=serializers.CharField())
     help = serializers.ListField(child=serializers.CharField())
 
 
 class KeywordsOutput(serializers.Serializer):
-    rules = RuleOutput(many=True, help_text="The tenant's rules; they win over the built-in lists.")
-    built_in = BuiltInOutput(help_text="The keywords every tenant has (English, French, Spanish, German).")
+    rules = KeywordRuleOutput(many=True, help_text="The tenant's rules; they win over the built-in lists.")
+    built_in = BuiltInKeywordsOutput(help_text="The keywords every tenant has (English, French, Spanish, German).")
 
 
 EXAMPLE = {
@@ -110,7 +110,7 @@ def _rules(tenant, items: list) -> list[KeywordRule]:
     seen: set[tuple[str, str]] = set()
     for i, item in enumerate(items):
         where = f"rules[{i}]"
-        one = RuleInput(data=item)
+        one = KeywordRuleInput(data=item)
         if not one.is_valid():
             name, messages = next(iter(one.errors.items()))
             raise field_error(f"{where}.{name}", str(messages[0]))
