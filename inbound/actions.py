@@ -99,6 +99,7 @@ def keyword_apply(inbound: InboundMessage, match: Match, replied: Replied | None
 
 def _cancel(inbound: InboundMessage, match: Match, replied: Replied | None) -> dict:
     """Cancel what is still pending of the replied-to message's schedule or campaign, for this contact."""
+    assert inbound.tenant_id is not None
     if replied is None or not (replied.schedule_id or replied.campaign_id):
         return {"cancelled": [], "count": 0, "note": "the replied-to message is no schedule's or campaign's"}
     contact = inbound.from_number
@@ -115,6 +116,7 @@ def _cancel(inbound: InboundMessage, match: Match, replied: Replied | None) -> d
         cancelled = _pending_cancel(Message.objects.filter(schedule_id=schedule.pk, to=contact), details)
         return {"schedule": schedule.public_id, "schedule_cancelled": False, **_counted(cancelled)}
     campaign_id = replied.campaign_id
+    assert campaign_id is not None
     cancelled = _pending_cancel(Message.objects.filter(campaign_id=campaign_id, to=contact), details)
     public = Message.objects.filter(pk=replied.id).values_list("campaign__public_id", flat=True).first()
     return {"campaign": public, **_counted(cancelled)}
@@ -152,6 +154,7 @@ def _pending_cancel(messages, details: dict) -> list[str]:
 
 def _confirm(inbound: InboundMessage, match: Match, replied: Replied | None, *, now: datetime) -> dict:
     """A confirmation on the replied-to message: its timeline and the tenant's webhook."""
+    assert inbound.tenant_id is not None
     if replied is None:
         return {"confirmed": None, "note": "no message to confirm on this number pair"}
     details = {"inbound": inbound.public_id, "keyword": match.keyword}

@@ -24,7 +24,7 @@ class KeywordRuleForm(forms.ModelForm):
         return keyword.upper()
 
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         raw = (cleaned.get("number") or "").strip()
         tenant = self.instance.tenant if self.instance.tenant_id else getattr(self, "parent_tenant", None)
         if raw and tenant is not None and tenant.pk is not None:
@@ -37,10 +37,9 @@ class KeywordRuleForm(forms.ModelForm):
 
 
 class KeywordRuleFormSet(forms.BaseInlineFormSet):
-    def _construct_form(self, i, **kwargs):
-        form = super()._construct_form(i, **kwargs)
-        form.parent_tenant = self.instance
-        return form
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        form.parent_tenant = self.instance  # a new rule's form has no tenant yet: the page's
 
 
 class KeywordRuleInline(admin.TabularInline):

@@ -74,7 +74,9 @@ class BuiltInKeywordsOutput(serializers.Serializer):
 
 class KeywordsOutput(serializers.Serializer):
     rules = KeywordRuleOutput(many=True, help_text="The tenant's rules; they win over the built-in lists.")
-    built_in = BuiltInKeywordsOutput(help_text="The keywords every tenant has (English, French, Spanish, German).")
+    built_in = BuiltInKeywordsOutput(
+        help_text="The keywords every tenant has (English, French, Spanish, German)."
+    )
 
 
 EXAMPLE = {

@@ -83,6 +83,7 @@ def reply_send(inbound: InboundMessage, *, action: str, keyword: str, rule_reply
     """Send the keyword's answer to the contact; returns what to add to the action's result:
     ``{"reply": <message id>}``, ``{"reply_error": ...}`` when it could not be made (the action stands),
     or nothing when there is no text."""
+    assert inbound.tenant_id is not None  # routed: only a tenant's message has a keyword applied
     tenant = Tenant.objects.get(pk=inbound.tenant_id)
     text = reply_text(action=action, keyword=keyword, rule_reply=rule_reply, tenant=tenant)
     if not text:
