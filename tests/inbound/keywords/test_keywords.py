@@ -5,6 +5,7 @@ Signed Twilio inbound webhooks, the inbound processor, the real send worker agai
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -328,6 +329,7 @@ def test_the_admin_shows_and_checks_keyword_rules_on_the_tenants_page(tenant):
     from django.test import Client
 
     from smsgw.console.roles import roles_sync
+    from tests.smsgw.test_admin import _tenant_form
 
     t, _ = tenant
     roles_sync(apps)
@@ -335,5 +337,35 @@ def test_the_admin_shows_and_checks_keyword_rules_on_the_tenants_page(tenant):
     client = Client()
     client.force_login(admin)
     KeywordRule.objects.create(tenant=t, keyword="C", action="cancel", reply="Cancelled.")
-    page = client.get(f"/admin/smsgw/tenant/{t.pk}/change/").content.decode()
+    url = f"/admin/smsgw/tenant/{t.pk}/change/"
+    page = client.get(url).content.decode()
     assert "keyword rules" in page.lower() and 'value="C"' in page
+
+    def post(*rows: dict):
+        # The page's own management forms (every inline it shows), the tenant as it is, the rules given.
+        data = {
+            name: value
+            for name, value in re.findall(
+                r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"[^>]*value="(\d*)"', page
+            )
+        }
+        data.update(_tenant_form(name=t.name, slug=t.slug, default_from=t.default_from))
+        rule = KeywordRule.objects.get(tenant=t)
+        rows = ({"id": rule.pk, "keyword": "C", "action": "cancel", "reply": "Cancelled."}, *rows)
+        data["keyword_rules-TOTAL_FORMS"] = str(len(rows))
+        for i, row in enumerate(rows):
+            data.update({f"keyword_rules-{i}-{k}": v for k, v in row.items()})
+            data[f"keyword_rules-{i}-tenant"] = t.pk
+        return client.post(url, data)
+
+    refused = post(
+        {"keyword": "two words", "action": "confirm"},
+        {"keyword": "Y", "action": "confirm", "number": "+14155550188"},
+    )
+    assert refused.status_code == 200 and "One word of letters" in refused.content.decode()
+    assert "Not one of this tenant" in refused.content.decode()
+    assert list(KeywordRule.objects.filter(tenant=t).values_list("keyword", flat=True)) == ["C"]
+    done = post({"keyword": "y", "action": "confirm", "reply": "Thanks.", "number": "+1 415 555 0100"})
+    assert done.status_code == 302, done.content.decode()[-3000:]
+    rules = set(KeywordRule.objects.filter(tenant=t).values_list("keyword", "action", "number"))
+    assert rules == {("C", "cancel", ""), ("Y", "confirm", SENDER)}
