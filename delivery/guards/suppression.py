@@ -1,6 +1,6 @@
 """The tenant's suppression list (docs/guards.md, "Opt-outs"): who opted out, from which sender, and the one
-place that adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call
-these.
+place that adds, removes and checks entries. Views, the inbound keywords (inbound.actions; which words
+are keywords is inbound.keywords'), the send worker and the admin call these.
 
 A recipient who texts STOP to a sender opts out of that sender (a From number, or the messaging service
 the number belongs to); an entry with an empty sender covers every sender of the tenant. A message is
@@ -20,19 +20,6 @@ from smsgw.observability import events
 from smsgw.runtime.db import fetchone_prepared, server_bound_cursor
 
 REASON_OPTED_OUT = ReasonCode.OPTED_OUT
-
-STOP_KEYWORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
-START_KEYWORDS = frozenset({"START", "UNSTOP", "YES"})
-HELP_KEYWORDS = frozenset({"HELP"})
-
-
-def keyword_of(body: str) -> str | None:
-    """The keyword a whole inbound message is (case-insensitive, surrounding spaces ignored), or None:
-    "stop please" is not an opt-out."""
-    word = (body or "").strip().upper()
-    if word in STOP_KEYWORDS or word in START_KEYWORDS or word in HELP_KEYWORDS:
-        return word
-    return None
 
 
 def suppression_add(
@@ -96,23 +83,6 @@ def help_record(*, tenant_id: int, number: str, sender: str, keyword: str = "HEL
     transaction.on_commit(
         lambda: events.suppression_changed(SuppressionChange.HELP, SuppressionSource.INBOUND_KEYWORD)
     )
-
-
-def inbound_keyword_apply(*, tenant_id: int, number: str, sender: str, keyword: str) -> None:
-    """STOP-like words add (number, sender); START-like words remove it; HELP is recorded."""
-    if keyword in HELP_KEYWORDS:
-        help_record(tenant_id=tenant_id, number=number, sender=sender)
-        return
-    change = suppression_add if keyword in STOP_KEYWORDS else suppression_remove
-    if keyword in STOP_KEYWORDS or keyword in START_KEYWORDS:
-        change(
-            tenant_id=tenant_id,
-            number=number,
-            sender=sender,
-            source=SuppressionSource.INBOUND_KEYWORD,
-            actor="recipient",
-            keyword=keyword,
-        )
 
 
 def _sender_of(from_number: str, sender_pool: str) -> str:
