@@ -258,6 +258,12 @@ class Command(BaseCommand):
         p = sub.add_parser("limiter", help="the 50,000 burst with pacing off and on, same run")
         p.add_argument("--messages", type=int, default=50_000)
         p.add_argument("--timeout", type=float, default=300.0)
+        p = sub.add_parser("inbound", help="replies through the web process to the webhook and the pull API")
+        p.add_argument("--rate", type=int, default=500, help="new replies a second")
+        p.add_argument("--seconds", type=int, default=60)
+        p.add_argument("--retry-share", type=float, default=0.1, help="replies the provider posts again")
+        p.add_argument("--web-workers", type=int, default=2)
+        p.add_argument("--drain-timeout", type=float, default=120.0)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -561,6 +567,16 @@ class Command(BaseCommand):
                 history_rows=opts["history"],
                 day_rows=opts["day"],
                 repeats=opts["repeats"],
+            )
+        elif scenario == "inbound":
+            from bench.scenarios.inbound import inbound
+
+            result = inbound(
+                rate=opts["rate"],
+                seconds=opts["seconds"],
+                retry_share=opts["retry_share"],
+                web_workers=opts["web_workers"],
+                drain_timeout=opts["drain_timeout"],
             )
         elif scenario == "pending":
             from bench.scenarios.throughput import pending

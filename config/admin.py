@@ -220,7 +220,8 @@ class TenantSenderInline(admin.TabularInline):
     """A tenant's senders, on its page. A saved sender is fixed: delete it (release) and assign another."""
 
     model = TenantSender
-    fields = ("value", "kind", "provider", "account", "shared", "created_at")
+    # sms_url/sms_method: set by the tenant (the Twilio-compatible IncomingPhoneNumbers), shown here.
+    fields = ("value", "kind", "provider", "account", "shared", "sms_url", "sms_method", "created_at")
     readonly_fields = fields
     extra = 0
     verbose_name_plural = "senders (assigned by operators; the tenant can send only from these)"
@@ -258,7 +259,17 @@ class TenantSenderAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ("kind",)
-        return ("tenant", "value", "kind", "provider", "account", "shared", "created_at")
+        return (
+            "tenant",
+            "value",
+            "kind",
+            "provider",
+            "account",
+            "shared",
+            "sms_url",
+            "sms_method",
+            "created_at",
+        )
 
     def save_model(self, request, obj, form, change):
         if not change:

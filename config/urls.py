@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from delivery import api as delivery_api
 from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
+from inbound import api as inbound_api
 from inbound import keywords_api
 from inbound import webhook as inbound_webhook
 from receipts import api as receipts_api
@@ -14,6 +15,7 @@ from retention import erase_api, horizons_api
 from scheduling.campaigns import api as cmp
 from scheduling.campaigns import control_api as cmpctl
 from scheduling.facade import api as facade_api
+from scheduling.facade import numbers as facade_numbers
 from scheduling.messages import api
 from scheduling.schedules import api as sched
 from smsgw.http import docs, health
@@ -57,6 +59,9 @@ urlpatterns = [
     path("v1/keywords", keywords_api.KeywordsApi.as_view(), name="keywords"),
     path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
     path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),
+    path("v1/inbound", inbound_api.InboundListApi.as_view(), name="inbound-list"),
+    path("v1/inbound/<str:public_id>", inbound_api.InboundDetailApi.as_view(), name="inbound-detail"),
+    path("v1/conversations/<str:to>", inbound_api.ConversationApi.as_view(), name="conversation"),
     path("v1/exports", retention_api.ExportsApi.as_view(), name="exports"),
     path("v1/exports/<str:public_id>", retention_api.ExportDetailApi.as_view(), name="export-detail"),
     path(
@@ -91,6 +96,16 @@ urlpatterns = [
         "2010-04-01/Accounts/<str:account_sid>/Messages/<str:sid>.json",
         facade_api.message,
         name="facade-message",
+    ),
+    path(
+        "2010-04-01/Accounts/<str:account_sid>/IncomingPhoneNumbers.json",
+        facade_numbers.incoming_numbers,
+        name="facade-numbers",
+    ),
+    path(
+        "2010-04-01/Accounts/<str:account_sid>/IncomingPhoneNumbers/<str:sid>.json",
+        facade_numbers.incoming_number,
+        name="facade-number",
     ),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

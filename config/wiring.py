@@ -16,6 +16,7 @@ def stages_install() -> None:
     from delivery.flow import circuit, pacing
     from delivery.guards import acceptance, velocity
     from delivery.routing import birth
+    from inbound import twilio_forward
     from receipts import ingest, webhooks
     from retention import reader, redact, requested
     from scheduling.dispatch import release
@@ -65,3 +66,8 @@ def stages_install() -> None:
     stages.message_history.fill(reader)
     # A message's content removed on request (the Twilio-compatible Body=""), by the retention room.
     stages.message_redact.fill(redact.message_redact_slot)
+    # A callback URL set through another API than receipts' (the Twilio-compatible SmsUrl): the outbox's
+    # SSRF check, at once (and again at each delivery).
+    stages.url_check.fill(webhooks.webhook_url_check)
+    # A Twilio program's TwiML answer to a forwarded incoming message: its <Message>s sent as replies.
+    stages.webhook_answer.fill(twilio_forward.twiml_answer)

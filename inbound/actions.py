@@ -2,8 +2,8 @@
 inbound message, so an action, its answer and the message's record of them commit together or not at all.
 
 - ``opt_out`` / ``opt_in``: the contact goes on (comes off) the tenant's suppression list for the sender
-  it wrote to (delivery.guards.suppression, audited there), and on every other list of a tenant that
-  shares that sender; ``help`` is recorded there too.
+  it wrote to (delivery.guards.suppression, audited there; inbound.process changes the lists of the
+  other tenants an operator shares that sender with); ``help`` is recorded there too.
 - ``cancel``: the pending (scheduled or queued) messages of the schedule or campaign the replied-to message
   belongs to, for this contact and nothing else. A schedule has one recipient: when it is the contact's,
   the schedule itself is cancelled (scheduling.schedules.service.schedule_cancel: no further occurrences,
@@ -34,7 +34,6 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Schedule, ScheduleStatus, Status
 from scheduling.schedules.service import schedule_cancel
 from smsgw.models import Tenant
-from smsgw.tenancy.senders import sender_owners
 
 ACTOR = replies.ACTOR
 CONFIRMED_EVENT = "message.confirmed"
@@ -68,23 +67,15 @@ def keyword_apply(inbound: InboundMessage, match: Match, replied: Replied | None
             if match.action == KeywordAction.OPT_OUT
             else suppression.suppression_remove
         )
-        # A number an operator shares between tenants: the recipient opted out of (into) the number, so
-        # every tenant sending from it gets the change, each audited on its own list.
-        tenant_ids = sorted({inbound.tenant_id, *sender_owners([sender])})
-        changed = {
-            tenant_id: change(
-                tenant_id=tenant_id,
-                number=inbound.from_number,
-                sender=sender,
-                source="inbound_keyword",
-                actor="recipient",
-                keyword=match.keyword[:16],
-            )
-            for tenant_id in tenant_ids
-        }
-        result = {"changed": changed[inbound.tenant_id], "sender": sender}
-        if len(tenant_ids) > 1:
-            result["shared_with"] = len(tenant_ids) - 1
+        changed = change(
+            tenant_id=inbound.tenant_id,
+            number=inbound.from_number,
+            sender=sender,
+            source="inbound_keyword",
+            actor="recipient",
+            keyword=match.keyword[:16],
+        )
+        result = {"changed": changed, "sender": sender}
     elif match.action == KeywordAction.CANCEL:
         result = _cancel(inbound, match, replied)
     elif match.action == KeywordAction.CONFIRM:

@@ -34,12 +34,14 @@ def inbound_data(inbound: InboundMessage) -> dict:
     }
 
 
-def received_notify(
+def received_delivery(
     inbound: InboundMessage, *, webhook_url: str, replied_id: int | None, now: datetime
-) -> None:
-    if not webhook_url:
-        return
-    WebhookDelivery.objects.create(
+) -> WebhookDelivery | None:
+    """The notification a processed reply owes its tenant (unsaved: the processor writes a batch's at
+    once), or None when the tenant has no webhook."""
+    if not webhook_url or inbound.tenant_id is None:
+        return None
+    return WebhookDelivery(
         webhook_id=f"whin_{secrets.token_hex(12)}",
         tenant_id=inbound.tenant_id,
         message_id=replied_id,

@@ -70,6 +70,26 @@ def post_pinned(
     """POST to ``address`` (already checked), presenting ``host`` for the Host header, TLS SNI and
     certificate verification (the name is never resolved a second time); the answer's status code.
     Raises an urllib3 HTTPError (DeadlinePassed when the deadline cut the request short)."""
+    return request_pinned(
+        url, host, port, address, body, headers, deadline_seconds=deadline_seconds, max_body=max_body
+    )[0]
+
+
+def request_pinned(
+    url: str,
+    host: str,
+    port: int,
+    address: str,
+    body: bytes,
+    headers: dict,
+    *,
+    deadline_seconds: float,
+    max_body: int,
+    method: str = "POST",
+) -> tuple[int, bytes]:
+    """``post_pinned`` with the method given (GET for a Twilio SmsMethod=GET: the form in the URL, no
+    body) and the answer's first ``max_body`` bytes too (those read before the deadline; a Twilio
+    program's TwiML, receipts.webhooks)."""
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     # Per operation too, so a dead server fails fast; the timer bounds the whole.
@@ -94,9 +114,9 @@ def post_pinned(
     try:
         try:
             resp = pool.urlopen(
-                "POST",
+                method,
                 path,
-                body=body,
+                body=body if body or method == "POST" else None,
                 headers={**headers, "Host": netloc},
                 redirect=False,
                 preload_content=False,
@@ -108,11 +128,12 @@ def post_pinned(
                 raise DeadlinePassed(f"no answer within {deadline_seconds:g} s") from None
             raise
         # The status is the answer: the body is read only up to max_body, and one cut by the deadline
-        # changes nothing.
+        # changes nothing (what came before it is kept).
+        answer = b""
         with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
-            resp.read(max_body)
+            answer = resp.read(max_body)
         resp.close()
-        return resp.status
+        return resp.status, answer
     finally:
         timer.cancel()
         pool.close()

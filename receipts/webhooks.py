@@ -26,9 +26,10 @@ from django.utils.dateparse import parse_datetime
 from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
-from receipts.webhook_http import post_pinned
+from receipts.webhook_http import request_pinned
 from scheduling.facade import resources as facade
 from scheduling.models import Message
+from smsgw import stages
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.runtime.db import PgInts, is_postgres
@@ -161,6 +162,10 @@ _OUTBOX_COLUMNS = (
 # A Twilio-compatible API message's StatusCallback (scheduling.facade): the same outbox, retries, SSRF guard
 # and audit as the tenant's webhook, in Twilio's form and signature.
 STATUS_CALLBACK = facade.CALLBACK_EVENT
+# An incoming message forwarded to a number's Twilio-compatible SmsUrl (inbound.twilio_forward): Twilio's
+# form and signature too, and the only event type whose answer is read (a TwiML reply: stages.webhook_answer).
+INCOMING_FORWARD = facade.INCOMING_EVENT
+_TWILIO_FORMS = (STATUS_CALLBACK, INCOMING_FORWARD)
 _CALLBACK_COLUMNS = (
     "pk",
     "public_id",
@@ -297,28 +302,37 @@ def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
 
 
 def _callback_request(delivery: WebhookDelivery) -> tuple[str, bytes, dict[str, str]]:
-    """A status callback's URL, form body and headers, signed with the tenant's callback signing key."""
+    """A status callback's (or a forwarded incoming message's) URL, form body and headers, signed with the
+    tenant's callback signing key. With ``"method": "GET"`` (a number's SmsMethod) the form goes in the
+    URL, which is what is signed then (Twilio signs the full URL and no parameters for a GET)."""
     url, params = delivery.payload["url"], delivery.payload["params"]
-    headers = facade.callback_headers(delivery.tenant.callback_signing_key, url, params, delivery.webhook_id)
-    return url, urlencode(params).encode(), headers
+    key = delivery.tenant.callback_signing_key
+    if delivery.payload.get("method") == "GET":
+        url = f"{url}{'&' if urlsplit(url).query else '?'}{urlencode(params)}"
+        headers = facade.callback_headers(key, url, {}, delivery.webhook_id)
+        del headers["Content-Type"]
+        return url, b"", headers
+    return url, urlencode(params).encode(), facade.callback_headers(key, url, params, delivery.webhook_id)
 
 
-def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
+def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
+    """One delivery's POST: (status code or None, the error, ms, the answer's first bytes, kept only for a
+    forwarded incoming message: its TwiML)."""
     tenant = delivery.tenant
     started = time.perf_counter()
-    if delivery.event_type == STATUS_CALLBACK:
+    if delivery.event_type in _TWILIO_FORMS:
         url, payload, headers = _callback_request(delivery)
     else:
         url = tenant.webhook_url
         if not url or not tenant.webhook_secret:
-            return None, "tenant has no webhook configured", 0.0
+            return None, "tenant has no webhook configured", 0.0, b""
     try:
         # Again at send time (DNS may have changed since configuration), and the connection goes to the
         # address just checked.
         host, port, address = webhook_target(url)
     except WebhookUrlError as exc:
-        return None, f"refused: {exc}", 0.0
-    if delivery.event_type != STATUS_CALLBACK:
+        return None, f"refused: {exc}", 0.0, b""
+    if delivery.event_type not in _TWILIO_FORMS:
         body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
         sent_at = timezone.now()
         headers = {
@@ -330,7 +344,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
         }
         payload = body.encode()
     try:
-        code = post_pinned(
+        code, answer = request_pinned(
             url,
             host,
             port,
@@ -339,11 +353,13 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float]:
             headers,
             deadline_seconds=settings.WEBHOOK_TIMEOUT_SECONDS,
             max_body=settings.WEBHOOK_MAX_RESPONSE_BYTES,
+            method="GET" if delivery.payload.get("method") == "GET" else "POST",
         )
     except urllib3.exceptions.HTTPError as exc:
-        return None, type(exc).__name__, (time.perf_counter() - started) * 1000
+        return None, type(exc).__name__, (time.perf_counter() - started) * 1000, b""
     ok = 200 <= code < 300
-    return code, "" if ok else f"HTTP {code}", (time.perf_counter() - started) * 1000
+    kept = answer if delivery.event_type == INCOMING_FORWARD else b""
+    return code, "" if ok else f"HTTP {code}", (time.perf_counter() - started) * 1000, kept
 
 
 def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
@@ -355,15 +371,16 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
     with ThreadPoolExecutor(max_workers=min(16, len(deliveries))) as pool:
         results = list(pool.map(_post, deliveries))
     finished = timezone.now()
-    for delivery, (code, error, ms) in zip(deliveries, results, strict=True):
+    for delivery, (code, error, ms, answer) in zip(deliveries, results, strict=True):
         delivery.attempts += 1
         delivery.last_status_code = code
         delivery.last_error = error[:255]
-        delivery.history = [
-            *delivery.history,
-            {"at": finished.isoformat(), "code": code, "error": error, "ms": round(ms, 1)},
-        ][-20:]
-        if code is not None and 200 <= code < 300:
+        entry = {"at": finished.isoformat(), "code": code, "error": error, "ms": round(ms, 1)}
+        ok = code is not None and 200 <= code < 300
+        if ok and delivery.event_type == INCOMING_FORWARD:
+            entry["answer"] = _answer_take(delivery, answer)
+        delivery.history = [*delivery.history, entry][-20:]
+        if ok:
             delivery.status = WebhookStatus.DELIVERED
             delivery.delivered_at = finished
             events.webhook_attempt("delivered")
@@ -393,6 +410,18 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
         ],
     )
     return len(deliveries)
+
+
+def _answer_take(delivery: WebhookDelivery, answer: bytes) -> str:
+    """A forwarded incoming message's answer, acted on (its TwiML replies sent) before the delivery is
+    marked delivered: a crash between the two leaves it to be delivered again, and the replies are made
+    idempotently, so they are sent once. What it did, for the history; a failure is noted, never raised
+    (the program was reached: the delivery is done)."""
+    try:
+        return stages.webhook_answer()(delivery, answer)
+    except Exception as exc:
+        log.exception("webhook %s: its answer could not be acted on", delivery.webhook_id)
+        return f"not acted on: {type(exc).__name__}"
 
 
 def _inbound_delay(delivery: WebhookDelivery, finished: datetime) -> None:

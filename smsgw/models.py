@@ -148,6 +148,25 @@ class TenantSender(models.Model):
     shared = models.BooleanField(
         default=False, help_text="set by an operator: the same value is also another tenant's"
     )
+    # A number's incoming-message URL, as a Twilio program sets it (the Twilio-compatible
+    # IncomingPhoneNumbers resource, scheduling.facade.numbers): replies to this number are forwarded there
+    # in Twilio's form and its TwiML answer is sent (inbound.twilio_forward). Empty: not forwarded.
+    # Database defaults too: rows written by code that predates them (an old migration's models, a
+    # process of the previous release during a rolling deploy) are valid.
+    sms_url = models.CharField(
+        max_length=1024,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Twilio-compatible SmsUrl: replies forwarded in Twilio's form",
+    )
+    sms_method = models.CharField(
+        max_length=4,
+        choices=[("POST", "POST"), ("GET", "GET")],
+        default="POST",
+        db_default="POST",
+        help_text="SmsMethod",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -143,6 +143,21 @@ class Redactor(Protocol):
     def __call__(self, *, tenant: Tenant, public_id: str, actor: str) -> Mapping[str, int]: ...
 
 
+class UrlCheck(Protocol):
+    """Refuses a URL a tenant must not point us at (receipts.webhooks.webhook_url_check: https, no
+    credentials, public addresses only): raises ValueError saying why."""
+
+    def __call__(self, url: str, /) -> None: ...
+
+
+class AnswerHandler(Protocol):
+    """A delivered outbox row's answer, for the one event type whose answer means something (a Twilio
+    program's TwiML to a forwarded incoming message, inbound.twilio_forward): acts on it once (a retried
+    or replayed delivery acts on it again idempotently) and says what it did, for the delivery's history."""
+
+    def __call__(self, delivery: Any, body: bytes, /) -> str: ...
+
+
 class Task(Protocol):
     """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
 
@@ -196,3 +211,9 @@ message_history: Slot[HistoryReader] = Slot("message history")
 # The Twilio-compatible Body="" (scheduling.messages.final): the same removal, audit and all, as the
 # retention room's POST /v1/messages/{id}/redact, which no app may import.
 message_redact: Slot[Redactor] = Slot("message redaction")
+# Where an API that is not receipts' checks a tenant's callback URL when it is set (the Twilio-compatible
+# SmsUrl): the outbox's own SSRF check, which scheduling may not import.
+url_check: Slot[UrlCheck] = Slot("webhook URL check")
+# The answer to a forwarded incoming message (event type receipts.webhooks.INCOMING_EVENT): inbound's,
+# which receipts may not import.
+webhook_answer: Slot[AnswerHandler] = Slot("webhook answer")

@@ -10,10 +10,12 @@ from bench.harness.devprocs import free_port
 
 
 class WebhookReceiver:
-    def __init__(self, port: int | None = None, *, fail_first: int = 0):
+    def __init__(self, port: int | None = None, *, fail_first: int = 0, answer: bytes = b""):
+        """``answer``: the body of a 200 (text/xml) instead of an empty 204, e.g. a Twilio program's TwiML."""
         self.port = port or free_port()
         self.received: list[dict] = []
         self.fail_first = fail_first
+        self.answer = answer
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -24,6 +26,9 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.do_POST()
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
                 if receiver.fail_first > 0:
@@ -39,8 +44,16 @@ class WebhookReceiver:
                         if "json" in (self.headers.get("Content-Type") or "")
                         else None,
                         "path": self.path,
+                        "method": self.command,
                     }
                 )
+                if receiver.answer:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/xml")
+                    self.send_header("Content-Length", str(len(receiver.answer)))
+                    self.end_headers()
+                    self.wfile.write(receiver.answer)
+                    return
                 self.send_response(204)
                 self.end_headers()
 

@@ -43,6 +43,30 @@ def public_id_of(sid: str) -> str | None:
     return _PUBLIC_PREFIX + hex24
 
 
+def inbound_sid(public_id: str) -> str:
+    """The ``SM`` SID of an inbound message (``in_`` + 24 hex, inbound.models): its 24 hex digits and 8
+    of a check salted apart from an outbound message's, so ``public_id_of`` never takes one for the
+    other. Stable: a retried forward names the same message."""
+    hex24 = public_id.removeprefix("in_")
+    return f"SM{hex24}{_check('in:' + hex24)}"
+
+
+def number_sid(sender_pk: int) -> str:
+    """The ``PN`` SID of a tenant's phone number (a TenantSender row): Twilio's ``^PN[0-9a-fA-F]{32}$``,
+    the row's id in 24 hex digits and 8 of a check, stable and reversed by ``sender_pk_of``."""
+    hex24 = f"{sender_pk:024x}"
+    return f"PN{hex24}{_check('pn:' + hex24)}"
+
+
+def sender_pk_of(sid: str) -> int | None:
+    if len(sid) != 34 or not sid.startswith("PN"):
+        return None
+    hex24, check = sid[2:26].lower(), sid[26:].lower()
+    if not all(c in "0123456789abcdef" for c in hex24 + check) or _check("pn:" + hex24) != check:
+        return None
+    return int(hex24, 16)
+
+
 # --- dates and statuses -------------------------------------------------------------------------------
 def rfc2822(value: datetime | None) -> str | None:
     """Twilio's date form, e.g. ``Wed, 02 Dec 2026 18:05:00 +0000`` (whole seconds, UTC)."""
@@ -220,6 +244,35 @@ def callback_params(m: Message, account_sid: str, status: str) -> dict[str, str]
 # --- status callbacks ---------------------------------------------------------------------------------
 # The webhook outbox's event type of a StatusCallback (receipts.webhooks): stored in its rows, never renamed.
 CALLBACK_EVENT = "twilio.status_callback"
+# And of an incoming message forwarded to a number's SmsUrl (inbound.twilio_forward), whose TwiML answer
+# is kept and acted on.
+INCOMING_EVENT = "twilio.incoming"
+
+
+def incoming_params(
+    *, public_id: str, account_sid: str, from_: str, to: str, body: str, segments: int, pool: str
+) -> dict[str, str]:
+    """The form Twilio sends an SmsUrl when a message comes in, with Twilio's names
+    (twilio.com/docs/messaging/guides/webhook-request: MessageSid, SmsSid, SmsMessageSid, AccountSid,
+    MessagingServiceSid when the number is in a Messaging Service, From, To, Body, NumMedia, NumSegments,
+    SmsStatus ``received``, ApiVersion). No media: smsgw takes SMS text only."""
+    sid = inbound_sid(public_id)
+    params = {
+        "MessageSid": sid,
+        "SmsMessageSid": sid,
+        "SmsSid": sid,
+        "AccountSid": account_sid,
+        "From": from_,
+        "To": to,
+        "Body": body,
+        "NumMedia": "0",
+        "NumSegments": str(segments),
+        "SmsStatus": "received",
+        "ApiVersion": API_VERSION,
+    }
+    if pool:
+        params["MessagingServiceSid"] = pool
+    return params
 
 
 def callback_signature(key: str, url: str, params: dict[str, str]) -> str:

@@ -42,6 +42,8 @@ SCOPES: dict[str, str] = {
     "routes:read": "read the routing rules and resolve a route",
     # The exports hold every finished message of a day (content inside its horizon): their own scope.
     "exports:read": "list and download the daily exports of finished messages",
+    # Replies hold what recipients wrote; a conversation also needs messages:read (it shows both sides).
+    "inbound:read": "read received messages (GET /v1/inbound) and conversations (GET /v1/conversations/{to})",
     "keys:manage": "issue, list and revoke the tenant's API keys",
     "retention:read": "read the tenant's retention horizons",
     "retention:write": "set the tenant's retention horizons (how long content and records are kept)",

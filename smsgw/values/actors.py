@@ -7,8 +7,9 @@ tenant's business, and some of it (staff usernames, internal host names) helps a
 tenant-facing output (the API's timeline and messages, schedule versions, campaigns, webhook payloads,
 the Twilio-compatible API) maps it here:
 
-* the tenant's own API keys stay as they are (``apikey:<prefix>``), and so does ``recipient`` (a STOP
-  reply from the recipient);
+* the tenant's own API keys stay as they are (``apikey:<prefix>``), and so do ``recipient`` (a reply
+  from the recipient: a STOP, a keyword action), ``keyword`` (a reply a keyword sent, e.g. the STOP
+  confirmation) and ``twiml`` (a reply the tenant's own program answered with TwiML);
 * any person of the gateway's staff becomes ``operator``;
 * everything else (workers, the sweep, the reconciler, probes, the materializer) becomes ``system``.
 
@@ -24,7 +25,7 @@ from typing import Any
 OPERATOR = "operator"
 SYSTEM = "system"
 _SHOWN_AS_IS = ("apikey:",)
-_RECIPIENT = "recipient"
+_AS_IS = frozenset({"recipient", "keyword", "twiml"})
 _STAFF = ("admin:", "operator:")
 _INTERNAL_DETAILS = frozenset({"host"})
 
@@ -33,9 +34,10 @@ _HOST_NAME = re.compile(r"\bthis host \([^)]*\)")
 
 
 def actor_for_tenant(actor: str | None) -> str:
-    """``apikey:<prefix>`` and ``recipient`` as they are; staff as ``operator``; the rest ``system``."""
+    """``apikey:<prefix>``, ``recipient``, ``keyword`` and ``twiml`` as they are; staff as ``operator``;
+    the rest ``system``."""
     text = actor or ""
-    if text.startswith(_SHOWN_AS_IS) or text == _RECIPIENT:
+    if text.startswith(_SHOWN_AS_IS) or text in _AS_IS:
         return text
     if text.startswith(_STAFF) or text == OPERATOR:
         return OPERATOR

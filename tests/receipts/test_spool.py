@@ -17,6 +17,7 @@ from receipts import spool
 from receipts.ingest import receipt_ingest
 from receipts.models import ReceiptEvent
 from scheduling.models import Status
+from smsgw.runtime import file_spool
 from tests.receipts.test_receipts import callback, cfg, drain, sent_message, signed_post, tenant  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -86,7 +87,7 @@ def test_database_down_and_disk_full_is_503_and_logged(cfg, tenant, spool_dir, d
     def full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    database_down.setattr(spool.os, "write", full)
+    database_down.setattr(file_spool.os, "write", full)
     resp = signed_post(callback("SM" + "f" * 32, "delivered", To="+14155550123"))
     assert resp.status_code == 503
     assert spooled(spool_dir) == [] and not [n for n in os.listdir(spool_dir) if n.endswith(".tmp")]

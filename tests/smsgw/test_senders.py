@@ -20,6 +20,7 @@ from twilio.request_validator import RequestValidator
 
 from delivery.models import Suppression
 from delivery.providers import get_adapter
+from inbound.process import inbound_process_due
 from scheduling.models import Message
 from smsgw.models import SenderKind, Tenant, TenantSender
 from smsgw.tenancy.senders import (
@@ -30,7 +31,6 @@ from smsgw.tenancy.senders import (
     tenant_owns_sender,
 )
 from tests.factories import message, recipient, tenant_with_key
-from tests.inbound.processing import inbound_processed
 from tests.smsgw.test_admin import _tenant_form, staff
 
 pytestmark = pytest.mark.django_db
@@ -222,7 +222,7 @@ PUBLIC = "https://sms.example.com"
 
 @pytest.fixture
 def stop(settings):
-    """Post a signed inbound message (Twilio's form) from ``frm`` to ``to``."""
+    """Post a signed inbound message (Twilio's form) from ``frm`` to ``to``, and process it."""
     settings.SMSGW_PUBLIC_BASE_URL = PUBLIC
     settings.SMSGW_PROVIDER = "twilio"
     settings.TWILIO_AUTH_TOKEN = "inbound-test-token"
@@ -230,7 +230,7 @@ def stop(settings):
 
     def post(body: str, frm: str, to: str):
         params = {
-            "MessageSid": f"SM{secrets.token_hex(16)}",  # each message its own, as Twilio gives them
+            "MessageSid": "SM" + secrets.token_hex(16),
             "AccountSid": "AC" + "0" * 32,
             "From": frm,
             "To": to,
@@ -241,7 +241,7 @@ def stop(settings):
         )
         response = Client().post("/inbound/twilio/", params, HTTP_X_TWILIO_SIGNATURE=signature)
         assert response.status_code == 200
-        inbound_processed()  # stored by the webhook, acted on by the inbound processor
+        inbound_process_due()  # as the inbound tick does
         return response
 
     yield post

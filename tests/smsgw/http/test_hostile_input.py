@@ -256,6 +256,8 @@ PATH_ROUTES = [
     ("post", "/v1/webhook-deliveries/{}/replay", "webhook_id"),
     ("post", "/receipts/{}/", "provider"),
     ("post", "/inbound/{}/", "provider"),
+    ("get", "/v1/inbound/{}", "public_id"),
+    ("get", "/v1/conversations/{}", "to"),
 ]
 
 

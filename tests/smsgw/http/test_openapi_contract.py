@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from scheduling.lifecycle import transitions
-from scheduling.models import Campaign, Status
+from scheduling.models import Campaign, Message, Status
 from smsgw.models import ApiKey
 from tests.factories import RECIPIENT, message, tenant_with_key
 
@@ -403,6 +403,29 @@ def exports_walk(c: Contract) -> None:
     c.call("get", "/v1/exports/exp_unknown/download", 404)
 
 
+def inbound_walk(c: Contract, settings) -> None:
+    """Replies (docs/inbound.md): the list, one, and a conversation, with their refusals."""
+    from inbound.process import inbound_process_due
+    from tests.inbound.helpers import configure, twilio_form, twilio_post
+
+    configure(settings)
+    sent = message(c.tenant, to=RECIPIENT, status=Status.DELIVERED)
+    Message.objects.filter(pk=sent.pk).update(sent_at=timezone.now() - timedelta(minutes=1))
+    assert twilio_post(twilio_form("See you then", RECIPIENT, c.tenant.default_from)).status_code == 200
+    inbound_process_due()
+    page = c.call("get", "/v1/inbound", 200, data={"page_size": 1, "from": RECIPIENT})
+    c.call("get", "/v1/inbound", 400, data={"from": "nope"})
+    c.call("get", "/v1/inbound", 400, data={"received_after": "yesterday"})
+    iid = page["results"][0]["id"]
+    assert page["results"][0]["in_reply_to"] == sent.public_id
+    c.call("get", f"/v1/inbound/{iid}", 200)
+    c.call("get", "/v1/inbound/in_unknown", 404)
+    talk = c.call("get", f"/v1/conversations/{RECIPIENT}", 200, data={"page_size": 1})
+    assert [i["direction"] for i in talk["results"]] == ["outbound"] and talk["next"]
+    c.call("get", f"/v1/conversations/{RECIPIENT}", 400, data={"cursor": "garbage"})
+    c.call("get", "/v1/conversations/nope", 400)
+
+
 def campaigns_control_walk(c: Contract) -> None:
     from tests.factories import campaign_with_messages
 
@@ -437,7 +460,12 @@ def retention_walk(c: Contract) -> None:
 
 def unauthenticated_walk(c: Contract) -> None:
     """Every operation, without a key and with a revoked one: 401 in the envelope."""
-    fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
+    fill = {
+        "{public_id}": "msg_x",
+        "{webhook_id}": "wh_x",
+        "{sender}": "+14155550100",
+        "{to}": "+14155550101",
+    }
     _, revoked = tenant_with_key("revoked")
     ApiKey.objects.filter(tenant__slug="revoked").update(revoked_at=timezone.now())
     for path, method in sorted(c.operations):
@@ -452,7 +480,12 @@ def hostile_walk(c: Contract, settings) -> None:
     is a 413, a NUL in a query parameter a 400 naming it; both in the documented envelope."""
     settings.API_MAX_BODY_BYTES = 4096
     big = {"body": "x" * 5000}
-    fill = {"{public_id}": "msg_x", "{webhook_id}": "wh_x", "{sender}": "+14155550100"}
+    fill = {
+        "{public_id}": "msg_x",
+        "{webhook_id}": "wh_x",
+        "{sender}": "+14155550100",
+        "{to}": "+14155550101",
+    }
     for path, method in sorted(c.operations):
         op = c.spec["paths"][path][method]
         for name, value in fill.items():
@@ -473,6 +506,7 @@ def test_every_operation_answers_what_the_schema_documents(contract, settings):
     suppressions_walk(contract)
     routes_walk(contract)
     exports_walk(contract)
+    inbound_walk(contract, settings)
     campaigns_control_walk(contract)
     retention_walk(contract)
     unauthenticated_walk(contract)

@@ -19,10 +19,10 @@ from rest_framework.views import APIView
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from receipts.webhooks import tenant_webhook_configure
-from scheduling.facade.resources import message_sid
+from scheduling.facade.resources import message_sid, number_sid
 from scheduling.lifecycle import transitions
 from scheduling.models import Status
-from smsgw.models import ApiKey, api_key_create
+from smsgw.models import ApiKey, TenantSender, api_key_create
 from smsgw.tenancy.permissions import operation_scope
 from smsgw.tenancy.scopes import SCOPES
 from tests.factories import RECIPIENT, message, tenant_with_key
@@ -81,6 +81,9 @@ EXPECTED: dict[tuple[str, str] | tuple[str, str, str], str] = {
     ("exports", "GET"): "exports:read",
     ("export-detail", "GET"): "exports:read",
     ("export-download", "GET"): "exports:read",
+    ("inbound-list", "GET"): "inbound:read",
+    ("inbound-detail", "GET"): "inbound:read",
+    ("conversation", "GET"): "inbound:read",
     ("capacity", "GET"): "capacity:read",
     ("capacity-sender", "PUT"): "capacity:write",
     ("capacity-sender", "DELETE"): "capacity:write",
@@ -94,6 +97,9 @@ EXPECTED: dict[tuple[str, str] | tuple[str, str, str], str] = {
     ("facade-message", "POST", "cancel"): "messages:cancel",
     ("facade-message", "POST", "redact"): "messages:delete",
     ("facade-message", "DELETE"): "messages:delete",
+    ("facade-numbers", "GET"): "webhooks:manage",
+    ("facade-number", "GET"): "webhooks:manage",
+    ("facade-number", "POST"): "webhooks:manage",
 }
 
 
@@ -213,6 +219,7 @@ def world(settings):
         "tenant": tenant,
         "mid": scheduled.public_id,
         "sm": message_sid(scheduled.public_id),
+        "pn": number_sid(TenantSender.objects.get(tenant=tenant, value=tenant.default_from).pk),
         "sid": sid,
         "cid": cid,
         "wid": delivery.webhook_id,
@@ -229,6 +236,7 @@ def request_of(op, w) -> tuple[str, str, dict]:
     """(method, path, client kwargs) of a valid request for the operation: one that would change
     something for the write operations, were its scope not checked."""
     facade = f"/2010-04-01/Accounts/{w['tenant'].facade_account_sid}/Messages"
+    numbers = f"/2010-04-01/Accounts/{w['tenant'].facade_account_sid}/IncomingPhoneNumbers"
     json = {"format": "json"}
     requests = {
         ("messages", "GET"): ("/v1/messages", {}),
@@ -279,6 +287,9 @@ def request_of(op, w) -> tuple[str, str, dict]:
         ("exports", "GET"): ("/v1/exports", {}),
         ("export-detail", "GET"): ("/v1/exports/exp_unknown", {}),
         ("export-download", "GET"): ("/v1/exports/exp_unknown/download", {}),
+        ("inbound-list", "GET"): ("/v1/inbound", {}),
+        ("inbound-detail", "GET"): ("/v1/inbound/in_unknown", {}),
+        ("conversation", "GET"): ("/v1/conversations/+14155550101", {}),
         ("capacity", "GET"): ("/v1/capacity", {}),
         ("capacity-sender", "PUT"): (
             "/v1/capacity/senders/+14155550100",
@@ -295,6 +306,12 @@ def request_of(op, w) -> tuple[str, str, dict]:
         ("facade-message", "POST", "cancel"): (f"{facade}/{w['sm']}.json", _form({"Status": "canceled"})),
         ("facade-message", "POST", "redact"): (f"{facade}/{w['sm']}.json", _form({"Body": ""})),
         ("facade-message", "DELETE"): (f"{facade}/{w['sm']}.json", {}),
+        ("facade-numbers", "GET"): (f"{numbers}.json", {}),
+        ("facade-number", "GET"): (f"{numbers}/{w['pn']}.json", {}),
+        ("facade-number", "POST"): (
+            f"{numbers}/{w['pn']}.json",
+            _form({"SmsUrl": "https://127.0.0.1:9/sms"}),
+        ),
     }
     path, kwargs = requests[op]
     return op[1], path, kwargs
