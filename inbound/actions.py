@@ -82,8 +82,13 @@ def keyword_apply(inbound: InboundMessage, match: Match, replied: Replied | None
         result = _confirm(inbound, match, replied, now=timezone.now())
     else:
         return {}
+    # START (or YES) from a contact who had not opted out changes nothing: no default answer for it
+    # ("Yes" to a reminder must not read "you are subscribed again"); a tenant's own text still goes.
+    default = not (match.action == KeywordAction.OPT_IN and not result.get("changed"))
     result.update(
-        replies.reply_send(inbound, action=match.action, keyword=match.keyword, rule_reply=match.reply)
+        replies.reply_send(
+            inbound, action=match.action, keyword=match.keyword, rule_reply=match.reply, default=default
+        )
     )
     return result
 

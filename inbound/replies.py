@@ -4,7 +4,8 @@ webhooks), born in the transaction that processes the inbound message.
 
 The text is the tenant rule's reply; without one, opt-out, opt-in and help have a default in the
 language of the keyword matched (ARRET is answered in French, ALTO in Spanish); cancel and confirm
-without a rule's reply are not answered.
+without a rule's reply are not answered, nor is an opt-in that changed nothing (a "Yes" from a contact
+who never opted out).
 
 The confirmation of an opt-out goes to a recipient the suppression list now covers for this very sender:
 it is the one message marked ``exempt_suppression`` (scheduling.models.Message), so acceptance is not
@@ -79,10 +80,14 @@ def reply_text(*, action: str, keyword: str, rule_reply: str, tenant: Tenant) ->
     return texts[LANGUAGE.get(keyword, "en")].format(name=tenant.name or tenant.slug)
 
 
-def reply_send(inbound: InboundMessage, *, action: str, keyword: str, rule_reply: str) -> dict:
+def reply_send(
+    inbound: InboundMessage, *, action: str, keyword: str, rule_reply: str, default: bool = True
+) -> dict:
     """Send the keyword's answer to the contact; returns what to add to the action's result:
     ``{"reply": <message id>}``, ``{"reply_error": ...}`` when it could not be made (the action stands),
-    or nothing when there is no text."""
+    or nothing when there is no text (``default`` False: only a rule's own text is sent)."""
+    if not rule_reply and not default:
+        return {}
     assert inbound.tenant_id is not None  # routed: only a tenant's message has a keyword applied
     tenant = Tenant.objects.get(pk=inbound.tenant_id)
     text = reply_text(action=action, keyword=keyword, rule_reply=rule_reply, tenant=tenant)

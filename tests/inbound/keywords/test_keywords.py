@@ -257,6 +257,13 @@ def test_y_confirms_the_replied_message_on_its_timeline_and_by_webhook(adapter, 
     assert answer.body == "Thank you, see you then." and answer.to == contact
 
 
+def test_yes_from_a_contact_who_never_opted_out_gets_no_default_answer(adapter, tenant):
+    answered = sent(tenant[0], recipient(8))
+    inbound = reply("Yes", recipient(8))
+    assert inbound.action == "opt_in" and inbound.action_result == {"changed": False, "sender": SENDER}
+    assert list(Message.objects.values_list("pk", flat=True)) == [answered.pk]
+
+
 def test_confirm_without_a_reply_text_answers_nothing(adapter, tenant):
     t, _ = tenant
     KeywordRule.objects.create(tenant=t, keyword="OK", action="confirm")
