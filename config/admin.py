@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 
+from inbound.keywords_admin import KeywordRuleInline
 from retention.admin import TenantRetentionInline
 from scheduling import facade
 from smsgw.channels import DEFAULT_CHANNEL, AddressError
@@ -288,7 +289,7 @@ class TenantSenderAdmin(admin.ModelAdmin):
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     form = TenantForm
-    inlines = (TenantSenderInline, TenantSenderAddInline, TenantRetentionInline)
+    inlines = (TenantSenderInline, TenantSenderAddInline, TenantRetentionInline, KeywordRuleInline)
     list_display = (
         "slug",
         "name",

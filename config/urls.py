@@ -6,6 +6,7 @@ from delivery import api as delivery_api
 from delivery.guards import suppressions_api
 from delivery.routing import api as routes_api
 from inbound import api as inbound_api
+from inbound import keywords_api
 from inbound import webhook as inbound_webhook
 from receipts import api as receipts_api
 from reporting import views as observability
@@ -55,6 +56,7 @@ urlpatterns = [
     path("v1/quiet-hours", sched.QuietHoursApi.as_view(), name="quiet-hours"),
     path("v1/retention", horizons_api.RetentionApi.as_view(), name="retention"),
     path("v1/suppressions", suppressions_api.SuppressionsApi.as_view(), name="suppressions"),
+    path("v1/keywords", keywords_api.KeywordsApi.as_view(), name="keywords"),
     path("v1/routes", routes_api.RoutesApi.as_view(), name="routes"),
     path("v1/routes/resolve", routes_api.RouteResolveApi.as_view(), name="routes-resolve"),
     path("v1/inbound", inbound_api.InboundListApi.as_view(), name="inbound-list"),

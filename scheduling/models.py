@@ -155,6 +155,12 @@ class Message(models.Model):
     quiet_end = models.TimeField(null=True, blank=True)
     quiet_timezone = models.CharField(max_length=64, blank=True, default="", db_default="")
     quiet_deferred_from = models.DateTimeField(null=True, blank=True)
+    # The confirmation of a keyword (inbound.replies: the answer to STOP, START, HELP) is sent to a
+    # recipient the suppression list may cover for this very sender: the opt-out it confirms (Rock #7049).
+    # Only that message skips the suppression checks (acceptance is never asked for it; the send batch's
+    # screening passes it). Set by smsgw alone, never from a request, and a tenant cannot edit such a
+    # message (scheduling.messages.edits).
+    exempt_suppression = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [

@@ -19,7 +19,7 @@ from typing import TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
 
 from delivery.guards import destinations as guards
 from delivery.guards import suppression
@@ -54,8 +54,10 @@ class Screened:
 
 # The sender pool's column, from the model: the field's name and its column's differ for a release.
 _POOL = Message._meta.get_field("sender_pool").column
+# A keyword's confirmation (Message.exempt_suppression) is the one message the list never stops.
 _SUPPRESSED_SQL = (
-    'EXISTS (SELECT 1 FROM "delivery_suppression" s WHERE s."tenant_id" = m."tenant_id" '
+    'NOT m."exempt_suppression" AND EXISTS (SELECT 1 FROM "delivery_suppression" s '
+    'WHERE s."tenant_id" = m."tenant_id" '
     f'AND s."number" = m."to" AND s."sender" IN (\'\', m."from_number", m."{_POOL}"))'
 )
 # The tenant's rules ride along as text (JSON decoded once per tenant, not once per row).
@@ -88,9 +90,9 @@ def _pg_rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int,
 
 def _rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Tenant]]:
     """The batch's queued rows, each with whether a suppression entry covers it (its tenant and number,
-    and its sender or none: the unique index's prefix), and (``rules``) their tenants' current rules,
-    read fresh: a permission changed a second ago applies to this batch. On PostgreSQL one statement,
-    the ids as one array."""
+    and its sender or none: the unique index's prefix; never a keyword's confirmation), and (``rules``)
+    their tenants' current rules, read fresh: a permission changed a second ago applies to this batch. On
+    PostgreSQL one statement, the ids as one array."""
     if is_postgres():
         return _pg_rows(message_ids, rules)
     covering = Suppression.objects.filter(tenant_id=OuterRef("tenant_id"), number=OuterRef("to")).filter(
@@ -98,7 +100,11 @@ def _rows(message_ids: list[int], rules: bool) -> tuple[list[_Row], dict[int, Te
     )
     rows: list[_Row] = list(
         Message.objects.filter(pk__in=message_ids, status=Status.QUEUED)
-        .annotate(suppressed=Exists(covering))
+        .annotate(
+            suppressed=ExpressionWrapper(
+                Exists(covering) & Q(exempt_suppression=False), output_field=BooleanField()
+            )
+        )
         .values("id", "tenant_id", "to", "suppressed")
     )
     tenants = {}

@@ -1,6 +1,6 @@
 """The tenant's suppression list (docs/guards.md, "Opt-outs"): who opted out, from which sender, and the one
-place that adds, removes and checks entries. Views, the inbound webhook, the send worker and the admin call
-these.
+place that adds, removes and checks entries. Views, the inbound keywords (inbound.actions; which words
+are keywords is inbound.keywords'), the send worker and the admin call these.
 
 A recipient who texts STOP to a sender opts out of that sender (a From number, or the messaging service
 the number belongs to); an entry with an empty sender covers every sender of the tenant. A message is
@@ -20,19 +20,6 @@ from smsgw.observability import events
 from smsgw.runtime.db import fetchone_prepared, server_bound_cursor
 
 REASON_OPTED_OUT = ReasonCode.OPTED_OUT
-
-STOP_KEYWORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
-START_KEYWORDS = frozenset({"START", "UNSTOP", "YES"})
-HELP_KEYWORDS = frozenset({"HELP"})
-
-
-def keyword_of(body: str) -> str | None:
-    """The keyword a whole inbound message is (case-insensitive, surrounding spaces ignored), or None:
-    "stop please" is not an opt-out."""
-    word = (body or "").strip().upper()
-    if word in STOP_KEYWORDS or word in START_KEYWORDS or word in HELP_KEYWORDS:
-        return word
-    return None
 
 
 def suppression_add(
@@ -83,36 +70,19 @@ def suppression_remove(
     return bool(deleted)
 
 
-def help_record(*, tenant_id: int, number: str, sender: str) -> None:
+def help_record(*, tenant_id: int, number: str, sender: str, keyword: str = "HELP") -> None:
     SuppressionChange.objects.create(
         tenant_id=tenant_id,
         number=number,
         sender=sender,
         action=SuppressionChange.HELP,
         source=SuppressionSource.INBOUND_KEYWORD,
-        keyword="HELP",
+        keyword=keyword,
         created_at=timezone.now(),
     )
     transaction.on_commit(
         lambda: events.suppression_changed(SuppressionChange.HELP, SuppressionSource.INBOUND_KEYWORD)
     )
-
-
-def inbound_keyword_apply(*, tenant_id: int, number: str, sender: str, keyword: str) -> None:
-    """STOP-like words add (number, sender); START-like words remove it; HELP is recorded."""
-    if keyword in HELP_KEYWORDS:
-        help_record(tenant_id=tenant_id, number=number, sender=sender)
-        return
-    change = suppression_add if keyword in STOP_KEYWORDS else suppression_remove
-    if keyword in STOP_KEYWORDS or keyword in START_KEYWORDS:
-        change(
-            tenant_id=tenant_id,
-            number=number,
-            sender=sender,
-            source=SuppressionSource.INBOUND_KEYWORD,
-            actor="recipient",
-            keyword=keyword,
-        )
 
 
 def _sender_of(from_number: str, sender_pool: str) -> str:
@@ -138,8 +108,9 @@ def is_suppressed(*, tenant_id: int, number: str, from_number: str, sender_pool:
 
 def suppressed_rows(rows: Iterable[dict]) -> set[int]:
     """Of message rows (id, tenant_id, to, from_number, sender_pool), the ids a suppression
-    covers: one query for the whole batch."""
-    rows = list(rows)
+    covers: one query for the whole batch. A row with ``exempt_suppression`` (a keyword's confirmation,
+    scheduling.models.Message) is never covered."""
+    rows = [r for r in rows if not r.get("exempt_suppression")]
     if not rows:
         return set()
     cond = Q()

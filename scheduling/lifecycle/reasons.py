@@ -35,6 +35,7 @@ class ReasonCode(models.TextChoices):
     # Ended unsent
     CANCELLED_BY_REQUEST = "cancelled_by_request", "cancelled by the tenant or an operator"
     CAMPAIGN_CANCELLED = "campaign_cancelled", "its campaign was cancelled"
+    CANCELLED_BY_REPLY = "cancelled_by_reply", "the recipient replied with the tenant's cancel keyword"
     REVIEW_CANCELLED = "review_cancelled", "cancelled by an operator after review"
     OPTED_OUT = "opted_out", "the recipient opted out of this sender"
     DESTINATION_REFUSED = "destination_refused", "the destination is refused for this tenant"

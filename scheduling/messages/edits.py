@@ -52,6 +52,11 @@ EDITABLE_FIELDS = frozenset(
 
 def message_update(*, tenant: Tenant, public_id: str, actor: str, data: dict[str, Any]) -> Message:
     message = message_get(tenant=tenant, public_id=public_id)
+    if message.exempt_suppression:
+        # A keyword's confirmation passes the suppression list: edited, it could carry anything past it.
+        raise ConflictError(
+            "A keyword's confirmation is sent as it is and cannot be changed.", current_status=message.status
+        )
     if message.status != Status.SCHEDULED:
         raise ConflictError(
             f"Only a scheduled message can be changed; this one is {message.status}.",

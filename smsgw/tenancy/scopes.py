@@ -34,6 +34,9 @@ SCOPES: dict[str, str] = {
     "webhooks:manage": "read, point, remove the tenant's webhook and replay deliveries",
     "suppressions:read": "read the suppression list",
     "suppressions:write": "add to or remove from the suppression list",
+    "keywords:read": "read the keyword rules (what a recipient's reply does)",
+    # A rule can cancel pending messages or answer recipients: as strong as sending.
+    "keywords:write": "replace the keyword rules (opt-out, opt-in, help, cancel, confirm)",
     "capacity:read": "read the tenant's sender capacity",
     "capacity:write": "set or remove a sender's rate",
     "routes:read": "read the routing rules and resolve a route",

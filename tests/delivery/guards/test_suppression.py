@@ -1,9 +1,11 @@
-"""Opt-outs (docs/guards.md): STOP/START through signed inbound webhooks, 21610 from the sandbox, the list
-enforced at acceptance (a 400 naming `to`) and at execution (cancelled, reason opted_out, never
-submitted), every change audited with its source. Real sandbox, real Twilio adapter, real database."""
+"""Opt-outs (docs/guards.md): STOP/START through signed inbound webhooks (stored, then acted on by the
+inbound processor, each answered with its confirmation), 21610 from the sandbox, the list enforced at
+acceptance (a 400 naming `to`) and at execution (cancelled, reason opted_out, never submitted), every
+change audited with its source. Real sandbox, real Twilio adapter, real database."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from twilio.request_validator import RequestValidator
 from delivery.guards import suppression
 from delivery.models import Attempt, Suppression, SuppressionChange
 from delivery.sending import worker as sending
+from inbound.process import inbound_process_due
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
 from smsgw.console.roles import roles_sync
@@ -46,17 +49,20 @@ def signed(settings, adapter):
     settings.SMSGW_PUBLIC_BASE_URL = PUBLIC
 
     def post(params: dict, *, tamper: dict | None = None):
+        """The signed webhook, then the inbound processor's pass (what the ``inbound`` queue does)."""
         signature = RequestValidator(settings.TWILIO_AUTH_TOKEN).compute_signature(INBOUND, params)
-        return Client().post(
+        answer = Client().post(
             "/inbound/twilio/", {**params, **(tamper or {})}, HTTP_X_TWILIO_SIGNATURE=signature
         )
+        inbound_process_due()
+        return answer
 
     return post
 
 
 def inbound(body: str, frm: str, to: str = SENDER, **extra) -> dict:
     return {
-        "MessageSid": "SM" + "1" * 32,
+        "MessageSid": f"SM{secrets.token_hex(16)}",  # each message its own, as Twilio gives them
         "AccountSid": "AC" + "0" * 32,
         "From": frm,
         "To": to,
@@ -89,9 +95,12 @@ def test_stop_then_start_through_signed_inbound_webhooks(signed, tenant, api):
         "inbound_keyword",
     )
 
+    # The confirmation goes to the contact past the opt-out it confirms; nothing else may.
+    confirmation = Message.objects.get()
+    assert confirmation.exempt_suppression and confirmation.to == to
     refused = post_message(api, to)
     assert refused.status_code == 400 and "to" in refused.json()["error"]["fields"], refused.content
-    assert Message.objects.count() == 0
+    assert Message.objects.count() == 1
 
     assert signed(inbound("START", to)).status_code == 200
     assert not Suppression.objects.exists()

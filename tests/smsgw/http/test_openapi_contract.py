@@ -307,6 +307,17 @@ def settings_walk(c: Contract) -> None:
     c.call("put", "/v1/retention", 400, data={"content_days": 90, "record_days": 7})
     c.call("get", "/v1/retention", 401, auth=None)
 
+    c.call("get", "/v1/keywords", 200)
+    rules = [
+        {"keyword": "c", "action": "cancel", "reply": "Cancelled."},
+        {"keyword": "Y", "action": "confirm"},
+    ]
+    c.call("put", "/v1/keywords", 200, data={"rules": rules})
+    c.call("put", "/v1/keywords", 400, data={"rules": [{"keyword": "two words", "action": "cancel"}]})
+    c.call("put", "/v1/keywords", 400, data={"rules": [{"keyword": "C", "action": "delete"}]})
+    c.call("put", "/v1/keywords", 400, data={"rules": [], "extra": 1})
+    c.call("get", "/v1/keywords", 401, auth=None)
+
     c.call("get", "/v1/capacity", 200)
     c.call("put", "/v1/capacity/senders/+14155550100", 200, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/+14155550100", 400, data={"segments_per_second": -1})

@@ -95,7 +95,7 @@ GROUPS = {
     "schedules": r"^/v1/schedules(/|$)",
     "campaigns": r"^/v1/campaigns(/|$)",
     "limits": r"^/v1/(capacity|exports|quiet-hours|suppressions)(/|$)",
-    "settings": r"^/v1/(webhook|webhook-deliveries|retention|routes|inbound|conversations)(/|$)",
+    "settings": r"^/v1/(webhook|webhook-deliveries|retention|routes|inbound|conversations|keywords)(/|$)",
 }
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 
