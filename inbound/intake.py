@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import connection
+
 from delivery.providers.base import InboundMessage as Parsed
 from inbound.models import InboundMessage, InboundPart, InboundState, new_inbound_id
 from smsgw.observability import events
@@ -43,6 +45,10 @@ _PART = (
 def inbound_store(*, provider: str, inbound: Parsed, received_at: datetime) -> Stored:
     """Store one inbound message or part; ``received_at`` is when its webhook arrived (now, unless it
     waited in the spool)."""
+    # The times as the ORM writes them (SQLite: UTC text without an offset). Passed raw, SQLite's driver
+    # wrote "...+00:00", which then compared as text with the ORM's own form and sorted wrongly.
+    adapt = connection.ops.adapt_datetimefield_value
+    sent_at, received_at_db = adapt(inbound.sent_at), adapt(received_at)
     if inbound.concat_total:
         row = fetchone_prepared(
             _PART,
@@ -57,8 +63,8 @@ def inbound_store(*, provider: str, inbound: Parsed, received_at: datetime) -> S
                 inbound.concat_part,
                 inbound.body,
                 json.dumps(inbound.payload),
-                inbound.sent_at,
-                received_at,
+                sent_at,
+                received_at_db,
             ],
         )
     else:
@@ -75,9 +81,9 @@ def inbound_store(*, provider: str, inbound: Parsed, received_at: datetime) -> S
                 inbound.segments,
                 InboundState.PENDING,
                 json.dumps(inbound.payload),
-                inbound.sent_at,
-                received_at,
-                received_at,
+                sent_at,
+                received_at_db,
+                received_at_db,
             ],
         )
     stored = Stored(id=row[0] if row else None, duplicate=row is None, part=bool(inbound.concat_total))

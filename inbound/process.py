@@ -285,5 +285,5 @@ def _shared_opt_out(inbound: InboundMessage, match: Match, route: Route) -> None
                 sender=inbound.sender_pool or inbound.to_number,
                 source=SuppressionSource.INBOUND_KEYWORD,
                 actor="recipient",
-                keyword=match.keyword,
+                keyword=match.keyword[:16],  # SuppressionChange.keyword's length
             )

@@ -111,6 +111,11 @@ def _cursor_decode(raw: str | None) -> tuple[datetime, str, int] | None:
     return at, kind, int(pk)
 
 
+def _sent_at(lookup: str, value: datetime) -> Q:
+    """An outbound message's time in the conversation (sent, else due) compared with ``value``."""
+    return Q(**{f"sent_at__{lookup}": value}) | Q(sent_at__isnull=True, **{f"due_at__{lookup}": value})
+
+
 def conversation_page(
     *, tenant, contact_raw: str, params, size: int, outbound: bool = True
 ) -> tuple[list[Item], str | None]:
@@ -135,13 +140,16 @@ def conversation_page(
     if ours:
         sent = sent.filter(Q(from_number=ours) | Q(sender_pool=ours))
         inbound = inbound.filter(Q(to_number=ours) | Q(sender_pool=ours))
+    # Compared on the columns, never on the annotation: SQLite compares an annotation with a parameter
+    # as text in another form, which let a page repeat the last item of the one before.
     if since:
-        sent, inbound = sent.filter(at__gte=since), inbound.filter(at__gte=since)
+        sent, inbound = sent.filter(_sent_at("gte", since)), inbound.filter(received_at__gte=since)
     if after:
         at, kind, pk = after
         # (at, direction, id) ascending; "i" (inbound) sorts before "o" (outbound) at the same instant.
-        sent = sent.filter(Q(at__gt=at) | Q(at=at, pk__gt=pk if kind == "o" else 0))
-        inbound = inbound.filter(Q(at__gt=at) | Q(at=at, pk__gt=pk) if kind == "i" else Q(at__gt=at))
+        sent = sent.filter(_sent_at("gt", at) | (_sent_at("exact", at) & Q(pk__gt=pk if kind == "o" else 0)))
+        later = Q(received_at__gt=at)
+        inbound = inbound.filter(later | Q(received_at=at, pk__gt=pk) if kind == "i" else later)
     items = [
         Item(
             m["at"],

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import connection
 from django.utils import timezone
 
 from delivery.providers.base import CallbackData
@@ -42,6 +43,9 @@ def receipt_ingest(*, provider: str, callback: CallbackData, received_at: dateti
     """``received_at`` is when the callback arrived (now, unless it waited in the spool)."""
     now = timezone.now()
     received_at = received_at or now
+    # The times as the ORM writes them (SQLite: UTC text without an offset; raw, its driver wrote
+    # "...+00:00", which compares as text with the ORM's form and sorts wrongly within a second).
+    adapt = connection.ops.adapt_datetimefield_value
     # A prepared statement on PostgreSQL (smsgw.runtime.db.fetchone_prepared): this runs once per callback.
     row = fetchone_prepared(
         _INSERT,
@@ -53,10 +57,10 @@ def receipt_ingest(*, provider: str, callback: CallbackData, received_at: dateti
             callback.error_code,
             json.dumps(callback.payload),
             receipt_dedupe_key(provider=provider, callback=callback),
-            received_at,
-            now,
+            adapt(received_at),
+            adapt(now),
             ReceiptOutcome.PENDING,
-            callback.done_at,
+            adapt(callback.done_at),
             callback.message_hint,
             callback.attempt_hint,
         ],
