@@ -66,6 +66,9 @@ MANAGE = {
         # Which tenant may send from which sender (smsgw.tenancy.senders): delete is a release.
         "tenantsender": ["add", "change", "delete"],
     },
+    # A tenant's keywords and what they do (inbound.keywords), on the tenant's page: as the tenant's own
+    # settings, the admin role's.
+    "inbound": {"keywordrule": ["add", "change", "delete"]},
     "django_celery_beat": {
         model: ["add", "change", "delete"]
         for model in (

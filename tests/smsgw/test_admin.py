@@ -112,8 +112,9 @@ def _tenant_form(**overrides) -> dict:
         "quiet_hours_start": "",
         "quiet_hours_end": "",
     }
-    # The tenant's senders inline (config.admin): those it has, and those to assign; none here.
-    for prefix in ("senders", "senders-2"):
+    # The tenant's senders inline (config.admin): those it has, and those to assign; its keyword rules
+    # (inbound.keywords_admin); none here.
+    for prefix in ("senders", "senders-2", "keyword_rules"):
         data.update(
             {f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0", f"{prefix}-MIN_NUM_FORMS": "0"}
         )

@@ -350,13 +350,11 @@ def test_the_admin_shows_and_checks_keyword_rules_on_the_tenants_page(tenant):
 
     def post(*rows: dict):
         # The page's own management forms (every inline it shows), the tenant as it is, the rules given.
-        data = {
-            name: value
-            for name, value in re.findall(
-                r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"[^>]*value="(\d*)"', page
-            )
-        }
-        data.update(_tenant_form(name=t.name, slug=t.slug, default_from=t.default_from))
+        shown = dict(
+            re.findall(r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"[^>]*value="(\d*)"', page)
+        )
+        data = {**shown, **_tenant_form(name=t.name, slug=t.slug, default_from=t.default_from)}
+        data["keyword_rules-INITIAL_FORMS"] = shown["keyword_rules-INITIAL_FORMS"]  # the rule it has
         rule = KeywordRule.objects.get(tenant=t)
         rows = ({"id": rule.pk, "keyword": "C", "action": "cancel", "reply": "Cancelled."}, *rows)
         data["keyword_rules-TOTAL_FORMS"] = str(len(rows))
