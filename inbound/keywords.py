@@ -1,9 +1,11 @@
 """Which keyword an inbound message is, and what it asks for (docs/inbound.md, "Keywords").
 
 A keyword is the whole message: one word, trimmed, case-insensitive, a trailing full stop or exclamation
-mark ignored ("Stop!" is STOP). A message whose first word is a keyword but that says more ("stop
-please", "Stop texting me") is a near miss: flagged for the tenant's review, never applied (an opt-out
-is a legal act; guessing it from a sentence either ignores one or invents one).
+mark ignored ("Stop!" is STOP). A message whose first word is an opt-out keyword but that says more
+("stop please", "Stop texting me") is a near miss: flagged for the tenant's review, never applied (an
+opt-out is a legal act; guessing it from a sentence either ignores one or invents one). Only an opt-out:
+"Yes, see you Tuesday" or "C u later" is an ordinary reply, and flagging every sentence that starts
+like an opt-in, a help word or a tenant's one-letter keyword would bury the near misses that matter.
 
 The built-in lists follow the carriers' and providers' defaults (Twilio's default opt-out keywords:
 help.twilio.com/articles/223134027; the CTIA's STOP/HELP; the French ARRET/AIDE and Spanish
@@ -73,5 +75,5 @@ def keyword_match(*, body: str, tenant_id: int | None, numbers: tuple[str, ...])
     if not action:
         return Match(keyword=keyword)
     if len(words) > 1:
-        return Match(keyword=keyword, near_miss=True)
+        return Match(keyword=keyword, near_miss=action == KeywordAction.OPT_OUT)
     return Match(keyword=keyword, action=action, reply=reply)

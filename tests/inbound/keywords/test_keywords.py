@@ -71,6 +71,12 @@ def send(msg: Message) -> Message:
         ("aide", "AIDE", "help", False),
         ("stop please", "STOP", "", True),
         ("Stop texting me", "STOP", "", True),
+        ("arrêtez de m'écrire", "ARRETEZ", "", False),
+        ("Arret svp", "ARRET", "", True),
+        # Only an opt-out's near miss is flagged: these are ordinary replies.
+        ("Yes, see you Tuesday", "YES,", "", False),
+        ("Yes see you Tuesday", "YES", "", False),
+        ("help me find the address", "HELP", "", False),
         ("STOPPING", "STOPPING", "", False),
         ("hello", "HELLO", "", False),
         ("", "", "", False),
