@@ -26,7 +26,8 @@ The reason is required.
 
 **Longest first.** ``tests/durations.json`` (each test's setup + call + teardown seconds, from an earlier
 run) orders the tests longest first, so the parallel run's last tests are short ones; a test not in the file
-counts as 1 s. ``--store-durations`` rewrites the file from this run.
+counts as 1 s. Items that share a node id (schemathesis makes one per API operation, all with their test
+function's id) share its seconds. ``--store-durations`` rewrites the file from this run.
 
 **Long tier.** Tests marked ``long`` (production-scale variants: minutes each) are skipped unless
 ``--long`` is given; a scaled version of each guarantee runs every time.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -146,9 +148,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
     known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    # A node id's seconds are those of all its items: schemathesis makes one item per API operation, all
+    # with the test function's node id. Each counts for its share.
+    shared = Counter(item.nodeid for item in keep)
     # Longest first; ties in collection order (sorted() is stable), so every xdist worker collects the
     # same order.
-    keep.sort(key=lambda item: -known.get(item.nodeid, 1.0))
+    keep.sort(key=lambda item: -known.get(item.nodeid, shared[item.nodeid]) / shared[item.nodeid])
     items[:] = keep
 
 

@@ -75,7 +75,16 @@ def test_redis_killed_and_restarted_empty_mid_drain_recovers_within_seconds(pipe
         pipeline.worker("sender", queues=SENDER_QUEUES, concurrency=2)
         pipeline.beat()
         rows = Message.objects.filter(pk__in=pks)
-        pipeline.wait_until(lambda: rows.filter(status=Status.SENT).count() >= 150, 90, "the drain to start")
+        # The kill lands once the drain has started and while tasks wait in the broker: the sweep publishes
+        # a batch at each tick and the senders take it, so on a loaded machine a moment with none waiting
+        # (every published task already taken) is as likely as one with some.
+        pipeline.wait_until(
+            lambda: (
+                rows.filter(status=Status.SENT).count() >= 150 and rows.filter(status=Status.QUEUED).exists()
+            ),
+            90,
+            "the drain to start, with tasks waiting in the broker",
+        )
         redis_server.kill9()
         queued_at_kill = rows.filter(status=Status.QUEUED).count()
         redis_server.start()  # empty: every task that was in it is gone

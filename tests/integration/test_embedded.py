@@ -25,7 +25,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 
 def _http(
-    method: str, url: str, key: str = "", body: dict | None = None, *, deadline: float | None = None
+    method: str,
+    url: str,
+    key: str = "",
+    body: dict | None = None,
+    *,
+    deadline: float | None = None,
+    idempotency_key: str = "embedded-smoke-1",
 ) -> tuple[int, dict]:
     """One request; a connection error or a timeout (a loaded machine: SQLite writers queue on the
     busy timeout) is retried until the deadline. The POST carries an Idempotency-Key, so a retried
@@ -35,7 +41,7 @@ def _http(
     if key:
         headers["Authorization"] = f"Bearer {key}"
     if method == "POST":
-        headers["Idempotency-Key"] = "embedded-smoke-1"
+        headers["Idempotency-Key"] = idempotency_key
 
     def attempt() -> tuple[int, dict]:
         req = urllib.request.Request(
@@ -51,11 +57,16 @@ def _http(
     return wait_for(attempt, max(0.0, deadline - time.monotonic()), f"{method} {url}", interval=0.5)
 
 
-@pytest.mark.parametrize(("provider", "to"), [("twilio", "+14155550123"), ("vonage", "+447400123456")])
-def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt(provider, to):
+# The script's documented routes: a US number through Twilio, a UK one through Vonage.
+MESSAGES = {"twilio": "+14155550123", "vonage": "+447400123456"}
+ROUTES = {"twilio": "settings:us-twilio", "vonage": "settings:gb-vonage"}
+
+
+def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_receipt():
     """Both sandboxes run beside the gateway; the script's documented routes send a US number through
     Twilio and a UK one through Vonage (its sandbox: HTTPS with the CA file the script writes to the var
-    dir), and the message is counted there."""
+    dir), and each message is counted there, by its own provider only. (One run for both: each used to
+    start a run of its own.)"""
     var = Path(tempfile.mkdtemp(prefix="smsgw-embedded-"))
     web, sandbox, vonage, vonage_control = free_port(), free_port(), free_port(), free_port()
     env = {
@@ -89,79 +100,67 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
         wait_for(ready, 240, "the embedded gateway to start", interval=0.5)
         key = key_file.read_text().strip()
         assert key.startswith("sk_")
-        status, created = _http(
-            "POST",
-            f"http://127.0.0.1:{web}/v1/messages",
-            key,
-            {"to": to, "body": "embedded smoke"},
-        )
-        assert status == 201, created
-        assert created["route"]["legs"][0]["provider"] == provider, created["route"]
-        assert created["route"]["name"] == (
-            "settings:us-twilio" if provider == "twilio" else "settings:gb-vonage"
-        )
-        seen = []
-
-        def delivered() -> bool:
-            _, msg = _http(
-                "GET", f"http://127.0.0.1:{web}/v1/messages/{created['id']}", key, deadline=deadline
+        created = {}
+        for provider, to in MESSAGES.items():
+            status, created[provider] = _http(
+                "POST",
+                f"http://127.0.0.1:{web}/v1/messages",
+                key,
+                {"to": to, "body": "embedded smoke"},
+                idempotency_key=f"embedded-smoke-{provider}",
             )
-            if not seen or seen[-1] != msg["status"]:
-                seen.append(msg["status"])
-            return msg["status"] == "delivered"  # the sandbox's signed callbacks reach the receipt endpoint
+            assert status == 201, created[provider]
+            assert created[provider]["route"]["legs"][0]["provider"] == provider, created[provider]["route"]
+            assert created[provider]["route"]["name"] == ROUTES[provider]
+        for provider in MESSAGES:
+            seen = []
 
-        try:
-            wait_for(delivered, max(0.0, deadline - time.monotonic()), "delivered", interval=0.2)
-        except TimeoutError as exc:
-            raise AssertionError(((var / "run.log").read_text()[-5000:], seen)) from exc
-        _, events = _http("GET", f"http://127.0.0.1:{web}/v1/messages/{created['id']}/events", key)
-        changes = [e["to_status"] for e in events["events"] if e["from_status"] != e["to_status"]]
-        assert changes == ["queued", "sending", "sent", "delivered"], events
-        assert events["events"][0]["kind"] == "created"
+            def delivered(message_id=created[provider]["id"], seen=seen) -> bool:
+                _, msg = _http(
+                    "GET", f"http://127.0.0.1:{web}/v1/messages/{message_id}", key, deadline=deadline
+                )
+                if not seen or seen[-1] != msg["status"]:
+                    seen.append(msg["status"])
+                return (
+                    msg["status"] == "delivered"
+                )  # the sandbox's signed callbacks reach the receipt endpoint
+
+            try:
+                wait_for(delivered, max(0.0, deadline - time.monotonic()), "delivered", interval=0.2)
+            except TimeoutError as exc:
+                raise AssertionError(((var / "run.log").read_text()[-5000:], provider, seen)) from exc
+            _, events = _http(
+                "GET", f"http://127.0.0.1:{web}/v1/messages/{created[provider]['id']}/events", key
+            )
+            changes = [e["to_status"] for e in events["events"] if e["from_status"] != e["to_status"]]
+            assert changes == ["queued", "sending", "sent", "delivered"], (provider, events)
+            assert events["events"][0]["kind"] == "created"
+        # Each provider got its own message once, and not the other's: the one Vonage holds is the UK one.
         _, stats = _http("GET", f"http://127.0.0.1:{sandbox}/_sandbox/stats")
         _, vonage_stats = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/stats")
-        assert (stats["submissions"], vonage_stats["submissions"]) == (
-            (1, 0) if provider == "twilio" else (0, 1)
+        assert (stats["submissions"], vonage_stats["submissions"]) == (1, 1)
+        _, parts = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/messages")
+        (part,) = parts
+        assert part["to"] == MESSAGES["vonage"].removeprefix("+") and part["from"] == "SMSGW"
+        assert part["client-ref"].startswith(created["vonage"]["id"].removeprefix("msg_"))
+        assert (var / "vonage-sandbox-ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
+        # The Twilio-compatible API with the official SDK, as the README shows it: the demo account
+        # SID from the var dir, the API key as the auth token, only the base URL changed.
+        from twilio.rest import Client
+
+        account_sid = (var / "demo-account-sid").read_text().strip()
+        assert account_sid.startswith("AC") and len(account_sid) == 34
+        client = Client(account_sid, key)
+        client.api.base_url = f"http://127.0.0.1:{web}"
+        sdk = client.messages.create(to=MESSAGES["twilio"], from_="+14155550100", body="embedded sdk smoke")
+        assert sdk.status == "queued" and sdk.sid.startswith("SM")
+        wait_for(
+            lambda: client.messages(sdk.sid).fetch().status == "delivered",
+            max(0.0, deadline - time.monotonic()),
+            "the SDK's message delivered",
+            interval=0.2,
         )
-        if provider == "vonage":
-            _, parts = _http("GET", f"http://127.0.0.1:{vonage_control}/_sandbox/messages")
-            (part,) = parts
-            assert part["to"] == to.removeprefix("+") and part["from"] == "SMSGW"
-            assert part["client-ref"].startswith(created["id"].removeprefix("msg_"))
-            assert (var / "vonage-sandbox-ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
-        if provider == "twilio":
-            # The Twilio-compatible API with the official SDK, as the README shows it: the demo account
-            # SID from the var dir, the API key as the auth token, only the base URL changed.
-            from twilio.rest import Client
-
-            account_sid = (var / "demo-account-sid").read_text().strip()
-            assert account_sid.startswith("AC") and len(account_sid) == 34
-            client = Client(account_sid, key)
-            client.api.base_url = f"http://127.0.0.1:{web}"
-            sdk = client.messages.create(to=to, from_="+14155550100", body="embedded sdk smoke")
-            assert sdk.status == "queued" and sdk.sid.startswith("SM")
-            wait_for(
-                lambda: client.messages(sdk.sid).fetch().status == "delivered",
-                max(0.0, deadline - time.monotonic()),
-                "the SDK's message delivered",
-                interval=0.2,
-            )
-        # A handset's reply: the sandbox posts its incoming-message webhook to the gateway's
-        # /inbound/<provider>/ (the kit's --inbound-url), signed, and the gateway takes it.
-        control = sandbox if provider == "twilio" else vonage_control
-        status, posted = _http(
-            "POST",
-            f"http://127.0.0.1:{control}/_sandbox/inbound",
-            body={"from": to, "to": "+14155550100", "body": "HELP"},
-        )
-        assert status == 202 and posted["url"] == f"http://127.0.0.1:{web}/inbound/{provider}/", posted
-
-        def answered() -> list:
-            _, log = _http("GET", f"http://127.0.0.1:{control}/_sandbox/inbound?id={posted['ids'][0]}")
-            attempts = [a for d in log["inbound"][0]["deliveries"] for a in d["attempts"]]
-            return [a["status"] for a in attempts] if attempts[-1]["result"] != "pending" else []
-
-        assert wait_for(answered, max(0.0, deadline - time.monotonic()), "the inbound answered") == [200]
+        _replies_arrive(web, key, {"twilio": sandbox, "vonage": vonage_control}, deadline)
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:
@@ -197,3 +196,33 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def _replies_arrive(web: int, key: str, controls: dict[str, int], deadline: float) -> None:
+    """A handset's reply through each sandbox: it posts its incoming-message webhook to the gateway's
+    /inbound/<provider>/ (the kit's --inbound-url), signed, the gateway takes it, and the reply is in
+    /v1/inbound, as the README shows it."""
+    for provider, control in controls.items():
+        status, posted = _http(
+            "POST",
+            f"http://127.0.0.1:{control}/_sandbox/inbound",
+            body={"from": MESSAGES[provider], "to": "+14155550100", "body": f"HELP {provider}"},
+        )
+        assert status == 202 and posted["url"] == f"http://127.0.0.1:{web}/inbound/{provider}/", posted
+
+        def answered(control=control, webhook_id=posted["ids"][0]) -> list:
+            _, log = _http("GET", f"http://127.0.0.1:{control}/_sandbox/inbound?id={webhook_id}")
+            attempts = [a for d in log["inbound"][0]["deliveries"] for a in d["attempts"]]
+            return [a["status"] for a in attempts] if attempts[-1]["result"] != "pending" else []
+
+        answers = wait_for(answered, max(0.0, deadline - time.monotonic()), "the inbound answered")
+        assert answers == [200], (provider, answers)
+
+    def replies() -> list:
+        _, page = _http("GET", f"http://127.0.0.1:{web}/v1/inbound", key)
+        return sorted(r["body"] for r in page["results"]) if len(page["results"]) == 2 else []
+
+    assert wait_for(replies, max(0.0, deadline - time.monotonic()), "the replies in /v1/inbound") == [
+        "HELP twilio",
+        "HELP vonage",
+    ]
