@@ -16,7 +16,7 @@ def stages_install() -> None:
     from delivery.flow import circuit, pacing
     from delivery.guards import acceptance, velocity
     from delivery.routing import birth
-    from inbound import twilio_forward
+    from inbound import facade_forward
     from receipts import ingest, webhooks
     from retention import reader, redact, requested
     from scheduling.dispatch import release
@@ -70,4 +70,4 @@ def stages_install() -> None:
     # SSRF check, at once (and again at each delivery).
     stages.url_check.fill(webhooks.webhook_url_check)
     # A Twilio program's TwiML answer to a forwarded incoming message: its <Message>s sent as replies.
-    stages.webhook_answer.fill(twilio_forward.twiml_answer)
+    stages.webhook_answer.fill(facade_forward.twiml_answer)

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from delivery.guards import suppression
 from delivery.models import SuppressionSource
-from inbound import actions, notify, twilio_forward
+from inbound import actions, facade_forward, notify
 from inbound.actions import Replied
 from inbound.keywords import BUILT_IN, Match, first_word, keyword_match
 from inbound.models import InboundMessage, InboundState, KeywordAction, KeywordRule
@@ -121,7 +121,7 @@ def inbound_process_due(*, limit: int | None = None, now: datetime | None = None
         events_record_many(batch.timeline, actor="recipient", now=now)
         WebhookDelivery.objects.bulk_create(batch.deliveries)
         for inbound in batch.forward:
-            twilio_forward.incoming_forward(inbound, now)
+            facade_forward.incoming_forward(inbound, now)
     return len(claimed)
 
 

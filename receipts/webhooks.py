@@ -162,10 +162,10 @@ _OUTBOX_COLUMNS = (
 # A Twilio-compatible API message's StatusCallback (scheduling.facade): the same outbox, retries, SSRF guard
 # and audit as the tenant's webhook, in Twilio's form and signature.
 STATUS_CALLBACK = facade.CALLBACK_EVENT
-# An incoming message forwarded to a number's Twilio-compatible SmsUrl (inbound.twilio_forward): Twilio's
+# An incoming message forwarded to a number's Twilio-compatible SmsUrl (inbound.facade_forward): Twilio's
 # form and signature too, and the only event type whose answer is read (a TwiML reply: stages.webhook_answer).
 INCOMING_FORWARD = facade.INCOMING_EVENT
-_TWILIO_FORMS = (STATUS_CALLBACK, INCOMING_FORWARD)
+_FACADE_FORMS = (STATUS_CALLBACK, INCOMING_FORWARD)
 _CALLBACK_COLUMNS = (
     "pk",
     "public_id",
@@ -320,7 +320,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
     forwarded incoming message: its TwiML)."""
     tenant = delivery.tenant
     started = time.perf_counter()
-    if delivery.event_type in _TWILIO_FORMS:
+    if delivery.event_type in _FACADE_FORMS:
         url, payload, headers = _callback_request(delivery)
     else:
         url = tenant.webhook_url
@@ -332,7 +332,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
         host, port, address = webhook_target(url)
     except WebhookUrlError as exc:
         return None, f"refused: {exc}", 0.0, b""
-    if delivery.event_type not in _TWILIO_FORMS:
+    if delivery.event_type not in _FACADE_FORMS:
         body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
         sent_at = timezone.now()
         headers = {

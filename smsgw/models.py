@@ -150,7 +150,7 @@ class TenantSender(models.Model):
     )
     # A number's incoming-message URL, as a Twilio program sets it (the Twilio-compatible
     # IncomingPhoneNumbers resource, scheduling.facade.numbers): replies to this number are forwarded there
-    # in Twilio's form and its TwiML answer is sent (inbound.twilio_forward). Empty: not forwarded.
+    # in Twilio's form and its TwiML answer is sent (inbound.facade_forward). Empty: not forwarded.
     # Database defaults too: rows written by code that predates them (an old migration's models, a
     # process of the previous release during a rolling deploy) are valid.
     sms_url = models.CharField(
@@ -158,7 +158,7 @@ class TenantSender(models.Model):
         blank=True,
         default="",
         db_default="",
-        help_text="Twilio-compatible SmsUrl: replies forwarded in Twilio's form",
+        help_text="SmsUrl (the compatible API): replies to this number are forwarded there",
     )
     sms_method = models.CharField(
         max_length=4,

@@ -152,7 +152,7 @@ class UrlCheck(Protocol):
 
 class AnswerHandler(Protocol):
     """A delivered outbox row's answer, for the one event type whose answer means something (a Twilio
-    program's TwiML to a forwarded incoming message, inbound.twilio_forward): acts on it once (a retried
+    program's TwiML to a forwarded incoming message, inbound.facade_forward): acts on it once (a retried
     or replayed delivery acts on it again idempotently) and says what it did, for the delivery's history."""
 
     def __call__(self, delivery: Any, body: bytes, /) -> str: ...

@@ -5,7 +5,7 @@ them (twilio.com/docs/phone-numbers/api/incomingphonenumber-resource; twilio-oai
 ``api.v2010.account.incoming_phone_number``). The numbers themselves are the tenant's phone-number senders
 (smsgw.models.TenantSender), assigned by an operator: no provisioning (POST to the list) and no release
 (DELETE) here. A message that comes in to a number with an SmsUrl is forwarded there in Twilio's form
-(inbound.twilio_forward)."""
+(inbound.facade_forward)."""
 
 from __future__ import annotations
 

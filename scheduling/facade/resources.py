@@ -244,7 +244,7 @@ def callback_params(m: Message, account_sid: str, status: str) -> dict[str, str]
 # --- status callbacks ---------------------------------------------------------------------------------
 # The webhook outbox's event type of a StatusCallback (receipts.webhooks): stored in its rows, never renamed.
 CALLBACK_EVENT = "twilio.status_callback"
-# And of an incoming message forwarded to a number's SmsUrl (inbound.twilio_forward), whose TwiML answer
+# And of an incoming message forwarded to a number's SmsUrl (inbound.facade_forward), whose TwiML answer
 # is kept and acted on.
 INCOMING_EVENT = "twilio.incoming"
 

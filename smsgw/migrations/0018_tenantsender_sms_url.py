@@ -18,6 +18,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tenantsender',
             name='sms_url',
-            field=models.CharField(blank=True, db_default='', default='', help_text="Twilio-compatible SmsUrl: replies forwarded in Twilio's form", max_length=1024),
+            field=models.CharField(blank=True, db_default='', default='', help_text="SmsUrl (the compatible API): replies to this number are forwarded there", max_length=1024),
         ),
     ]

@@ -1,6 +1,8 @@
 """A handset's reply across real processes: the provider's sandbox posts its incoming-message webhook
 (POST /_sandbox/inbound, signed as the provider signs it) to the gateway's /inbound/<provider>/ on a real
-gunicorn, which start_web pointed it at; a STOP suppresses its sender for the tenant owning the number."""
+gunicorn, which start_web pointed it at; the inbound worker (a real `celery worker` on the inbound queue,
+ticked by a real `celery beat`) takes the STOP: it suppresses its sender for the tenant owning the number,
+once for both copies."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from django.db import connection
 
 from delivery.models import Suppression
+from inbound.models import InboundMessage
 from tests.factories import SENDER, recipient, sender_for, tenant_with_key
 from tests.harness import start_web
 from tests.waiting import wait_for
@@ -25,6 +28,8 @@ def test_a_stop_from_the_sandbox_is_taken_by_the_gateway(provider_pipeline, prov
         sender_for(tenant, VONAGE_NUMBER, provider="vonage")
     pipeline = provider_pipeline(provider)
     base = start_web(pipeline)
+    pipeline.worker(queues="inbound")
+    pipeline.beat()
     connection.close()
     pipeline.ready()
     # gunicorn loads the app at its first request: answered before the webhook's read timeout counts
@@ -42,4 +47,7 @@ def test_a_stop_from_the_sandbox_is_taken_by_the_gateway(provider_pipeline, prov
     assert logged["url"].endswith(f"/inbound/{provider}/")
     assert logged["statuses"] == [200, 200], logged
     assert logged["replies"] == []  # the gateway answers an empty TwiML: no reply sent
-    assert Suppression.objects.filter(tenant=tenant, number=recipient(1)).count() == 1
+    stopped = Suppression.objects.filter(tenant=tenant, number=recipient(1))
+    wait_for(stopped.exists, 30, "the STOP applied by the inbound worker")
+    assert stopped.count() == 1
+    assert InboundMessage.objects.get().keyword == "STOP"  # both copies: one message

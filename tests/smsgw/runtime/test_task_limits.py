@@ -14,7 +14,16 @@ from django.apps import apps
 from config.celery import app
 from smsgw.runtime.task_limits import next_tick_goes_on
 
-PROJECT_PACKAGES = ("scheduling.", "delivery.", "receipts.", "limits.", "smsgw.", "sandbox.", "retention.")
+PROJECT_PACKAGES = (
+    "scheduling.",
+    "delivery.",
+    "receipts.",
+    "inbound.",
+    "limits.",
+    "smsgw.",
+    "sandbox.",
+    "retention.",
+)
 
 
 def project_tasks():
