@@ -192,14 +192,16 @@ def _behind_a_lagging_list(pipeline, n: int, list_lag: int, lag: int) -> list[in
 
 
 def test_lagging_list_unanswered_found_and_never_stored_resent_once_after_the_lag_bound(pipeline):
-    """300 messages; the Messages list hides a message for its first 10 s (Twilio's list lags; the long
+    """300 messages; the Messages list hides a message for its first 20 s (Twilio's list lags; the long
     tier runs 120 s). Some creates are stored and their connection dropped unanswered, some are never
-    stored (a timeout). The stored ones are found once they show in the list (after 10 s), and the absent
+    stored (a timeout). The stored ones are found once they show in the list (after 20 s), and the absent
     ones are resent once, only after the list-lag bound (timeout + grace +
-    SMSGW_RECONCILE_LIST_LAG_SECONDS=15) has passed since their attempt began: the bound is above the lag
+    SMSGW_RECONCILE_LIST_LAG_SECONDS=25) has passed since their attempt began: the bound is above the lag
     by the same 5 s as at production scale, so a message still hidden is never declared absent. No message
-    is submitted twice."""
-    _found_or_resent_once(pipeline, _behind_a_lagging_list(pipeline, 300, 10, 15), 300, 15)
+    is submitted twice. Not shorter: the random faults are switched off once every first create was
+    made, and on a loaded machine that took longer than a 15-s bound, so a resend met a random fault
+    (stored and dropped: found, where the test expects absent)."""
+    _found_or_resent_once(pipeline, _behind_a_lagging_list(pipeline, 300, 20, 25), 300, 25)
 
 
 @pytest.mark.long
