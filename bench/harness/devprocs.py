@@ -19,6 +19,9 @@ from smsgw.runtime.queues import RECONCILE, ROUTED_QUEUES, SEND_BULK, SEND_TRANS
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file is bench/harness/devprocs.py)
 BIN = Path(sys.executable).parent
 ALL_QUEUES = ",".join(ROUTED_QUEUES)
+# The queues whose tick polls for most of every second (config.settings.jobs: tick jobs that loop inside
+# their interval), each holding a worker process while it does.
+POLLING_QUEUES = frozenset({"sweep", "receipts", "inbound", "webhooks"})
 SEND_QUEUES = ",".join((SEND_TRANSACTIONAL, SEND_BULK, RECONCILE))
 
 
@@ -117,11 +120,13 @@ def celery_worker(
     wait: bool = True,
 ) -> Proc:
     """``wrap``: a command the worker runs under (e.g. ``nsenter --net=...``: on a network of its own).
-    ``concurrency`` defaults to 2, or 4 for a worker on every queue: the sweep, receipts and webhooks
-    ticks each keep a process for most of their second, and a tick that waits past its expiry (two
-    intervals) is discarded, so two processes for all of them and the sends would starve one."""
+    ``concurrency`` defaults to 2, or one more than the polling ticks it takes plus one: the sweep,
+    receipts, inbound and webhooks ticks each keep a process for most of their second, and a tick that
+    waits past its expiry (two intervals) is discarded. A worker on every queue with 4 processes had none
+    left for the sends once the inbound tick came (sends drained in a minute instead of seconds)."""
     if concurrency is None:
-        concurrency = 4 if set(queues.split(",")) >= {"sweep", "receipts", "webhooks"} else 2
+        polling = len(set(queues.split(",")) & POLLING_QUEUES)
+        concurrency = polling + 1 if polling >= 3 else 2
     return Proc(
         f"worker-{name}",
         [
