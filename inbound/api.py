@@ -89,7 +89,6 @@ class InboundListApi(APIView):
             OpenApiParameter("received_before", str, description="ISO 8601 instant, exclusive."),
         ],
         responses=schema.paginated(InboundOutput, "InboundPage"),
-        operation_id="inbound_list",
         summary="Messages received from recipients (newest first, cursor pages)",
         examples=[
             OpenApiExample(
@@ -158,7 +157,6 @@ class ConversationApi(APIView):
                 "results": ConversationItem(many=True),
             },
         ),
-        operation_id="conversation_get",
         summary="One contact's conversation: outbound and inbound messages in order (oldest first)",
         description=(
             "The messages sent to the contact and the replies received from it, oldest first. The outbound "

@@ -156,7 +156,6 @@ class KeywordsApi(APIView):
 
     @extend_schema(
         responses=KeywordsOutput,
-        operation_id="keywords_get",
         summary="The tenant's keyword rules and the built-in keywords",
         examples=[
             OpenApiExample(
@@ -175,7 +174,6 @@ class KeywordsApi(APIView):
     @extend_schema(
         request=KeywordsInput,
         responses=KeywordsOutput,
-        operation_id="keywords_set",
         summary="Replace the tenant's keyword rules (the whole list)",
         examples=[OpenApiExample("Cancel, confirm and a French opt-out", value=EXAMPLE, request_only=True)],
     )

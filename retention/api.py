@@ -46,7 +46,6 @@ class ExportsApi(APIView):
     @extend_schema(
         parameters=[*schema.PAGE_PARAMETERS],
         responses=schema.paginated(ExportOutput, "ExportPage"),
-        operation_id="exports_list",
         summary="The daily exports (newest day first, cursor pages)",
     )
     def get(self, request):

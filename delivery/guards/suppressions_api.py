@@ -117,7 +117,6 @@ class SuppressionsApi(APIView):
             *schema.PAGE_PARAMETERS,
         ],
         responses=schema.paginated(SuppressionOutput, "SuppressionPage"),
-        operation_id="suppressions_list",
         summary="The suppression list (newest first, cursor pages)",
     )
     def get(self, request):

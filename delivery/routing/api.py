@@ -141,7 +141,6 @@ class RoutesApi(APIView):
         # No query parameter is taken: any is a 400 naming it (as an unknown filter of a list would be).
         responses={200: RoutesOutput, 400: schema.BAD_QUERY},
         examples=[LIST_EXAMPLE],
-        operation_id="routes_list",
         summary="The routing rules that apply to this tenant, in the order they are tried",
     )
     def get(self, request):
@@ -176,7 +175,6 @@ class RouteResolveApi(APIView):
         ],
         responses=ResolutionOutput,
         examples=[RESOLVE_EXAMPLE],
-        operation_id="routes_resolve",
         summary="The route a message to this number would get now",
     )
     def get(self, request):

@@ -362,7 +362,6 @@ class CampaignsApi(APIView):
     @extend_schema(
         responses=schema.paginated(CampaignOutput, "CampaignPage"),
         parameters=schema.PAGE_PARAMETERS,
-        operation_id="campaigns_list",
         summary="List campaigns (newest first, cursor pages)",
     )
     def get(self, request):
@@ -394,7 +393,6 @@ class CampaignMessagesApi(APIView):
             OpenApiParameter("status", str, description="Comma-separated statuses, e.g. scheduled,failed."),
             *schema.PAGE_PARAMETERS,
         ],
-        operation_id="campaigns_messages_list",
         summary="The campaign's messages (newest first, cursor pages)",
     )
     def get(self, request, public_id: str):
@@ -413,7 +411,6 @@ class CampaignErrorsApi(APIView):
     @extend_schema(
         responses=schema.paginated(CampaignErrorOutput, "CampaignErrorPage"),
         parameters=schema.PAGE_PARAMETERS,
-        operation_id="campaigns_errors_list",
         summary="Rows not made into messages, by line (cursor pages)",
     )
     def get(self, request, public_id: str):

@@ -321,7 +321,6 @@ class MessagesApi(APIView):
             OpenApiParameter("due_before", str, description="ISO 8601 instant."),
             *schema.PAGE_PARAMETERS,
         ],
-        operation_id="messages_list",
         summary="List messages (newest first, cursor pages)",
     )
     def get(self, request):

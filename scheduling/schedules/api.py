@@ -248,7 +248,6 @@ class SchedulesApi(APIView):
             OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
             *schema.PAGE_PARAMETERS,
         ],
-        operation_id="schedules_list",
         summary="List schedules (newest first, cursor pages)",
     )
     def get(self, request):
@@ -361,7 +360,6 @@ class ScheduleMessagesApi(APIView):
     @extend_schema(
         responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
         parameters=schema.PAGE_PARAMETERS,
-        operation_id="schedules_messages_list",
         summary="Occurrences made so far (newest first, cursor pages)",
     )
     def get(self, request, public_id: str):
