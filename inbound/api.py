@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inbound import selectors
+from inbound.models import KeywordAction
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.tenancy.scopes import scopes_grant
@@ -45,8 +46,8 @@ class InboundOutput(serializers.Serializer):
     body = serializers.CharField(help_text="Empty once the content horizon passed or it was erased.")
     segments = serializers.IntegerField()
     keyword = serializers.CharField(help_text="Its first word, upper case, accents removed.")
-    action = serializers.CharField(
-        help_text="The keyword's action (opt_out, opt_in, help, cancel, confirm) or ''."
+    action = serializers.ChoiceField(
+        choices=KeywordAction.choices, allow_blank=True, help_text="The keyword's action, or ''."
     )
     action_result = serializers.DictField(help_text="What the action changed (ids, the reply sent).")
     needs_review = serializers.BooleanField(help_text="A near miss ('stop please'): not applied, for review.")
@@ -90,6 +91,10 @@ class InboundListApi(APIView):
         ],
         responses=schema.paginated(InboundOutput, "InboundPage"),
         operation_id="inbound_list",
+        description=(
+            "Replies and other messages sent to the tenant's numbers, newest first, with the keyword found "
+            "and what its action did. Filter by the contact (`from`), our number (`to`) and when received."
+        ),
         summary="Messages received from recipients (newest first, cursor pages)",
         examples=[
             OpenApiExample(
@@ -111,6 +116,10 @@ class InboundDetailApi(APIView):
 
     @extend_schema(
         responses=InboundOutput,
+        description=(
+            "One received message: who wrote, to which of the tenant's numbers, its body, keyword and action,"
+            " and the message it answers (`in_reply_to`)."
+        ),
         summary="One received message",
         examples=[OpenApiExample("A reply", value=EXAMPLE, response_only=True)],
     )

@@ -179,17 +179,17 @@ def messages_walk(c: Contract) -> None:
 
     # A message that has been sent: its timestamps and provider fields are filled in.
     sent = message(c.tenant)
-    steps = [
-        (Status.SCHEDULED, Status.QUEUED),
-        (Status.QUEUED, Status.SENDING),
-        (Status.SENDING, Status.SENT),
+    steps = [  # the kinds the pipeline writes (EventKind, an enum of the schema)
+        (Status.SCHEDULED, Status.QUEUED, "queued"),
+        (Status.QUEUED, Status.SENDING, "attempt_started"),
+        (Status.SENDING, Status.SENT, "sent"),
     ]
-    for from_status, to_status in steps:
+    for from_status, to_status, kind in steps:
         transitions.transition(
             sent.pk,
             from_statuses=[from_status],
             to_status=to_status,
-            kind=to_status,
+            kind=kind,
             set_fields={"provider_message_id": "SM123"} if to_status == Status.SENT else None,
         )
     c.call("get", f"/v1/messages/{sent.public_id}", 200)
@@ -560,6 +560,7 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
                     "RateLimit-Remaining",
                     "RateLimit-Reset",
                     "RateLimit-Policy",
+                    "Request-Id",
                 }
             if "requestBody" in op:
                 assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
