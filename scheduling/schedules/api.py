@@ -290,6 +290,7 @@ class ScheduleDetailApi(APIView):
     @extend_schema(
         request=ScheduleUpdateInput,
         responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
+        parameters=[schema.location(200, what="schedule")],
         description=(
             "Changes an `active` or `paused` schedule: a new version. Its pending occurrences are cancelled "
             "and made again from the new definition; occurrences already on their way are kept "
@@ -312,7 +313,13 @@ def _action_view(name: str, service, summary: str, description: str, *, conflict
     class _View(APIView):
         required_scopes = {"POST": "schedules:write"}
 
-        @extend_schema(request=None, responses=responses, summary=summary, description=description)
+        @extend_schema(
+            request=None,
+            responses=responses,
+            parameters=[schema.location(200, what="schedule")],
+            summary=summary,
+            description=description,
+        )
         def post(self, request, public_id: str):
             change = service(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
             return _change_response(change)

@@ -73,10 +73,35 @@ class Contract:
         request = DjangoOpenAPIRequest(resp.wsgi_request)
         # Raises with the mismatch (undocumented status, body or header not matching its schema).
         self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
+        self.headers_declared(request.path_pattern, method, resp)
         self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
         if resp.get("Content-Type", "").startswith("application/json"):
             return resp.json() if resp.content else None
         return resp.content
+
+    def headers_declared(self, path: str, method: str, resp) -> None:
+        """Every header of the answer that is part of the API (not HTTP's own or the security middleware's)
+        is declared on the operation's response for this status."""
+        response = self.spec["paths"][path][method]["responses"].get(str(resp.status_code), {})
+        declared = {name.lower() for name in response.get("headers", {})}
+        undeclared = {name for name in resp.headers if name.lower() not in declared | TRANSPORT_HEADERS}
+        assert not undeclared, (method, path, resp.status_code, sorted(undeclared))
+
+
+# Headers of HTTP itself and of Django's security middleware: not part of what a client reads.
+TRANSPORT_HEADERS = {
+    "content-type",
+    "content-length",
+    "vary",
+    "allow",
+    "x-frame-options",
+    "x-content-type-options",
+    "referrer-policy",
+    "cross-origin-opener-policy",
+    "cross-origin-resource-policy",
+    "strict-transport-security",
+    "content-security-policy",
+}
 
 
 def _read_whole(streamed):
