@@ -159,8 +159,8 @@ class KeywordsApi(APIView):
         operation_id="keywords_get",
         description=(
             "The tenant's own keyword rules (a reply's first word and its action: cancel, confirm, help, ...)"
-            " and the built-in keywords that always apply (STOP and its synonyms opt out, START opts in, "
-            "HELP)."
+            " and the built-in lists beside them (STOP and its synonyms opt out, START opts in, HELP); a "
+            "tenant's rule wins over a built-in keyword."
         ),
         summary="The tenant's keyword rules and the built-in keywords",
         examples=[
@@ -183,7 +183,7 @@ class KeywordsApi(APIView):
         operation_id="keywords_set",
         description=(
             "Replaces every rule of the tenant at once (send the whole list; `[]` removes them). A keyword is"
-            " one word; a built-in keyword cannot be redefined. Applies to replies processed from now on."
+            " one word; a rule wins over a built-in keyword. Applies to replies processed from now on."
         ),
         summary="Replace the tenant's keyword rules (the whole list)",
         examples=[OpenApiExample("Cancel, confirm and a French opt-out", value=EXAMPLE, request_only=True)],

@@ -26,7 +26,8 @@ SIGNED = (
     "`webhook-timestamp` more than a few minutes away from your clock, and de-duplicate by `webhook-id` "
     "(a retry and a replay carry the same one). Answer 2xx within the timeout "
     "(SMSGW_WEBHOOK_TIMEOUT_SECONDS); any other answer, or none, is retried with backoff, then "
-    "dead-lettered (replay it with `POST /v1/webhook-deliveries/{webhook_id}/replay`). docs/webhooks.md."
+    "dead-lettered (replay it with `POST /v1/webhook-deliveries/{webhook_id}/replay`). docs/architecture.md, "
+    '"Delivery receipts and tenant webhooks".'
 )
 
 

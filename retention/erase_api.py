@@ -64,9 +64,9 @@ class RecipientEraseApi(APIView):
         responses={200: EraseOutput, 400: schema.BAD_BODY},
         examples=[OpenApiExample("Erase a number", value={"to": "+14155550123"}, request_only=True)],
         description=(
-            "Erases one number from all of the tenant's data (messages, schedules, campaigns, replies, "
-            "exports to come): content removed, the number masked. Its opt-out stays in force, so the number "
-            "is still not sent to. Answers what was erased."
+            "Erases one number from the tenant's data (messages and their history, schedules, campaign "
+            "rows, replies, notifications): content removed, the number masked, pending messages to it "
+            "cancelled. Its opt-out stays in force, so the number is still not sent to. Answers the counts."
         ),
         summary="Erase every trace of one number from the tenant's data; its opt-out stays in force",
     )

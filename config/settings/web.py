@@ -172,7 +172,10 @@ SPECTACULAR_SETTINGS = {
     # 3.1: a nullable object is oneOf [its schema, null], which validators read one way (3.0 is ambiguous).
     "OAS_VERSION": "3.1.0",
     "SERVERS": [
-        {"url": "http://localhost:8000", "description": "The embedded run on a laptop (docs/embedded.md)."},
+        {
+            "url": "http://localhost:8000",
+            "description": "The embedded run on a laptop (`./deploy/run-embedded.sh`, README).",
+        },
         {
             "url": "{scheme}://{host}",
             "description": "Your deployment, behind its TLS proxy (docs/deploy.md).",

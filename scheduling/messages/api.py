@@ -276,9 +276,10 @@ class MessagesApi(APIView):
         ],
         examples=[examples.SEND_NOW, examples.SEND_AT_LOCAL_TIME, examples.SEND_AT_INSTANT],
         description=(
-            "Accepts one SMS and answers with the message. Without `send_at` it is sent now (status "
-            "`queued`); with `send_at` it waits as `scheduled` until then: with an offset (or `Z`) `send_at` "
-            "is that instant, without one it is a wall time in `timezone` (DST resolved by `dst_policy`). "
+            "Accepts one SMS and answers 201 with the message, `scheduled` until it is due, then `queued`, "
+            "`sending`, `sent` and `delivered` (or `failed`, `undelivered`, `expired`). Without `send_at` "
+            "it is due at once; with an offset (or `Z`) `send_at` is that instant, without one a wall time "
+            "in `timezone` (a repeated or skipped local time resolved by `dst_policy`). "
             "Quiet hours (the tenant's, or `quiet_hours` here) may move it later; `expected_send_at` says "
             "when. Send an `Idempotency-Key` to make a retry safe: the same key and body answer 200 with the "
             "original and `Idempotent-Replayed: true`."

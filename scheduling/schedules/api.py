@@ -292,9 +292,9 @@ class ScheduleDetailApi(APIView):
         responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
         parameters=[schema.location(200, what="schedule")],
         description=(
-            "Changes an `active` or `paused` schedule: a new version. Its pending occurrences are cancelled "
+            "Changes a schedule that is not cancelled: a new version. Its pending occurrences are cancelled "
             "and made again from the new definition; occurrences already on their way are kept "
-            "(`occurrences.kept`). 409 on a cancelled or ended schedule."
+            "(`occurrences.kept`). 409 on a cancelled schedule."
         ),
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
@@ -333,14 +333,14 @@ SchedulePauseApi = _action_view(
     services.schedule_pause,
     "Pause: cancels pending occurrences, makes no new ones",
     "Pauses an `active` schedule: its pending occurrences are cancelled and none are made until it is "
-    "resumed. A repeat answers 200 with `changed: false`. 409 on a cancelled or ended schedule.",
+    "resumed. A repeat answers 200 with `changed: false`. 409 on a cancelled or ended one.",
 )
 ScheduleResumeApi = _action_view(
     "ScheduleResumeApi",
     services.schedule_resume,
     "Resume from the next occurrence after now",
     "Resumes a paused schedule from its next occurrence after now (those missed while paused are not "
-    "sent). A repeat on an active schedule answers 200. 409 on a cancelled or ended schedule.",
+    "sent). A repeat on an active schedule answers 200. 409 on a cancelled or ended one.",
 )
 ScheduleCancelApi = _action_view(
     "ScheduleCancelApi",
