@@ -115,7 +115,7 @@ class SuppressionsApi(APIView):
             ),
             OpenApiParameter("sender", str, description="Only entries for this sender."),
             *schema.PAGE_PARAMETERS,
-            *schema.deprecated_alias_headers(200),
+            *schema.deprecated_alias_headers(),
         ],
         responses=schema.paginated(SuppressionOutput, "SuppressionPage"),
         operation_id="suppressions_list",
@@ -141,7 +141,7 @@ class SuppressionsApi(APIView):
     @extend_schema(
         request=SuppressionInput,
         responses={201: SuppressionOutput, 200: SuppressionOutput},
-        parameters=schema.deprecated_alias_headers(200, 201),
+        parameters=schema.deprecated_alias_headers(),
         examples=[
             OpenApiExample("Every sender", value={"to": "+14155550123"}, request_only=True),
         ],
@@ -182,7 +182,7 @@ class SuppressionsApi(APIView):
             OpenApiParameter(
                 "sender", str, description="The entry's sender; absent: the every-sender entry."
             ),
-            *schema.deprecated_alias_headers(204),
+            *schema.deprecated_alias_headers(),
         ],
         responses={204: None, 404: schema.NOT_FOUND},
         description=(

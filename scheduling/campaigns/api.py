@@ -339,7 +339,7 @@ class CampaignsApi(APIView):
             ),
             schema.location(200, 202, what="campaign"),
             schema.idempotent_replayed(200),
-            *schema.deprecated_alias_headers(200, 202),
+            *schema.deprecated_alias_headers(),
         ],
         description=(
             "One body or template (`{first_name}` from each recipient's fields) to a list of recipients, as a"

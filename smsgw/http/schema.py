@@ -298,14 +298,14 @@ def common_response_headers() -> dict[str, dict]:
 
 # An answer to a request that used a deprecated alias (`phone` for `to` in a campaign's recipients,
 # `number` for `to` on suppressions) says so (RFC 9745, RFC 8594; docs/api.md, "Compatibility").
-def deprecated_alias_headers(*codes: int) -> list[OpenApiParameter]:
-    """On the answers (``codes``) to an operation that reads a deprecated alias."""
+def deprecated_alias_headers() -> list[OpenApiParameter]:
+    """On every answer of an operation that reads a deprecated alias: whatever the answer, it says so."""
     return [
         OpenApiParameter(
             "Deprecation",
             str,
             OpenApiParameter.HEADER,
-            response=list(codes),
+            response=True,
             description="Only when the request used a deprecated alias: when it was deprecated (RFC 9745, "
             "`@<unix seconds>`).",
         ),
@@ -313,7 +313,7 @@ def deprecated_alias_headers(*codes: int) -> list[OpenApiParameter]:
             "Sunset",
             str,
             OpenApiParameter.HEADER,
-            response=list(codes),
+            response=True,
             description="Only when the request used a deprecated alias: the HTTP date after which the alias "
             "may stop working (RFC 8594).",
         ),
