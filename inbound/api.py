@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from inbound import selectors
 from inbound.models import KeywordAction
+from scheduling.models import Status
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.tenancy.scopes import scopes_grant
@@ -129,13 +130,20 @@ class InboundDetailApi(APIView):
         return Response(InboundOutput(found).data)
 
 
+# An outbound message's status, or "received" (inbound.selectors.conversation_page).
+CONVERSATION_STATUSES = [*Status.values, "received"]
+
+
 class ConversationItem(serializers.Serializer):
     direction = serializers.ChoiceField(choices=["outbound", "inbound"])
     id = serializers.CharField(source="public_id")
     from_ = serializers.CharField(source="from_number")
     to = serializers.CharField(source="to_number")
     body = serializers.CharField()
-    status = serializers.CharField(help_text="An outbound message's status; 'received' for an inbound one.")
+    status = serializers.ChoiceField(
+        choices=CONVERSATION_STATUSES,
+        help_text="An outbound message's status; 'received' for an inbound one.",
+    )
     at = serializers.DateTimeField(
         help_text="Sent (or due, if not yet sent) for outbound; received for inbound."
     )

@@ -240,6 +240,7 @@ SPECTACULAR_SETTINGS = {
         "CampaignTimeMode": "scheduling.campaigns.models.CampaignTimeMode",
         "KeywordAction": "inbound.models.KeywordAction",
         "WebhookDeliveryStatus": "receipts.models.WebhookStatus",
+        "ConversationStatus": "inbound.api.CONVERSATION_STATUSES",
     },
     # The tenant's notifications (OpenAPI 3.1 `webhooks`), each with its payload (receipts.webhook_schema).
     "WEBHOOKS": [
