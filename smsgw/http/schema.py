@@ -297,7 +297,7 @@ def common_response_headers() -> dict[str, dict]:
 
 
 # An answer to a request that used a deprecated alias (`phone` for `to` in a campaign's recipients,
-# `number` for `to` on suppressions) says so (RFC 9745, RFC 8594; docs/api.md, "Compatibility").
+# `number` for `to` on suppressions) says so (RFC 9745, RFC 8594; docs/api.md, "Deprecated aliases").
 def deprecated_alias_headers() -> list[OpenApiParameter]:
     """On every answer of an operation that reads a deprecated alias: whatever the answer, it says so."""
     return [
