@@ -43,7 +43,15 @@ CapacityOutput = inline_serializer(
 class CapacityApi(APIView):
     required_scopes = {"GET": "capacity:read"}
 
-    @extend_schema(responses=CapacityOutput, summary="Sending limits: senders' rates, provider status")
+    @extend_schema(
+        responses=CapacityOutput,
+        description=(
+            "What limits the tenant's sending now: each sender's rate (segments per second, the tenant's cap "
+            "and the operator's ceiling), the daily quota and pending limit with their use, and the "
+            "provider's circuit (closed, open, probing)."
+        ),
+        summary="Sending limits: senders' rates, provider status",
+    )
     def get(self, request):
         return Response(capacity.tenant_capacity_view(request.user.tenant))
 
@@ -54,6 +62,10 @@ class SenderCapacityApi(APIView):
     @extend_schema(
         request=SenderRateInput,
         responses={200: CapacityOutput, 403: schema.FORBIDDEN},
+        description=(
+            "Caps the send rate of a sender the tenant owns alone, at most the operator's rate for it (else "
+            "400). A shared sender, or another tenant's, is a 403. Answers the capacity view."
+        ),
         summary="Cap one of the tenant's senders (at most the operator's rate)",
     )
     def put(self, request, sender: str):
@@ -69,6 +81,10 @@ class SenderCapacityApi(APIView):
     @extend_schema(
         request=None,
         responses={200: CapacityOutput, 400: schema.BAD_PATH, 403: schema.FORBIDDEN},
+        description=(
+            "Removes the tenant's cap on the sender: it sends at the operator's rate again. Answers the "
+            "capacity view."
+        ),
         summary="Remove the tenant's cap: back to the operator's rate",
     )
     def delete(self, request, sender: str):

@@ -9,6 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inbound import selectors
+from inbound.models import KeywordAction
+from scheduling.models import Status
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.tenancy.scopes import scopes_grant
@@ -45,8 +47,8 @@ class InboundOutput(serializers.Serializer):
     body = serializers.CharField(help_text="Empty once the content horizon passed or it was erased.")
     segments = serializers.IntegerField()
     keyword = serializers.CharField(help_text="Its first word, upper case, accents removed.")
-    action = serializers.CharField(
-        help_text="The keyword's action (opt_out, opt_in, help, cancel, confirm) or ''."
+    action = serializers.ChoiceField(
+        choices=KeywordAction.choices, allow_blank=True, help_text="The keyword's action, or ''."
     )
     action_result = serializers.DictField(help_text="What the action changed (ids, the reply sent).")
     needs_review = serializers.BooleanField(help_text="A near miss ('stop please'): not applied, for review.")
@@ -89,6 +91,10 @@ class InboundListApi(APIView):
             OpenApiParameter("received_before", str, description="ISO 8601 instant, exclusive."),
         ],
         responses=schema.paginated(InboundOutput, "InboundPage"),
+        description=(
+            "Replies and other messages sent to the tenant's numbers, newest first, with the keyword found "
+            "and what its action did. Filter by the contact (`from`), our number (`to`) and when received."
+        ),
         summary="Messages received from recipients (newest first, cursor pages)",
         examples=[
             OpenApiExample(
@@ -110,6 +116,10 @@ class InboundDetailApi(APIView):
 
     @extend_schema(
         responses=InboundOutput,
+        description=(
+            "One received message: who wrote, to which of the tenant's numbers, its body, keyword and action,"
+            " and the message it answers (`in_reply_to`)."
+        ),
         summary="One received message",
         examples=[OpenApiExample("A reply", value=EXAMPLE, response_only=True)],
     )
@@ -119,13 +129,20 @@ class InboundDetailApi(APIView):
         return Response(InboundOutput(found).data)
 
 
+# An outbound message's status, or "received" (inbound.selectors.conversation_page).
+CONVERSATION_STATUSES = [*Status.values, "received"]
+
+
 class ConversationItem(serializers.Serializer):
     direction = serializers.ChoiceField(choices=["outbound", "inbound"])
     id = serializers.CharField(source="public_id")
     from_ = serializers.CharField(source="from_number")
     to = serializers.CharField(source="to_number")
     body = serializers.CharField()
-    status = serializers.CharField(help_text="An outbound message's status; 'received' for an inbound one.")
+    status = serializers.ChoiceField(
+        choices=CONVERSATION_STATUSES,
+        help_text="An outbound message's status; 'received' for an inbound one.",
+    )
     at = serializers.DateTimeField(
         help_text="Sent (or due, if not yet sent) for outbound; received for inbound."
     )

@@ -156,6 +156,11 @@ class KeywordsApi(APIView):
 
     @extend_schema(
         responses=KeywordsOutput,
+        description=(
+            "The tenant's own keyword rules (a reply's first word and its action: cancel, confirm, help, ...)"
+            " and the built-in lists beside them (STOP and its synonyms opt out, START opts in, HELP); a "
+            "tenant's rule wins over a built-in keyword."
+        ),
         summary="The tenant's keyword rules and the built-in keywords",
         examples=[
             OpenApiExample(
@@ -174,6 +179,10 @@ class KeywordsApi(APIView):
     @extend_schema(
         request=KeywordsInput,
         responses=KeywordsOutput,
+        description=(
+            "Replaces every rule of the tenant at once (send the whole list; `[]` removes them). A keyword is"
+            " one word; a rule wins over a built-in keyword. Applies to replies processed from now on."
+        ),
         summary="Replace the tenant's keyword rules (the whole list)",
         examples=[OpenApiExample("Cancel, confirm and a French opt-out", value=EXAMPLE, request_only=True)],
     )

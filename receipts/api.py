@@ -20,7 +20,7 @@ from delivery.providers import PROVIDERS, get_adapter
 from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
 from receipts import lookup, replay, spool, webhooks
 from receipts.ingest import receipt_ingest
-from receipts.models import WebhookDelivery
+from receipts.models import WebhookDelivery, WebhookStatus
 from smsgw.http.boundary import (
     MAX_JSON_DEPTH,
     NUL_OR_SURROGATE,
@@ -234,6 +234,11 @@ class WebhookConfigApi(APIView):
                 "has_secret": serializers.BooleanField(),
             },
         ),
+        description=(
+            "The URL the tenant's notifications are sent to (see `webhooks`: `message.status_changed`, "
+            "`message.received`), and whether a signing secret exists. The secret itself is never shown "
+            "again."
+        ),
         summary="The status webhook",
     )
     def get(self, request):
@@ -257,6 +262,11 @@ class WebhookConfigApi(APIView):
                 ),
             },
         ),
+        description=(
+            "Sets the URL notifications are POSTed to (https, a public address). The first time, or with "
+            "`rotate_secret`, answers the new signing secret (`whsec_...`) once: keep it to check "
+            "`webhook-signature`. An empty `url` disables notifications."
+        ),
         summary="Set (or, with an empty url, disable) the status webhook",
     )
     def put(self, request):
@@ -279,7 +289,15 @@ class WebhookConfigApi(APIView):
             body["secret"] = secret
         return Response(body)
 
-    @extend_schema(request=None, responses={204: None}, summary="Remove the status webhook")
+    @extend_schema(
+        request=None,
+        responses={204: None},
+        description=(
+            "Stops notifications: the URL and the signing secret are removed (a new PUT creates a new "
+            "secret). Notifications already queued are not attempted any more."
+        ),
+        summary="Remove the status webhook",
+    )
     def delete(self, request):
         """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
         Deliveries already queued are not attempted any more (delivery finds no webhook configured)."""
@@ -293,7 +311,17 @@ class WebhookReplayApi(APIView):
     @extend_schema(
         request=None,
         responses=inline_serializer(
-            "WebhookReplay", {"id": serializers.CharField(), "status": serializers.CharField()}
+            "WebhookReplay",
+            {
+                "id": serializers.CharField(help_text="The notification's `webhook-id`, unchanged."),
+                "status": serializers.ChoiceField(
+                    choices=WebhookStatus.choices, help_text="pending: queued to be delivered again."
+                ),
+            },
+        ),
+        description=(
+            "Queues a notification (delivered or dead-lettered) to be delivered again, with the same "
+            "`webhook-id` and payload, so a receiver that de-duplicates sees it once."
         ),
         summary="Deliver a webhook again",
     )

@@ -46,6 +46,10 @@ class ExportsApi(APIView):
     @extend_schema(
         parameters=[*schema.PAGE_PARAMETERS],
         responses=schema.paginated(ExportOutput, "ExportPage"),
+        description=(
+            "The tenant's daily exports of finished messages (one file a day, gzip-compressed JSON lines), "
+            "newest day first, until each expires."
+        ),
         summary="The daily exports (newest day first, cursor pages)",
     )
     def get(self, request):
@@ -60,7 +64,13 @@ class ExportsApi(APIView):
 class ExportDetailApi(APIView):
     required_scopes = {"GET": "exports:read"}
 
-    @extend_schema(responses=ExportOutput, summary="One daily export")
+    @extend_schema(
+        responses=ExportOutput,
+        description=(
+            "One daily export: its day, rows, size, SHA-256 and when it expires, and its download URL."
+        ),
+        summary="One daily export",
+    )
     def get(self, request, public_id: str):
         export = selectors.export_get(tenant=request.user.tenant, public_id=public_id, now=timezone.now())
         return Response(ExportOutput(export).data)
@@ -87,6 +97,7 @@ class ExportDownloadApi(APIView):
                 description='`attachment; filename="<tenant>-<day>.jsonl.gz"`.',
             )
         ],
+        description="The export's file, streamed: one message a line, as JSON. 404 once it expired.",
         summary="Download a daily export's file",
     )
     def get(self, request, public_id: str):

@@ -34,6 +34,11 @@ class MessageRedactApi(APIView):
     @extend_schema(
         request=None,
         responses={200: RedactOutput, 404: schema.NOT_FOUND, 409: schema.CONFLICT},
+        description=(
+            "Removes a final message's content now, before its retention horizon: its body and metadata, and "
+            "the recipient's number masked. The record (status, times, timeline) stays. A repeat answers 200."
+            " 409 while the message is not yet final (it may still be sent)."
+        ),
         summary="Remove a message's content now: body, metadata, the full number (409 before it is sent)",
     )
     def post(self, request, public_id: str):
@@ -58,6 +63,11 @@ class RecipientEraseApi(APIView):
         request=EraseInput,
         responses={200: EraseOutput, 400: schema.BAD_BODY},
         examples=[OpenApiExample("Erase a number", value={"to": "+14155550123"}, request_only=True)],
+        description=(
+            "Erases one number from the tenant's data (messages and their history, schedules, campaign "
+            "rows, replies, notifications): content removed, the number masked, pending messages to it "
+            "cancelled. Its opt-out stays in force, so the number is still not sent to. Answers the counts."
+        ),
         summary="Erase every trace of one number from the tenant's data; its opt-out stays in force",
     )
     def post(self, request):

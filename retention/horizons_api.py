@@ -55,11 +55,26 @@ def _output(tenant_id: int) -> dict:
 class RetentionApi(APIView):
     required_scopes = {"GET": "retention:read", "PUT": "retention:write"}
 
-    @extend_schema(responses=RetentionOutput, summary="The tenant's retention horizons")
+    @extend_schema(
+        responses=RetentionOutput,
+        description=(
+            "How many days message content (`content_days`) and records (`record_days`) are kept, the "
+            "tenant's own or the gateway's defaults."
+        ),
+        summary="The tenant's retention horizons",
+    )
     def get(self, request):
         return Response(RetentionOutput(_output(request.user.tenant.pk)).data)
 
-    @extend_schema(request=RetentionInput, responses=RetentionOutput, summary="Set the retention horizons")
+    @extend_schema(
+        request=RetentionInput,
+        responses=RetentionOutput,
+        description=(
+            "Sets how long content and records are kept, within the gateway's bounds; content is never kept "
+            "longer than records. The retention job applies them daily."
+        ),
+        summary="Set the retention horizons",
+    )
     def put(self, request):
         data = RetentionInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -171,6 +171,87 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # 3.1: a nullable object is oneOf [its schema, null], which validators read one way (3.0 is ambiguous).
     "OAS_VERSION": "3.1.0",
+    "SERVERS": [
+        {
+            "url": "http://localhost:8000",
+            "description": "The embedded run on a laptop (`./deploy/run-embedded.sh`, README).",
+        },
+        {
+            "url": "{scheme}://{host}",
+            "description": "Your deployment, behind its TLS proxy (docs/deploy.md).",
+            "variables": {
+                "scheme": {"enum": ["https", "http"], "default": "https"},
+                "host": {"default": "sms.example.com", "description": "Its public host name (and port)."},
+            },
+        },
+    ],
+    # One per tag, in the order a newcomer reads them (the reference's menu follows it).
+    "TAGS": [
+        {
+            "name": "messages",
+            "description": "Send one message now or at a time, many in a batch; read, "
+            "reschedule, cancel, trace its timeline, redact it.",
+        },
+        {
+            "name": "schedules",
+            "description": "Recurring messages (an RRULE in local wall time): their "
+            "occurrences, versions and messages; pause, resume, cancel.",
+        },
+        {
+            "name": "campaigns",
+            "description": "One template to a list of recipients (JSON or CSV): progress, "
+            "rejected rows, the messages made; pause, resume, cancel.",
+        },
+        {"name": "inbound", "description": "Replies from recipients, and what their keywords did."},
+        {"name": "conversations", "description": "One recipient's messages both ways, newest first."},
+        {
+            "name": "keywords",
+            "description": "The tenant's reply keywords (cancel, confirm, ...) beside the "
+            "built-in STOP, START and HELP.",
+        },
+        {
+            "name": "suppressions",
+            "description": "Numbers not to send to (opt-outs and the tenant's own), for every sender or one.",
+        },
+        {"name": "quiet-hours", "description": "The tenant's default window in which nothing is sent."},
+        {"name": "routes", "description": "How a message's provider and sender are chosen, and a dry run."},
+        {"name": "capacity", "description": "Sending limits: sender rates, quotas, the provider's status."},
+        {
+            "name": "webhook",
+            "description": "Where the tenant's notifications go (see `webhooks`), its signing secret.",
+        },
+        {"name": "webhook-deliveries", "description": "Notifications already sent: deliver one again."},
+        {
+            "name": "exports",
+            "description": "Daily exports of finished messages, to download before they expire.",
+        },
+        {"name": "retention", "description": "How long content and records are kept."},
+        {"name": "recipients", "description": "Erase every trace of one number (a data-subject request)."},
+    ],
+    # Named components for the enums, derived from the code's own lists (drf-spectacular would otherwise
+    # name them by field, StatusEnum and a hash, and rename them when a list changes).
+    "ENUM_NAME_OVERRIDES": {
+        "MessageStatus": "scheduling.choices.Status",
+        "Priority": "scheduling.choices.Priority",
+        "ReasonCode": "scheduling.lifecycle.reasons.ReasonCode",
+        "EventKind": "scheduling.lifecycle.kinds.EventKind",
+        "ScheduleStatus": "scheduling.models.ScheduleStatus",
+        "CampaignStatus": "scheduling.campaigns.models.CampaignStatus",
+        "CampaignTimeMode": "scheduling.campaigns.models.CampaignTimeMode",
+        "KeywordAction": "inbound.models.KeywordAction",
+        "WebhookDeliveryStatus": "receipts.models.WebhookStatus",
+        "ConversationStatus": "inbound.api.CONVERSATION_STATUSES",
+    },
+    # The tenant's notifications (OpenAPI 3.1 `webhooks`), each with its payload (receipts.webhook_schema).
+    "WEBHOOKS": [
+        "receipts.webhook_schema.MESSAGE_STATUS_CHANGED",
+        "inbound.webhook_schema.MESSAGE_RECEIVED",
+    ],
+    # Run after drf-spectacular's own (enum components): the parts every operation shares.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "smsgw.http.schema_contract.contract_postprocess",
+    ],
 }
 
 

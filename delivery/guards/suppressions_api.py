@@ -115,8 +115,13 @@ class SuppressionsApi(APIView):
             ),
             OpenApiParameter("sender", str, description="Only entries for this sender."),
             *schema.PAGE_PARAMETERS,
+            *schema.deprecated_alias_headers(),
         ],
         responses=schema.paginated(SuppressionOutput, "SuppressionPage"),
+        description=(
+            "Numbers the tenant does not send to, newest first: opt-outs from replies (STOP) and entries the "
+            "tenant added, each for every sender or one. Filter by `to` and `sender`."
+        ),
         summary="The suppression list (newest first, cursor pages)",
     )
     def get(self, request):
@@ -135,9 +140,15 @@ class SuppressionsApi(APIView):
     @extend_schema(
         request=SuppressionInput,
         responses={201: SuppressionOutput, 200: SuppressionOutput},
+        parameters=schema.deprecated_alias_headers(),
         examples=[
             OpenApiExample("Every sender", value={"to": "+14155550123"}, request_only=True),
         ],
+        description=(
+            "Adds a number to the suppression list, for every sender or one `sender`: messages to it are "
+            "refused (`reason_code` `opted_out`). 201 when added; 200 when it was already there. `number` is "
+            "a deprecated alias of `to` (`Deprecation` and `Sunset` headers)."
+        ),
         summary="Add a number (201; 200 if it was already there)",
     )
     def post(self, request):
@@ -170,8 +181,13 @@ class SuppressionsApi(APIView):
             OpenApiParameter(
                 "sender", str, description="The entry's sender; absent: the every-sender entry."
             ),
+            *schema.deprecated_alias_headers(),
         ],
         responses={204: None, 404: schema.NOT_FOUND},
+        description=(
+            "Removes the entry for exactly this number and sender (none: the entry for every sender). 204; "
+            "404 when there is no such entry. `number` is a deprecated alias of `to`."
+        ),
         summary="Remove a number (the entry for exactly this sender)",
     )
     def delete(self, request):

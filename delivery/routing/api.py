@@ -141,6 +141,11 @@ class RoutesApi(APIView):
         # No query parameter is taken: any is a 400 naming it (as an unknown filter of a list would be).
         responses={200: RoutesOutput, 400: schema.BAD_QUERY},
         examples=[LIST_EXAMPLE],
+        description=(
+            "The rules that choose a message's provider, account and sender (the tenant's, then the "
+            "gateway's), in the order they are tried, each with its legs (failover order) and what it "
+            "matches."
+        ),
         summary="The routing rules that apply to this tenant, in the order they are tried",
     )
     def get(self, request):
@@ -175,6 +180,10 @@ class RouteResolveApi(APIView):
         ],
         responses=ResolutionOutput,
         examples=[RESOLVE_EXAMPLE],
+        description=(
+            "A dry run: the rule and legs a message to `to` with `priority` would be routed by now. Nothing "
+            "is sent or stored."
+        ),
         summary="The route a message to this number would get now",
     )
     def get(self, request):

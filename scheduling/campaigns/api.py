@@ -33,7 +33,7 @@ from scheduling.messages.api import (
     _metadata,
     message_data,
 )
-from scheduling.models import Campaign, CampaignTimeMode, Priority
+from scheduling.models import Campaign, CampaignStatus, CampaignTimeMode, Priority
 from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.boundary import (
@@ -165,7 +165,7 @@ class CreationOutput(serializers.Serializer):
 
 
 class CampaignTimeOutput(serializers.Serializer):
-    mode = serializers.CharField(source="time_mode")
+    mode = serializers.ChoiceField(source="time_mode", choices=CampaignTimeMode.choices)
     send_at = serializers.CharField(source="requested_send_at", allow_null=True)
     timezone = serializers.CharField()
     dst_policy = serializers.CharField()
@@ -183,7 +183,12 @@ class CampaignTimestampsOutput(serializers.Serializer):
 class CampaignOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
     name = serializers.CharField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=CampaignStatus.choices,
+        help_text="creating: its list is being read and its messages made; active: they go out as they "
+        "become due; paused; cancelled; completed: every message is final; failed: the list could not be "
+        "read (status_reason says why).",
+    )
     status_reason = serializers.SerializerMethodField()
     body = serializers.CharField(help_text="The body, or the template when is_template.")
     is_template = serializers.BooleanField()
@@ -332,8 +337,18 @@ class CampaignsApi(APIView):
                 description="1-255 characters. A repeat with the same request returns the original (200); "
                 "with a different one, 422.",
             ),
-            OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 202]),
+            schema.location(200, 202, what="campaign"),
+            schema.idempotent_replayed(200),
+            *schema.deprecated_alias_headers(),
         ],
+        description=(
+            "One body or template (`{first_name}` from each recipient's fields) to a list of recipients, as a"
+            " JSON array or an uploaded CSV file (multipart). Answers 202 at once in status `creating`: the "
+            "list is read and its messages made in the background (`creation` counts them; invalid rows are "
+            "at .../errors). Then `active` until every message is final (`completed`). `phone` is a "
+            "deprecated alias of `to` (`Deprecation` and `Sunset` headers). An `Idempotency-Key` makes a "
+            "retry safe."
+        ),
         summary="Create a campaign: recipients as a JSON array or an uploaded CSV file",
     )
     def post(self, request):
@@ -362,6 +377,7 @@ class CampaignsApi(APIView):
     @extend_schema(
         responses=schema.paginated(CampaignOutput, "CampaignPage"),
         parameters=schema.PAGE_PARAMETERS,
+        description="The tenant's campaigns, newest first, with each one's status and progress.",
         summary="List campaigns (newest first, cursor pages)",
     )
     def get(self, request):
@@ -378,7 +394,14 @@ class CampaignsApi(APIView):
 class CampaignDetailApi(APIView):
     required_scopes = {"GET": "campaigns:read"}
 
-    @extend_schema(responses=CampaignOutput, summary="Get one campaign, with its progress by status")
+    @extend_schema(
+        responses=CampaignOutput,
+        description=(
+            "The campaign with `creation` (rows read, messages made, rows rejected) and `progress` (its "
+            "messages by status)."
+        ),
+        summary="Get one campaign, with its progress by status",
+    )
     def get(self, request, public_id: str):
         campaign = services.campaign_get(tenant=request.user.tenant, public_id=public_id)
         return Response(CampaignOutput(campaign).data)
@@ -393,6 +416,7 @@ class CampaignMessagesApi(APIView):
             OpenApiParameter("status", str, description="Comma-separated statuses, e.g. scheduled,failed."),
             *schema.PAGE_PARAMETERS,
         ],
+        description="The messages the campaign made, newest first, filtered by status.",
         summary="The campaign's messages (newest first, cursor pages)",
     )
     def get(self, request, public_id: str):
@@ -411,6 +435,10 @@ class CampaignErrorsApi(APIView):
     @extend_schema(
         responses=schema.paginated(CampaignErrorOutput, "CampaignErrorPage"),
         parameters=schema.PAGE_PARAMETERS,
+        description=(
+            "Each recipient row that was not made into a message, in list order: its line, the value, the "
+            "field and a `code` (invalid_number, missing_variable, duplicate, opted_out, ...)."
+        ),
         summary="Rows not made into messages, by line (cursor pages)",
     )
     def get(self, request, public_id: str):

@@ -76,6 +76,11 @@ class CampaignPauseApi(APIView):
     @extend_schema(
         request=None,
         responses={200: CampaignControlOutput, 409: CAMPAIGN_CONFLICT},
+        description=(
+            "Pauses an `active` or `creating` campaign: its messages wait (`reason_code` `campaign_paused`) "
+            "instead of going to the provider. A repeat answers 200 with `changed: false`. 409 once "
+            "cancelled, completed or failed."
+        ),
         summary="Pause: nothing more is handed to the provider until resumed (a repeat: changed false)",
     )
     def post(self, request, public_id: str):
@@ -91,6 +96,10 @@ class CampaignResumeApi(APIView):
     @extend_schema(
         request=None,
         responses={200: CampaignResumeOutput, 409: CAMPAIGN_CONFLICT},
+        description=(
+            "Resumes a paused campaign: the messages that waited are due again at once (then paced as usual)."
+            " A repeat on an active campaign answers 200. 409 once cancelled, completed or failed."
+        ),
         summary="Resume a paused campaign: the messages that waited are due again at once",
     )
     def post(self, request, public_id: str):
@@ -108,6 +117,11 @@ class CampaignCancelApi(APIView):
     @extend_schema(
         request=None,
         responses={200: CampaignCancelOutput, 409: CAMPAIGN_CONFLICT},
+        description=(
+            "Cancels the campaign: its `scheduled` and `queued` messages are cancelled (in the background for"
+            " a large one) and no more are made. Messages already with the provider are counted as too late. "
+            "A repeat answers 200. 409 on a completed or failed campaign."
+        ),
         summary="Cancel: pending messages are cancelled (in the background for large campaigns); "
         "those already with the provider are reported too late",
     )

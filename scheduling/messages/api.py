@@ -248,7 +248,7 @@ LIST_PARAMS = frozenset(
 
 class MessageEventsOutput(serializers.Serializer):
     message = serializers.CharField(help_text="The message's id.")
-    status = serializers.CharField(help_text="Its current status.")
+    status = serializers.ChoiceField(choices=Status.choices, help_text="Its current status.")
     events = EventOutput(many=True)
 
 
@@ -271,9 +271,19 @@ class MessagesApi(APIView):
                 description="1-255 characters. A repeat with the same body returns the original (200, "
                 "`Idempotent-Replayed: true`); with a different body, 422.",
             ),
-            OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201]),
+            schema.location(200, 201, what="message"),
+            schema.idempotent_replayed(200),
         ],
         examples=[examples.SEND_NOW, examples.SEND_AT_LOCAL_TIME, examples.SEND_AT_INSTANT],
+        description=(
+            "Accepts one SMS and answers 201 with the message, `scheduled` until it is due, then `queued`, "
+            "`sending`, `sent` and `delivered` (or `failed`, `undelivered`, `expired`). Without `send_at` "
+            "it is due at once; with an offset (or `Z`) `send_at` is that instant, without one a wall time "
+            "in `timezone` (a repeated or skipped local time resolved by `dst_policy`). "
+            "Quiet hours (the tenant's, or `quiet_hours` here) may move it later; `expected_send_at` says "
+            "when. Send an `Idempotency-Key` to make a retry safe: the same key and body answer 200 with the "
+            "original and `Idempotent-Replayed: true`."
+        ),
         summary="Send a message now or at a time",
     )
     def post(self, request):
@@ -321,6 +331,11 @@ class MessagesApi(APIView):
             OpenApiParameter("due_before", str, description="ISO 8601 instant."),
             *schema.PAGE_PARAMETERS,
         ],
+        description=(
+            "The tenant's messages, newest first, live and archived alike, filtered by status, reason code, "
+            "recipient and creation or due time. Follow `next` for the following page; a page's cursor stays "
+            "valid while messages are added."
+        ),
         summary="List messages (newest first, cursor pages)",
     )
     def get(self, request):
@@ -416,6 +431,13 @@ class MessagesBatchApi(APIView):
         request=MessageBatchInput,
         responses={200: MessageBatchOutput},
         examples=[examples.BATCH],
+        description=(
+            "Up to SMSGW_BATCH_MAX_MESSAGES messages, each validated and stored on its own: the answer is 200"
+            " with one result per item, in order, whose `status` is what `POST /v1/messages` would have "
+            "answered (201, 200 for a replayed `idempotency_key`, 400, 422, 429). An item refused changes "
+            "nothing for the others. Only a request that is unusable as a whole (not a list, too many items) "
+            "is a 400."
+        ),
         summary="Send many messages in one request, each with its own answer",
     )
     def post(self, request):
@@ -439,7 +461,15 @@ class MessagesBatchApi(APIView):
 class MessageDetailApi(APIView):
     required_scopes = {"GET": "messages:read", "PATCH": "messages:write"}
 
-    @extend_schema(responses=MessageOutput, summary="Get one message")
+    @extend_schema(
+        responses=MessageOutput,
+        description=(
+            "The message with its status, `reason_code` (why it waits or why it ended unsent), route, "
+            "timestamps of each stage and provider fields. Messages moved to history by the retention job are"
+            " still found."
+        ),
+        summary="Get one message",
+    )
     def get(self, request, public_id: str):
         return Response(message_data(selectors.message_read(tenant=request.user.tenant, public_id=public_id)))
 
@@ -447,6 +477,12 @@ class MessageDetailApi(APIView):
         request=MessageUpdateInput,
         responses={200: MessageOutput, 409: schema.CONFLICT, 429: schema.QUOTA_OR_RATE_LIMITED},
         examples=[examples.RESCHEDULE],
+        description=(
+            "Changes a message that is still `scheduled`: its `send_at`/`timezone` (rescheduled), body, "
+            "recipient or other fields, as `POST /v1/messages` reads them. Once it is `queued` or later it is"
+            " on its way: 409 with its `status`, nothing changed. Each change is a timeline entry (`edited`, "
+            "`rescheduled`)."
+        ),
         summary="Reschedule or edit a scheduled message (409 once queued or later)",
     )
     def patch(self, request, public_id: str):
@@ -464,6 +500,11 @@ class MessageCancelApi(APIView):
     @extend_schema(
         request=None,
         responses={200: MessageOutput, 409: schema.CONFLICT},
+        description=(
+            "Cancels a message that is `scheduled` or `queued`: it becomes `cancelled` (`reason_code` "
+            "`cancelled_by_request`) and is never sent. A repeat answers the same 200. Once `sending` or "
+            "later it may already be with the provider: 409 with its `status`, nothing changed."
+        ),
         summary="Cancel (scheduled or queued only; 409 with the real stage otherwise)",
     )
     def post(self, request, public_id: str):
@@ -476,7 +517,15 @@ class MessageCancelApi(APIView):
 class MessageEventsApi(APIView):
     required_scopes = {"GET": "messages:read"}
 
-    @extend_schema(responses=MessageEventsOutput, summary="The message's timeline, oldest first")
+    @extend_schema(
+        responses=MessageEventsOutput,
+        description=(
+            "Every entry of the message's timeline (`kind`: created, queued, attempt_started, sent, "
+            "delivered, retry_scheduled, cancelled, ...), with the status it moved from and to, who acted and"
+            " the details."
+        ),
+        summary="The message's timeline, oldest first",
+    )
     def get(self, request, public_id: str):
         message = selectors.message_read(tenant=request.user.tenant, public_id=public_id)
         events = selectors.message_events(message=message)

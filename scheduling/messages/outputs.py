@@ -9,8 +9,9 @@ from rest_framework import serializers
 
 from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.facade.outputs import PublicNames
+from scheduling.lifecycle.kinds import EventKind
 from scheduling.lifecycle.reasons import ReasonCode
-from scheduling.models import Message, Status
+from scheduling.models import Message, Priority, Status
 from smsgw.config.routes import leg_public
 from smsgw.values.actors import actor_for_tenant, details_for_tenant, reason_for_tenant
 
@@ -88,14 +89,23 @@ class MessageQuietOutput(serializers.Serializer):
 # which returns exactly what this serializer's ``.data`` would (a docstring here would show in the schema).
 class MessageOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
-    status = serializers.CharField()
-    status_reason = serializers.CharField()
-    reason_code = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=Status.choices,
+        help_text="scheduled and queued: waiting (cancellable); sending: with the provider; sent, then "
+        "delivered or undelivered from the carrier's receipt; failed, cancelled and expired: final, unsent.",
+    )
+    status_reason = serializers.CharField(help_text="Why, for a person; '' when there is nothing to say.")
+    reason_code = serializers.ChoiceField(
+        choices=ReasonCode.choices,
+        allow_blank=True,
+        help_text="Why, for a program: why it waits, or why it ended unsent or failed; '' when it is on its "
+        "way or was sent.",
+    )
     to = serializers.CharField()
     body = serializers.CharField()
     encoding = serializers.CharField()
     segments = serializers.IntegerField()
-    priority = serializers.CharField()
+    priority = serializers.ChoiceField(choices=Priority.choices)
     sender_pool = serializers.CharField()
     metadata = serializers.DictField()
     uncertain_wait_seconds = serializers.IntegerField(allow_null=True)
@@ -230,9 +240,10 @@ def message_data(m: Message) -> dict:
 
 class EventOutput(serializers.Serializer):
     id = serializers.IntegerField()
-    kind = serializers.CharField()
-    from_status = serializers.CharField()
-    to_status = serializers.CharField()
+    kind = serializers.ChoiceField(choices=EventKind.choices, help_text="What happened.")
+    # '' on an entry that is not a status change and on a message that had none yet.
+    from_status = serializers.ChoiceField(choices=Status.choices, allow_blank=True)
+    to_status = serializers.ChoiceField(choices=Status.choices, allow_blank=True)
     actor = serializers.CharField(
         help_text='Who acted: "apikey:<prefix>" (one of your API keys), "recipient" (a STOP reply), '
         '"operator" (the gateway\'s staff) or "system" (the gateway itself).'

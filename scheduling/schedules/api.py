@@ -13,7 +13,7 @@ from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
 from scheduling.facade.outputs import PublicNames
 from scheduling.messages import examples
 from scheduling.messages.api import StrictSerializer, _metadata
-from scheduling.models import Priority, Schedule
+from scheduling.models import Priority, Schedule, ScheduleStatus, Status
 from scheduling.schedules import selectors
 from scheduling.schedules import service as services
 from scheduling.schedules.materialize import naive
@@ -91,7 +91,11 @@ class ScheduleTimestampsOutput(serializers.Serializer):
 
 class ScheduleOutput(PublicNames, serializers.Serializer):
     id = serializers.CharField(source="public_id")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=ScheduleStatus.choices,
+        help_text="active: makes its occurrences; paused: makes none until resumed; ended: the rule has no "
+        "further occurrence; cancelled: for good.",
+    )
     version = serializers.IntegerField()
     to = serializers.CharField()
     body = serializers.CharField()
@@ -154,7 +158,7 @@ class ScheduleChangeOutput(ScheduleOutput):
 class VersionOutput(serializers.Serializer):
     version = serializers.IntegerField(source="number")
     change = serializers.CharField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=ScheduleStatus.choices, help_text="The schedule's, after it.")
     changed_fields = serializers.ListField(child=serializers.CharField())
     definition = serializers.DictField()
     actor = serializers.CharField(
@@ -171,7 +175,7 @@ class VersionOutput(serializers.Serializer):
 
 class OccurrenceMessageOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=Status.choices)
     schedule_version = serializers.IntegerField()
     occurrence = serializers.CharField(source="occurrence_key")
     local_time = serializers.SerializerMethodField()
@@ -229,8 +233,13 @@ class SchedulesApi(APIView):
     @extend_schema(
         request=ScheduleCreateInput,
         responses={201: ScheduleChangeOutput},
-        parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
+        parameters=[schema.location(201, what="schedule")],
         examples=[examples.RECURRING],
+        description=(
+            "A message sent at each occurrence of an RRULE (RFC 5545) evaluated in local wall time in "
+            "`timezone`: 08:30 stays 08:30 across DST. Occurrences are made into messages ahead of time (GET "
+            ".../messages), `exdate` skips days, quiet hours apply. The schedule starts `active`."
+        ),
         summary="Create a recurring schedule",
     )
     def post(self, request):
@@ -248,6 +257,7 @@ class SchedulesApi(APIView):
             OpenApiParameter("to", str, description="Recipient, normalised like the `to` field."),
             *schema.PAGE_PARAMETERS,
         ],
+        description="The tenant's schedules, newest first, filtered by status and recipient.",
         summary="List schedules (newest first, cursor pages)",
     )
     def get(self, request):
@@ -264,7 +274,14 @@ class SchedulesApi(APIView):
 class ScheduleDetailApi(APIView):
     required_scopes = {"GET": "schedules:read", "PATCH": "schedules:write"}
 
-    @extend_schema(responses=ScheduleOutput, summary="Get one schedule")
+    @extend_schema(
+        responses=ScheduleOutput,
+        description=(
+            "The schedule's definition, status (`active`, `paused`, `ended`, `cancelled`), version and next "
+            "occurrence."
+        ),
+        summary="Get one schedule",
+    )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
         return Response(ScheduleOutput(schedule).data)
@@ -272,6 +289,12 @@ class ScheduleDetailApi(APIView):
     @extend_schema(
         request=ScheduleUpdateInput,
         responses={200: ScheduleChangeOutput, 409: schema.SCHEDULE_CONFLICT},
+        parameters=[schema.location(200, what="schedule")],
+        description=(
+            "Changes a schedule that is not cancelled: a new version. Its pending occurrences are cancelled "
+            "and made again from the new definition; occurrences already on their way are kept "
+            "(`occurrences.kept`). 409 on a cancelled schedule."
+        ),
         summary="Change a schedule: a new version; pending occurrences are cancelled and regenerated",
     )
     def patch(self, request, public_id: str):
@@ -283,13 +306,19 @@ class ScheduleDetailApi(APIView):
         return _change_response(change)
 
 
-def _action_view(name: str, service, summary: str, *, conflict: bool = True):
+def _action_view(name: str, service, summary: str, description: str, *, conflict: bool = True):
     responses = {200: ScheduleChangeOutput, **({409: schema.SCHEDULE_CONFLICT} if conflict else {})}
 
     class _View(APIView):
         required_scopes = {"POST": "schedules:write"}
 
-        @extend_schema(request=None, responses=responses, summary=summary)
+        @extend_schema(
+            request=None,
+            responses=responses,
+            parameters=[schema.location(200, what="schedule")],
+            summary=summary,
+            description=description,
+        )
         def post(self, request, public_id: str):
             change = service(tenant=request.user.tenant, public_id=public_id, actor=_actor(request))
             return _change_response(change)
@@ -299,22 +328,33 @@ def _action_view(name: str, service, summary: str, *, conflict: bool = True):
 
 
 SchedulePauseApi = _action_view(
-    "SchedulePauseApi", services.schedule_pause, "Pause: cancels pending occurrences, makes no new ones"
+    "SchedulePauseApi",
+    services.schedule_pause,
+    "Pause: cancels pending occurrences, makes no new ones",
+    "Pauses an `active` schedule: its pending occurrences are cancelled and none are made until it is "
+    "resumed. A repeat answers 200 with `changed: false`. 409 on a cancelled or ended one.",
 )
 ScheduleResumeApi = _action_view(
-    "ScheduleResumeApi", services.schedule_resume, "Resume from the next occurrence after now"
+    "ScheduleResumeApi",
+    services.schedule_resume,
+    "Resume from the next occurrence after now",
+    "Resumes a paused schedule from its next occurrence after now (those missed while paused are not "
+    "sent). A repeat on an active schedule answers 200. 409 on a cancelled or ended one.",
 )
 ScheduleCancelApi = _action_view(
     "ScheduleCancelApi",
     services.schedule_cancel,
     "Cancel for good: cancels pending occurrences (a repeat answers 200, changed: false)",
+    "Cancels the schedule for good: its pending occurrences are cancelled and none are made again. "
+    "Occurrences already on their way are kept (`occurrences.kept`). A repeat answers 200 with "
+    "`changed: false`.",
     conflict=False,
 )
 
 
 class OccurrencesOutput(serializers.Serializer):
     schedule = serializers.CharField(help_text="The schedule's id.")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=ScheduleStatus.choices)
     occurrences = OccurrencePreviewOutput(many=True)
 
 
@@ -332,6 +372,11 @@ class ScheduleOccurrencesApi(APIView):
             OpenApiParameter("after", str, description="ISO 8601 instant; default now"),
         ],
         responses=OccurrencesOutput,
+        description=(
+            "What the rule produces next (up to `count`), each as a local wall time and its UTC instant, with"
+            " any DST adjustment and quiet-hours move, and the message made for it, if any. Nothing is "
+            "changed."
+        ),
         summary="Preview the next N occurrences in local time and UTC",
     )
     def get(self, request, public_id: str):
@@ -347,7 +392,14 @@ class ScheduleOccurrencesApi(APIView):
 class ScheduleVersionsApi(APIView):
     required_scopes = {"GET": "schedules:read"}
 
-    @extend_schema(responses=VersionsOutput, summary="Every version, with actor and time")
+    @extend_schema(
+        responses=VersionsOutput,
+        description=(
+            "Each version of the schedule, oldest first: what changed, its definition, who changed it and "
+            "when."
+        ),
+        summary="Every version, with actor and time",
+    )
     def get(self, request, public_id: str):
         schedule = services.schedule_get(tenant=request.user.tenant, public_id=public_id)
         versions = selectors.schedule_versions(schedule=schedule)
@@ -360,6 +412,7 @@ class ScheduleMessagesApi(APIView):
     @extend_schema(
         responses=schema.paginated(OccurrenceMessageOutput, "OccurrenceMessagePage"),
         parameters=schema.PAGE_PARAMETERS,
+        description="The messages this schedule has made, newest first, with their occurrence and status.",
         summary="Occurrences made so far (newest first, cursor pages)",
     )
     def get(self, request, public_id: str):
@@ -391,7 +444,14 @@ class QuietHoursOutput(serializers.Serializer):
 class QuietHoursApi(APIView):
     required_scopes = {"GET": "quiet-hours:read", "PUT": "quiet-hours:write", "DELETE": "quiet-hours:write"}
 
-    @extend_schema(responses=QuietHoursOutput, summary="The tenant's quiet-hours policy")
+    @extend_schema(
+        responses=QuietHoursOutput,
+        description=(
+            "The tenant's default window (local time of the recipient) in which nothing is sent; a message "
+            "due inside it waits until it ends. Off when `start` and `end` are null."
+        ),
+        summary="The tenant's quiet-hours policy",
+    )
     def get(self, request):
         return Response(QuietHoursOutput(request.user.tenant).data)
 
@@ -399,6 +459,10 @@ class QuietHoursApi(APIView):
         request=QuietHoursInput,
         responses=QuietHoursOutput,
         examples=[examples.QUIET_HOURS],
+        description=(
+            "Sets the tenant's default quiet window (HH:MM to HH:MM, across midnight allowed), and whether "
+            "transactional messages are exempt. Applies to messages scheduled from now on."
+        ),
         summary="Set quiet hours",
     )
     def put(self, request):
@@ -408,7 +472,15 @@ class QuietHoursApi(APIView):
         return Response(QuietHoursOutput(tenant).data)
 
     # 200 with the resulting policy, like PUT: the policy stays (start and end null), only the window goes.
-    @extend_schema(request=None, responses={200: QuietHoursOutput}, summary="Switch quiet hours off")
+    @extend_schema(
+        request=None,
+        responses={200: QuietHoursOutput},
+        description=(
+            "Removes the tenant's default quiet window. Messages and schedules with their own override keep "
+            "it."
+        ),
+        summary="Switch quiet hours off",
+    )
     def delete(self, request):
         tenant = services.tenant_quiet_hours_set(
             tenant=request.user.tenant, data={"start": None, "end": None}

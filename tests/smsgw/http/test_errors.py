@@ -26,6 +26,7 @@ EDGE_MODULES = frozenset(
         "schema",
         "settings",
         "strict_input",
+        "webhook_schema",  # receipts/webhook_schema.py: the notifications' payloads for the OpenAPI schema
     }
 )
 

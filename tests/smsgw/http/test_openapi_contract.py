@@ -73,10 +73,35 @@ class Contract:
         request = DjangoOpenAPIRequest(resp.wsgi_request)
         # Raises with the mismatch (undocumented status, body or header not matching its schema).
         self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
+        self.headers_declared(request.path_pattern, method, resp)
         self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
         if resp.get("Content-Type", "").startswith("application/json"):
             return resp.json() if resp.content else None
         return resp.content
+
+    def headers_declared(self, path: str, method: str, resp) -> None:
+        """Every header of the answer that is part of the API (not HTTP's own or the security middleware's)
+        is declared on the operation's response for this status."""
+        response = self.spec["paths"][path][method]["responses"].get(str(resp.status_code), {})
+        declared = {name.lower() for name in response.get("headers", {})}
+        undeclared = {name for name in resp.headers if name.lower() not in declared | TRANSPORT_HEADERS}
+        assert not undeclared, (method, path, resp.status_code, sorted(undeclared))
+
+
+# Headers of HTTP itself and of Django's security middleware: not part of what a client reads.
+TRANSPORT_HEADERS = {
+    "content-type",
+    "content-length",
+    "vary",
+    "allow",
+    "x-frame-options",
+    "x-content-type-options",
+    "referrer-policy",
+    "cross-origin-opener-policy",
+    "cross-origin-resource-policy",
+    "strict-transport-security",
+    "content-security-policy",
+}
 
 
 def _read_whole(streamed):
@@ -179,17 +204,17 @@ def messages_walk(c: Contract) -> None:
 
     # A message that has been sent: its timestamps and provider fields are filled in.
     sent = message(c.tenant)
-    steps = [
-        (Status.SCHEDULED, Status.QUEUED),
-        (Status.QUEUED, Status.SENDING),
-        (Status.SENDING, Status.SENT),
+    steps = [  # the kinds the pipeline writes (EventKind, an enum of the schema)
+        (Status.SCHEDULED, Status.QUEUED, "queued"),
+        (Status.QUEUED, Status.SENDING, "attempt_started"),
+        (Status.SENDING, Status.SENT, "sent"),
     ]
-    for from_status, to_status in steps:
+    for from_status, to_status, kind in steps:
         transitions.transition(
             sent.pk,
             from_statuses=[from_status],
             to_status=to_status,
-            kind=to_status,
+            kind=kind,
             set_fields={"provider_message_id": "SM123"} if to_status == Status.SENT else None,
         )
     c.call("get", f"/v1/messages/{sent.public_id}", 200)
@@ -554,12 +579,14 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
             for code in ("401", "429", "503"):
                 assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
             for code in ("429", "503"):  # 503: the database is unavailable (smsgw.http.unavailable)
-                assert set(op["responses"][code]["headers"]) == {
+                # And, on an operation reading a deprecated alias, Deprecation and Sunset.
+                assert set(op["responses"][code]["headers"]) - {"Deprecation", "Sunset"} == {
                     "Retry-After",
                     "RateLimit-Limit",
                     "RateLimit-Remaining",
                     "RateLimit-Reset",
                     "RateLimit-Policy",
+                    "Request-Id",
                 }
             if "requestBody" in op:
                 assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
