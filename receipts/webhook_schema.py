@@ -89,6 +89,9 @@ def notification(
     return OpenApiWebhook(
         name=name,
         decorator=extend_schema(
+            # Not in the paths' table (smsgw.http.operation_ids): a webhook is an operation smsgw calls, named
+            # after its event, e.g. message.status_changed -> onMessageStatusChanged.
+            operation_id="on" + "".join(w.capitalize() for w in name.replace(".", "_").split("_")),
             summary=summary,
             description=f"{description}\n\n{SIGNED}",
             request={"application/json": payload},
