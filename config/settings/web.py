@@ -34,6 +34,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # A Request-Id on every answer and in every log line of the request (smsgw.http.request_id): first, so
+    # that every other entry's answers carry it, the callbacks' chain included.
+    "smsgw.http.request_id.RequestIdMiddleware",
     # Provider callbacks (/receipts/, /inbound/) leave here for a chain of only the entries below they use
     # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
     "smsgw.http.callback_chain.CallbackChainMiddleware",
@@ -173,6 +176,11 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
 }
 
+
+# Where the error catalogue (docs/errors.md) is published: an error's `type` is this followed by
+# `#<code>` (smsgw.http.problems). The default is the path the documentation site has when it is served
+# beside the API (mkdocs build puts errors.md at errors/); set the absolute URL where it is published.
+ERROR_DOCS_URL = env_str("SMSGW_ERROR_DOCS_URL", "/docs/errors/")
 
 # Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.http.boundary).
 API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)

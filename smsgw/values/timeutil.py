@@ -58,9 +58,12 @@ class DstAdjustment(StrEnum):
 
 
 class TimeResolutionError(ValueError):
-    """A send time that cannot be resolved; ``field`` names the request field at fault."""
+    """A send time that cannot be resolved; ``field`` names the request field at fault, ``code`` the
+    field error code the API answers (docs/errors.md, "Field error codes"). Messages do not repeat the
+    value given: it is the caller's, and may be anything."""
 
     FIELDS = frozenset({"send_at", "timezone", "dst_policy"})
+    CODES = {"send_at": "invalid_datetime", "timezone": "invalid_timezone", "dst_policy": "invalid_choice"}
 
     def __init__(self, field: str, message: str) -> None:
         if field not in self.FIELDS:
@@ -68,6 +71,7 @@ class TimeResolutionError(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+        self.code = self.CODES[field]
 
     def __str__(self) -> str:
         return self.message
@@ -198,9 +202,8 @@ def parse_timezone(name: str) -> ZoneInfo:
     """
     if not isinstance(name, str):
         raise TimeResolutionError("timezone", f"timezone must be a string, got {type(name).__name__}")
-    shown = name if len(name) <= _TZ_NAME_MAX else name[:_TZ_NAME_MAX] + "..."
     unknown = TimeResolutionError(
-        "timezone", f"unknown timezone {shown!r}; expected an IANA name such as 'Europe/Berlin' or 'UTC'"
+        "timezone", "unknown timezone; expected an IANA name such as 'Europe/Berlin' or 'UTC'"
     )
     if not name:
         raise TimeResolutionError(
@@ -226,9 +229,7 @@ def _coerce_policy(policy: DstPolicy | str | None) -> DstPolicy:
         return DstPolicy(policy)
     except ValueError:
         choices = ", ".join(repr(p.value) for p in DstPolicy)
-        raise TimeResolutionError(
-            "dst_policy", f"dst_policy must be one of {choices}, got {policy!r}"
-        ) from None
+        raise TimeResolutionError("dst_policy", f"dst_policy must be one of {choices}") from None
 
 
 def resolve_local(local: datetime, tz_name: str, policy: DstPolicy | str = DstPolicy.EARLIER) -> ResolvedTime:
@@ -316,12 +317,12 @@ def resolve_send_at(
         pass
     else:
         raise TimeResolutionError(
-            "send_at", f"send_at {text!r} is a date only and needs a time of day; {_SEND_AT_FORMAT}"
+            "send_at", f"send_at is a date only and needs a time of day; {_SEND_AT_FORMAT}"
         )
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise TimeResolutionError("send_at", f"send_at {text!r} is not valid; {_SEND_AT_FORMAT}") from None
+        raise TimeResolutionError("send_at", f"send_at is not valid; {_SEND_AT_FORMAT}") from None
 
     if parsed.tzinfo is not None:
         offset = parsed.utcoffset()
@@ -335,7 +336,7 @@ def resolve_send_at(
         try:
             due = parsed.astimezone(UTC)
         except OverflowError:
-            raise TimeResolutionError("send_at", f"send_at {text!r} is out of range") from None
+            raise TimeResolutionError("send_at", "send_at is out of range") from None
         return ResolvedTime(due_at=due, local_time=None, timezone=display)
 
     return resolve_local(parsed, tz_name or default_tz, chosen)

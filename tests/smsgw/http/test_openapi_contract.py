@@ -6,13 +6,14 @@ schema does not name is a mismatch), and the walk fails if an operation of the s
 from __future__ import annotations
 
 import copy
+import json
 from datetime import timedelta
 
 import pytest
 from django.http import HttpResponse
 from django.urls import resolve
 from django.utils import timezone
-from openapi_core import OpenAPI
+from openapi_core import Config, OpenAPI
 from openapi_core.contrib.django import DjangoOpenAPIRequest, DjangoOpenAPIResponse
 from rest_framework.test import APIClient
 
@@ -51,7 +52,9 @@ class Contract:
 
     def __init__(self, spec: dict, key: str):
         self.spec = spec
-        self.openapi = OpenAPI.from_dict(strict(copy.deepcopy(spec)))
+        # openapi-core reads application/json only; an error's application/problem+json is JSON too.
+        config = Config(extra_media_type_deserializers={"application/problem+json": json.loads})
+        self.openapi = OpenAPI.from_dict(strict(copy.deepcopy(spec)), config=config)
         self.operations = {(path, m) for path, ops in spec["paths"].items() for m in ops if m in METHODS}
         self.seen: dict[tuple[str, str], set[int]] = {}
         self.client = APIClient()
@@ -74,7 +77,7 @@ class Contract:
         # Raises with the mismatch (undocumented status, body or header not matching its schema).
         self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
         self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
-        if resp.get("Content-Type", "").startswith("application/json"):
+        if resp.get("Content-Type", "").startswith(("application/json", "application/problem+json")):
             return resp.json() if resp.content else None
         return resp.content
 
@@ -547,14 +550,17 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
         "bearerFormat": "sk_<prefix>_<secret>",
         "description": spec["components"]["securitySchemes"]["ApiKey"]["description"],
     }
-    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    problem = {"$ref": "#/components/schemas/Problem"}
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             assert op["security"] == [{"ApiKey": []}], (path, method)
             for code in ("401", "429", "503"):
-                assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
+                content = op["responses"][code]["content"]
+                assert list(content) == ["application/problem+json", "application/json"], (path, method)
+                assert all(c["schema"] == problem for c in content.values()), (path, method)
             for code in ("429", "503"):  # 503: the database is unavailable (smsgw.http.unavailable)
                 assert set(op["responses"][code]["headers"]) == {
+                    "Request-Id",
                     "Retry-After",
                     "RateLimit-Limit",
                     "RateLimit-Remaining",
@@ -577,7 +583,11 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
     resp = contract.client.get("/v1/quiet-hours")
     request = DjangoOpenAPIRequest(resp.wsgi_request)
     good = resp.json()
-    contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good)))
+    answered = {"Request-Id": resp["Request-Id"]}
+    contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good, headers=answered)))
+    # Without the Request-Id every answer declares.
+    with pytest.raises(OpenAPIError):
+        contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good)))
     for body, status in [
         ({**good, "surprise": 1}, 200),
         ({**good, "exempt_transactional": "yes"}, 200),
@@ -587,7 +597,8 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
     ]:
         with pytest.raises(OpenAPIError):
             contract.openapi.validate_response(
-                request, DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False))
+                request,
+                DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False, headers=answered)),
             )
 
 
