@@ -34,12 +34,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # A Request-Id on every answer and in every log line of the request (smsgw.http.request_id): first, so
-    # that every other entry's answers carry it, the callbacks' chain included.
-    "smsgw.http.request_id.RequestIdMiddleware",
     # Provider callbacks (/receipts/, /inbound/) leave here for a chain of only the entries below they use
     # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
     "smsgw.http.callback_chain.CallbackChainMiddleware",
+    # A Request-Id on every answer and in every log line of the request (smsgw.http.request_id): outside
+    # every other entry (in both chains), so that their answers carry it too.
+    "smsgw.http.request_id.RequestIdMiddleware",
     "smsgw.http.boundary.ApiBoundaryMiddleware",  # it turns every /v1/ and /receipts/ error into JSON
     "scheduling.facade.errors.FacadeErrorsMiddleware",  # and every facade error into the facade's shape
     "django.middleware.security.SecurityMiddleware",

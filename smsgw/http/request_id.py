@@ -9,8 +9,9 @@ plain: at most ``MAX_LENGTH`` characters of ``[A-Za-z0-9._:-]``. Anything else i
 log-correlation tag is no reason to fail a request, and an id with spaces, quotes or newlines would forge or
 break log lines. An accepted id is the caller's word, so it is not unique: two clients may send the same.
 
-``RequestIdMiddleware`` is first in settings.MIDDLEWARE, before the callbacks' chain splits off, so every
-answer gets the header, the early refusals of smsgw.http.boundary included. It is also where an error's
+``RequestIdMiddleware`` is outside every other entry of settings.MIDDLEWARE, in the full chain and in the
+callbacks' (smsgw.http.callback_chain), so every answer gets the header, the early refusals of
+smsgw.http.boundary included. It is also where an error's
 media type is settled (``problem_media_type``): every problem is built as ``application/problem+json``,
 and a client that accepts only ``application/json`` gets the same body under that type."""
 
