@@ -38,6 +38,8 @@ __all__ = [
     "parse_timezone",
     "resolve_local",
     "resolve_send_at",
+    "utc_text",
+    "utc_texts",
 ]
 
 
@@ -80,9 +82,28 @@ class TimeResolutionError(ValueError):
         return f"TimeResolutionError(field={self.field!r}, message={self.message!r})"
 
 
-def _fmt_utc(dt: datetime) -> str:
-    """``2026-03-08T07:30:00Z`` (microseconds only when present)."""
+def utc_text(dt: datetime) -> str:
+    """An instant as the API writes every one (docs/api.md, "Timestamps"): RFC 3339 in UTC with ``Z``,
+    ``2026-03-08T07:30:00Z``, with microseconds only when there are any (``...:00.250000Z``), as DRF's
+    DateTimeField writes them."""
     return dt.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+_fmt_utc = utc_text
+
+# An instant written with an offset by isoformat() (before utc_text, stored in event details).
+_OFFSET_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d{1,6})?)?[+-]\d\d:\d\d")
+
+
+def utc_texts(details: dict) -> dict:
+    """``details`` (a message event's, stored as JSON) with each instant written with an offset rewritten as
+    ``utc_text`` writes it: the rows stored before it was the one format keep their ``+00:00``."""
+    out = {}
+    for key, value in details.items():
+        if isinstance(value, str) and _OFFSET_INSTANT.fullmatch(value):
+            value = utc_text(datetime.fromisoformat(value))
+        out[key] = value
+    return out
 
 
 def _fmt_clock(dt: datetime) -> str:

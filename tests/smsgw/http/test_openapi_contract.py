@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -78,8 +79,32 @@ class Contract:
         self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
         self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
         if resp.get("Content-Type", "").startswith(("application/json", "application/problem+json")):
-            return resp.json() if resp.content else None
+            body = resp.json() if resp.content else None
+            assert not odd_timestamps(body), (method, path, odd_timestamps(body))
+            return body
         return resp.content
+
+
+# An instant as the API writes every one (smsgw.values.timeutil.utc_text, docs/api.md "Timestamps"): UTC
+# with Z, microseconds only when there are any. Anything with a date, a time and an offset or a Z that
+# is not written so is a mismatch; a local wall time (no offset) is not an instant.
+INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?(\.\d+)?(Z|[+-]\d\d:?\d\d)", re.IGNORECASE)
+CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
+# The client's own words, echoed as given: a message's requested send_at.
+AS_GIVEN = {"requested.send_at"}
+
+
+def odd_timestamps(value, where: str = "") -> list[tuple[str, str]]:
+    """Every (key path, value) in a JSON body that looks like an instant and is not in the one format."""
+    if isinstance(value, dict):
+        return [o for k, v in value.items() for o in odd_timestamps(v, f"{where}.{k}".lstrip("."))]
+    if isinstance(value, list):
+        return [o for v in value for o in odd_timestamps(v, where)]
+    if isinstance(value, str) and not any(where.endswith(k) for k in AS_GIVEN):
+        for found in INSTANT.finditer(value):
+            if not CANONICAL.fullmatch(found.group()):
+                return [(where, value)]
+    return []
 
 
 def _read_whole(streamed):
@@ -573,6 +598,19 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
                 assert "404" in op["responses"], (path, method)
     for path, method in (("/v1/messages", "post"), ("/v1/messages/{public_id}", "patch")):
         assert "quota_exceeded" in spec["paths"][path][method]["responses"]["429"]["description"]
+
+
+def test_the_timestamp_check_finds_any_other_format():
+    assert odd_timestamps({"a": "2026-12-05T18:30:00Z", "b": ["2026-12-05T18:30:00.250000Z"]}) == []
+    assert odd_timestamps({"local_time": "2026-12-05T09:30:00", "day": "2026-12-05"}) == []
+    for odd in (
+        "2026-12-05T18:30:00+00:00",
+        "2026-12-05T13:30:00-05:00",
+        "2026-12-05T18:30Z",
+        "x at 2026-12-05T18:30:00+0000",
+    ):
+        assert odd_timestamps({"m": {"at": odd}}) == [("m.at", odd)]
+    assert odd_timestamps({"requested": {"send_at": "2026-12-05T13:30:00-05:00"}}) == []
 
 
 def test_the_validator_rejects_what_the_schema_does_not_document(contract):
