@@ -166,9 +166,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.\n\n"
         "Authenticate every call with `Authorization: Bearer sk_<prefix>_<secret>`; the key names the "
-        'tenant. Errors are always `{"error": {"code", "message", "fields"}}`: a 400 names '
-        "each field, query parameter or header to correct, and a refused request changes nothing. Lists "
-        "are newest first in cursor pages `{next, previous, results}`: follow `next`."
+        "tenant. Errors are RFC 9457 problem details (`application/problem+json`, or `application/json` "
+        "to a client whose `Accept` prefers it): `type` links the code's entry in the error catalogue, "
+        "`title`, `status`, `detail`, `code`, `errors` (a 400 names each field, query parameter or "
+        "header to correct, each with its own code) and `request_id`; the same body carries the envelope "
+        'of earlier versions, `{"error": {"code", "message", "fields"}}`, for the clients that read it. '
+        "A refused request changes nothing. Every answer has a `Request-Id` header, also in the server's "
+        "logs: quote it. Every instant is RFC 3339 UTC with `Z` (`2026-12-05T18:30:00Z`, microseconds "
+        "when there are any). Lists are newest first in cursor pages `{next, previous, results}`: follow "
+        "`next`."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,

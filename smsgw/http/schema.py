@@ -99,7 +99,6 @@ class ItemProblem(serializers.Serializer):
     status = serializers.IntegerField(help_text="The HTTP status.")
     detail = serializers.CharField(help_text="This occurrence, for a person; a 400 names the first field.")
     code = serializers.ChoiceField(choices=sorted(TITLES), help_text="Machine-readable (docs/errors.md).")
-    errors = FieldProblem(many=True, required=False, help_text="400: each field to correct, with its code.")
     current_status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
     quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
     limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
@@ -116,6 +115,14 @@ class ItemProblem(serializers.Serializer):
     retry_after = serializers.IntegerField(
         required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
     )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # "errors" is an attribute of every serializer, so it cannot be declared on the class.
+        fields["errors"] = FieldProblem(
+            many=True, required=False, help_text="400: each field to correct, with its own code."
+        )
+        return fields
 
 
 class Problem(ItemProblem):

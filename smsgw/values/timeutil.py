@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
@@ -95,9 +96,11 @@ _fmt_utc = utc_text
 _OFFSET_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d{1,6})?)?[+-]\d\d:\d\d")
 
 
-def utc_texts(details: dict) -> dict:
+def utc_texts(details: dict[str, Any] | None) -> dict[str, Any] | None:
     """``details`` (a message event's, stored as JSON) with each instant written with an offset rewritten as
     ``utc_text`` writes it: the rows stored before it was the one format keep their ``+00:00``."""
+    if details is None:
+        return None
     out = {}
     for key, value in details.items():
         if isinstance(value, str) and _OFFSET_INSTANT.fullmatch(value):
