@@ -12,6 +12,7 @@ exceptions; they land in the same shape. A database that does not answer is a 50
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,7 +117,7 @@ def _problem(exc: Exception, http_status: int, *, with_request_id: bool = True) 
     if isinstance(exc, exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         errors = [
-            FieldError(field, getattr(m, "code", None) or "invalid", str(m))
+            _unechoed(FieldError(field, getattr(m, "code", None) or "invalid", str(m)))
             for field, value in _flatten(detail).items()
             for m in (value if isinstance(value, list) else [value])
         ]
@@ -137,6 +138,18 @@ def _problem(exc: Exception, http_status: int, *, with_request_id: bool = True) 
             extra["status"] = exc.error.current_status
         extra.update(exc.error.extra)  # e.g. quota_exceeded: quota, limit, used, resets_at
     return problem(http_status, code, str(message), extra=extra, with_request_id=with_request_id)
+
+
+# DRF's ChoiceField repeats the value it refuses ('"<input>" is not a valid choice.'), however long: the
+# API's messages do not repeat what was sent (docs/api.md, "Errors"), and the schema lists the choices.
+_DRF_CHOICE = re.compile(r'^".*" is not a valid (path )?choice\.$', re.DOTALL)
+NOT_A_CHOICE = "not one of the allowed values (the API reference lists them)"
+
+
+def _unechoed(error: FieldError) -> FieldError:
+    if error.code == "invalid_choice" and _DRF_CHOICE.match(error.detail):
+        return FieldError(error.field, error.code, NOT_A_CHOICE)
+    return error
 
 
 # Headers an error response keeps from DRF's own (RateLimit-*: limits.ratelimit, also set by its middleware).
