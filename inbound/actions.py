@@ -34,6 +34,7 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Schedule, ScheduleStatus, Status
 from scheduling.schedules.service import schedule_cancel
 from smsgw.models import Tenant
+from smsgw.values.timeutil import utc_text
 
 ACTOR = replies.ACTOR
 CONFIRMED_EVENT = "message.confirmed"
@@ -167,14 +168,14 @@ def _confirm(inbound: InboundMessage, match: Match, replied: Replied | None, *, 
             "confirmed_by": inbound.public_id,
             "keyword": match.keyword,
             "from": inbound.from_number,
-            "confirmed_at": now.isoformat(),
+            "confirmed_at": utc_text(now),
         }
         WebhookDelivery.objects.create(
             webhook_id=webhook_id,
             tenant_id=inbound.tenant_id,
             message_id=replied.id,
             event_type=CONFIRMED_EVENT,
-            payload={"type": CONFIRMED_EVENT, "timestamp": now.isoformat(), "data": data},
+            payload={"type": CONFIRMED_EVENT, "timestamp": utc_text(now), "data": data},
             next_attempt_at=now,
             created_at=now,
         )

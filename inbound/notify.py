@@ -11,6 +11,7 @@ from datetime import datetime
 from inbound.models import InboundMessage
 from receipts.models import WebhookDelivery
 from receipts.webhooks import INBOUND_EVENT
+from smsgw.values.timeutil import utc_text
 
 
 def inbound_data(inbound: InboundMessage) -> dict:
@@ -30,7 +31,7 @@ def inbound_data(inbound: InboundMessage) -> dict:
         "conversation": inbound.conversation,
         "provider": inbound.provider,
         "parts_missing": inbound.parts_missing,
-        "received_at": inbound.received_at.isoformat(),
+        "received_at": utc_text(inbound.received_at),
     }
 
 
@@ -46,7 +47,7 @@ def received_delivery(
         tenant_id=inbound.tenant_id,
         message_id=replied_id,
         event_type=INBOUND_EVENT,
-        payload={"type": INBOUND_EVENT, "timestamp": now.isoformat(), "data": inbound_data(inbound)},
+        payload={"type": INBOUND_EVENT, "timestamp": utc_text(now), "data": inbound_data(inbound)},
         next_attempt_at=now,
         created_at=now,
     )

@@ -26,6 +26,7 @@ from smsgw.http.boundary import (
     NUL_OR_SURROGATE,
     bad_text_removed,
     body_too_large,
+    envelope,
     first_bad_field,
     is_bad_text,
     json_too_deep,
@@ -46,10 +47,8 @@ def callback_url(request: HttpRequest) -> str:
 
 
 def callback_error(status: int, field: str, message: str, code: str = "invalid") -> JsonResponse:
-    return JsonResponse(
-        {"error": {"code": code, "message": f"{field}: {message}", "fields": {field: [message]}}},
-        status=status,
-    )
+    """The API's problem details (smsgw.http.problems), as every error under /receipts/ and /inbound/."""
+    return envelope(status, f"{field}: {message}", code=code, fields={field: [(code, message)]})
 
 
 def signed_form(request: HttpRequest, provider: str, *, inbound: bool = False):

@@ -21,6 +21,7 @@ from delivery.providers.base import LOOKUP_SOURCE
 from receipts import unknown
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.models import Message
+from smsgw.values.timeutil import utc_text
 
 
 class MessageRow(TypedDict):
@@ -233,6 +234,6 @@ def receipt_details(receipt: ReceiptEvent) -> dict:
         "provider_status": receipt.raw_status,
         "error_code": receipt.error_code,
         "receipt_id": receipt.pk,
-        "received_at": receipt.received_at.isoformat(),
-        **({"done_at": receipt.done_at.isoformat()} if receipt.done_at else {}),
+        "received_at": utc_text(receipt.received_at),
+        **({"done_at": utc_text(receipt.done_at)} if receipt.done_at else {}),
     }

@@ -34,6 +34,7 @@ from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.runtime.db import PgInts, is_postgres
 from smsgw.values.actors import reason_for_tenant
+from smsgw.values.timeutil import utc_text
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def webhook_outbox_enqueue(
             event_type=EVENT_TYPE,
             payload={
                 "type": EVENT_TYPE,
-                "timestamp": now.isoformat(),
+                "timestamp": utc_text(now),
                 "data": {
                     "id": public_id,
                     "status": to_status,

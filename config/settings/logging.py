@@ -6,13 +6,17 @@ from config.settings.environment import PRODUCTION
 from smsgw.config.env import env_choice, env_str
 
 # --- logging --------------------------------------------------------------------------------------
-# One JSON object per line (smsgw.runtime.logs_json) in production, plain text elsewhere.
+# One JSON object per line (smsgw.runtime.logs_json) in production, plain text elsewhere; a line written
+# while a web request is answered carries its Request-Id (smsgw.http.request_id) in both.
 LOG_FORMAT = env_choice("SMSGW_LOG_FORMAT", "json" if PRODUCTION else "plain", ("json", "plain"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {
+            "()": "smsgw.runtime.logs_json.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
         "json": {"()": "smsgw.runtime.logs_json.JsonFormatter"},
     },
     "filters": {

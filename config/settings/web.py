@@ -37,6 +37,9 @@ MIDDLEWARE = [
     # Provider callbacks (/receipts/, /inbound/) leave here for a chain of only the entries below they use
     # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
     "smsgw.http.callback_chain.CallbackChainMiddleware",
+    # A Request-Id on every answer and in every log line of the request (smsgw.http.request_id): outside
+    # every other entry (in both chains), so that their answers carry it too.
+    "smsgw.http.request_id.RequestIdMiddleware",
     "smsgw.http.boundary.ApiBoundaryMiddleware",  # it turns every /v1/ and /receipts/ error into JSON
     "scheduling.facade.errors.FacadeErrorsMiddleware",  # and every facade error into the facade's shape
     "django.middleware.security.SecurityMiddleware",
@@ -163,9 +166,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Scheduled SMS: send now, at a local time in a timezone, cancel, reschedule, trace.\n\n"
         "Authenticate every call with `Authorization: Bearer sk_<prefix>_<secret>`; the key names the "
-        'tenant. Errors are always `{"error": {"code", "message", "fields"}}`: a 400 names '
-        "each field, query parameter or header to correct, and a refused request changes nothing. Lists "
-        "are newest first in cursor pages `{next, previous, results}`: follow `next`."
+        "tenant. Errors are RFC 9457 problem details (`application/problem+json`, or `application/json` "
+        "to a client whose `Accept` prefers it): `type` links the code's entry in the error catalogue, "
+        "`title`, `status`, `detail`, `code`, `errors` (a 400 names each field, query parameter or "
+        "header to correct, each with its own code) and `request_id`; the same body carries the envelope "
+        'of earlier versions, `{"error": {"code", "message", "fields"}}`, for the clients that read it. '
+        "A refused request changes nothing. Every answer has a `Request-Id` header, also in the server's "
+        "logs: quote it. Every instant is RFC 3339 UTC with `Z` (`2026-12-05T18:30:00Z`, microseconds "
+        "when there are any). Lists are newest first in cursor pages `{next, previous, results}`: follow "
+        "`next`."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -254,6 +263,11 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+
+# Where the error catalogue (docs/errors.md) is published: an error's `type` is this followed by
+# `#<code>` (smsgw.http.problems). The default is the path the documentation site has when it is served
+# beside the API (mkdocs build puts errors.md at errors/); set the absolute URL where it is published.
+ERROR_DOCS_URL = env_str("SMSGW_ERROR_DOCS_URL", "/docs/errors/")
 
 # Request bodies on /v1/ larger than this are refused with a 413 before they are read (smsgw.http.boundary).
 API_MAX_BODY_BYTES = env_int("SMSGW_API_MAX_BODY_BYTES", 1024 * 1024, minimum=4096)

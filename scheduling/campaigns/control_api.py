@@ -4,7 +4,7 @@ status, read from its counters."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,17 +16,12 @@ from smsgw.http import schema
 CAMPAIGN_CONFLICT = schema.error(
     409,
     "The campaign's current status does not allow this; `status` gives it. Nothing was changed.",
-    OpenApiExample(
+    schema.problem_example(
         "Completed campaign",
-        value={
-            "error": {
-                "code": "conflict",
-                "message": "Only a creating or active campaign can be paused; this one is completed.",
-                "status": "completed",
-            }
-        },
-        response_only=True,
-        status_codes=["409"],
+        409,
+        "conflict",
+        "Only a creating or active campaign can be paused; this one is completed.",
+        status="completed",
     ),
 )
 

@@ -23,7 +23,9 @@ def campaign_messages(*, campaign: Campaign, params) -> QuerySet[Message]:
         statuses = [s.strip() for s in raw.split(",") if s.strip()]
         bad = [s for s in statuses if s not in Status.values]
         if not statuses or bad:
-            raise InvalidInput("status", f"must be one or more of {', '.join(Status.values)}")
+            raise InvalidInput(
+                "status", f"must be one or more of {', '.join(Status.values)}", reason="invalid_choice"
+            )
         qs = qs.filter(status__in=statuses)
     return qs
 

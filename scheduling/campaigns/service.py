@@ -199,7 +199,7 @@ def _time(tenant: Tenant, data: dict[str, Any], now: datetime) -> tuple[str, str
                 max_ahead_days=settings.MAX_SCHEDULE_AHEAD_DAYS,
             )
         except TimeResolutionError as exc:
-            raise InvalidInput(exc.field, str(exc)) from exc
+            raise InvalidInput(exc.field, str(exc), reason=exc.code) from exc
         return CampaignTimeMode.RECIPIENT_LOCAL, default_zone, policy
     resolved, _ = services._time(tenant, send_at, tz_given, policy, now)
     mode = CampaignTimeMode.INSTANT if resolved.local_time is None else CampaignTimeMode.LOCAL
@@ -216,7 +216,7 @@ def _zone(name: str) -> None:
     try:
         parse_timezone(name)
     except TimeResolutionError as exc:
-        raise InvalidInput("timezone", str(exc)) from exc
+        raise InvalidInput("timezone", str(exc), reason=exc.code) from exc
 
 
 def _first_due(campaign: Campaign, now: datetime) -> datetime:

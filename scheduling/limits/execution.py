@@ -28,6 +28,7 @@ from scheduling.limits.models import QuotaWindow
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.stages import Candidate, Decision, Park
+from smsgw.values.timeutil import utc_text
 
 REASON = ReasonCode.QUOTA_EXCEEDED
 PENDING = frozenset({"scheduled", "queued"})
@@ -107,7 +108,7 @@ def _details(tenant: Tenant, day, released: dict, used: dict, resets_at: datetim
         "limit": tenant.daily_message_quota,
         "used": released.get((tenant.pk, day), 0) + used.get(tenant.pk, 0),
         "window": day.isoformat(),
-        "resets_at": resets_at.isoformat(),
+        "resets_at": utc_text(resets_at),
     }
 
 

@@ -31,6 +31,7 @@ from scheduling.limits.models import QuotaWindow
 from smsgw.domain_errors import QuotaExceeded
 from smsgw.models import Tenant
 from smsgw.observability import events
+from smsgw.values.timeutil import utc_text
 
 DAILY = "daily_message_quota"
 PENDING = "max_pending_scheduled"
@@ -50,7 +51,7 @@ def exceeded(
     """The refusal, answered 429 with the quota named: {"error": {"code": "quota_exceeded", "quota",
     "limit", "used", "requested", "resets_at"}}; Retry-After when waiting helps (today's window)."""
     unit = "segments" if quota == DAILY else "pending messages"
-    when = f"; it resets at {resets_at.isoformat()}" if resets_at else ""
+    when = f"; it resets at {utc_text(resets_at)}" if resets_at else ""
     return QuotaExceeded(
         f"Quota {quota} exceeded: {used} of {limit} {unit} used, this request needs {requested}{when}.",
         extra={
@@ -58,7 +59,7 @@ def exceeded(
             "limit": limit,
             "used": used,
             "requested": requested,
-            "resets_at": resets_at.isoformat() if resets_at else None,
+            "resets_at": utc_text(resets_at) if resets_at else None,
         },
         retry_after=retry_after,
     )
@@ -223,7 +224,7 @@ def usage_view(tenant: Tenant, now: datetime) -> dict:
             "timezone": tenant_zone(tenant).key,
             "booked": row.get("booked", 0),
             "released": row.get("released", 0),
-            "resets_at": window_end(tenant, day).isoformat(),
+            "resets_at": utc_text(window_end(tenant, day)),
         },
         PENDING: {
             "limit": tenant.max_pending_scheduled or None,

@@ -385,6 +385,12 @@ class MessageBatchResult(serializers.Serializer):
     )
     message = MessageOutput(required=False, help_text="The message (201 and 200).")
     error = schema.ErrorDetail(required=False, help_text="Why the item was refused (4xx); nothing stored.")
+    problem = schema.ItemProblem(
+        required=False,
+        help_text="The same refusal as problem details (RFC 9457, docs/errors.md), as a single request "
+        "would have answered it: `errors` gives each field's own code. Its `status` is the item's; the "
+        "envelope is the item's `error`, and the response's `Request-Id` covers every item.",
+    )
 
 
 class MessageBatchOutput(serializers.Serializer):
@@ -454,7 +460,8 @@ class MessagesBatchApi(APIView):
                 assert outcome.error is not None
                 code, body = error_answer(outcome.error)
                 counts["refused"] += 1
-                results.append({"index": index, "status": code, "error": body["error"]})
+                envelope = body.pop("error")
+                results.append({"index": index, "status": code, "error": envelope, "problem": body})
         return Response({**counts, "results": results})
 
 

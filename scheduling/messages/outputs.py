@@ -14,6 +14,7 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Priority, Status
 from smsgw.config.routes import leg_public
 from smsgw.values.actors import actor_for_tenant, details_for_tenant, reason_for_tenant
+from smsgw.values.timeutil import utc_text, utc_texts
 
 _TIMESTAMP_FIELDS = (
     "created_at",
@@ -40,7 +41,7 @@ def _requested(m: Message) -> dict:
 
 
 def _timestamps(m: Message) -> dict:
-    return {n: (getattr(m, n).isoformat() if getattr(m, n) else None) for n in _TIMESTAMP_FIELDS}
+    return {n: (utc_text(getattr(m, n)) if getattr(m, n) else None) for n in _TIMESTAMP_FIELDS}
 
 
 class RequestedOutput(serializers.Serializer):
@@ -175,7 +176,7 @@ def _quiet(m: Message) -> dict | None:
         "start": m.quiet_start.isoformat() if m.quiet_start else None,
         "end": m.quiet_end.isoformat() if m.quiet_end else None,
         "timezone": m.quiet_timezone,
-        "deferred_from": m.quiet_deferred_from.isoformat() if m.quiet_deferred_from else None,
+        "deferred_from": utc_text(m.quiet_deferred_from) if m.quiet_deferred_from else None,
     }
 
 
@@ -256,5 +257,5 @@ class EventOutput(serializers.Serializer):
         # kind (smsgw.values.actors).
         data = super().to_representation(instance)
         data["actor"] = actor_for_tenant(data["actor"])
-        data["details"] = details_for_tenant(data["details"])
+        data["details"] = utc_texts(details_for_tenant(data["details"]))
         return data

@@ -58,7 +58,9 @@ def message_lookups(params) -> dict[str, Any]:
         statuses = [s.strip() for s in params["status"].split(",") if s.strip()]
         bad = [s for s in statuses if s not in Status.values]
         if bad:
-            raise InvalidInput("status", f"unknown status {bad[0]!r}; one of {', '.join(Status.values)}")
+            raise InvalidInput(
+                "status", f"unknown status; one of {', '.join(Status.values)}", reason="invalid_choice"
+            )
         lookups["status__in"] = statuses
     if params.get("reason_code"):
         codes = [c.strip() for c in params["reason_code"].split(",") if c.strip()]

@@ -107,12 +107,12 @@ def _time(tenant: Tenant, send_at: str | None, tz_name: str | None, policy: str 
             try:
                 parse_timezone(tz_name)
             except TimeResolutionError as exc:
-                raise InvalidInput(exc.field, str(exc)) from exc
+                raise InvalidInput(exc.field, str(exc), reason=exc.code) from exc
         return None, dst_policy
     try:
         resolved = resolve_send_at(send_at, tz_name, dst_policy, tenant.default_timezone or "UTC")
     except TimeResolutionError as exc:
-        raise InvalidInput(exc.field, str(exc)) from exc
+        raise InvalidInput(exc.field, str(exc), reason=exc.code) from exc
     try:
         check_window(
             resolved.due_at,

@@ -21,6 +21,7 @@ from smsgw.config.providers import body_max_length
 from smsgw.http import schema, strict_input
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.values.actors import actor_for_tenant
+from smsgw.values.timeutil import utc_text
 
 # One definition of the strictness and metadata rules for both message and schedule input.
 _Strict = StrictSerializer
@@ -131,13 +132,13 @@ class ScheduleOutput(PublicNames, serializers.Serializer):
         assert s.next_occurrence_at is not None  # set and cleared together with cursor_local
         return {
             "local_time": naive(s.cursor_local).isoformat(),
-            "occurrence_at": s.next_occurrence_at.isoformat(),
+            "occurrence_at": utc_text(s.next_occurrence_at),
         }
 
     @extend_schema_field(ScheduleTimestampsOutput)
     def get_timestamps(self, s: Schedule) -> dict:
         names = ("created_at", "updated_at", "paused_at", "ended_at", "cancelled_at")
-        return {n: (getattr(s, n).isoformat() if getattr(s, n) else None) for n in names}
+        return {n: (utc_text(getattr(s, n)) if getattr(s, n) else None) for n in names}
 
 
 class OccurrenceChangesOutput(serializers.Serializer):
@@ -385,7 +386,7 @@ class ScheduleOccurrencesApi(APIView):
         items = selectors.schedule_preview(schedule=schedule, params=request.query_params)
         for item in items:
             for key in ("occurrence_at", "due_at"):
-                item[key] = item[key].isoformat()
+                item[key] = utc_text(item[key])
         return Response({"schedule": schedule.public_id, "status": schedule.status, "occurrences": items})
 
 

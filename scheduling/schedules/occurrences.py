@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Schedule, Status
 from scheduling.schedules.materialize import naive
+from smsgw.values.timeutil import utc_text
 
 # How far back a slot of a still-live occurrence can lie (a quiet-hours move is under a day); bounds
 # the occurrence-key range read when a version starts, instead of reading the schedule's history.
@@ -105,7 +106,7 @@ def occurrences_cancel(
                 "id": row["public_id"],
                 "status": current.get(mid, row["status"]),
                 "local_time": local_time.isoformat(),
-                "due_at": row["due_at"].isoformat(),
+                "due_at": utc_text(row["due_at"]),
                 "schedule_version": row["schedule_version"],
                 "_pk": mid,
                 "_slot": occurrence_slot(row),

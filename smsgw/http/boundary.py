@@ -1,6 +1,7 @@
 """The API's edge against hostile input: whatever arrives at ``/v1/...``, ``/receipts/...`` or
-``/inbound/...``, the answer is our JSON error envelope (``{"error": {"code", "message", "fields"?}}``),
-never a 500 or an HTML page.
+``/inbound/...``, an error answer is our problem details (``application/problem+json``, RFC 9457, with the
+earlier envelope ``{"error": {"code", "message", "fields"?}}`` inside: smsgw.http.problems), never a 500 or
+an HTML page.
 
 Text that PostgreSQL cannot store is refused here, before any query: a NUL (PostgreSQL rejects ``\\x00`` in
 ``text`` and in ``jsonb``) or an unpaired UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one, and psycopg
@@ -19,7 +20,7 @@ or value, a query parameter, a path id, a header, a signed provider callback.
   thrown away first when it is not huge (``body_drain``), so that a client still sending it reads the 413
   instead of a reset connection; a chunked body (Django reads none) is a 411; a URL longer than
   ``MAX_URL_BYTES`` is a 414 naming ``url``; and any error response that is not already JSON (Django's
-  own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by the envelope, so a traceback is never
+  own 404, 405, 400, 413, 500 pages, the debug pages) is replaced by a problem, so a traceback is never
   shown and a client (or Twilio) always gets the documented shape.
 
 Error messages never echo the offending value (it is hostile, and may be a body or a number).
@@ -38,6 +39,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
 
+from smsgw.http.problems import PROBLEM_JSON, FieldError, problem
 from smsgw.values.digits import is_ascii_digits
 
 # A JSON body deeper than this is refused. Our deepest legitimate input is metadata or quiet_hours inside
@@ -70,7 +72,7 @@ NUL_OR_SURROGATE = "must not contain NUL characters or unpaired UTF-16 surrogate
 NOT_FINITE = "numbers must be finite (1e400 is out of range)"
 NOT_UTF8 = "must be valid UTF-8 (percent-encoded)"
 
-# Error codes of the envelope for statuses Django (not DRF) answers.
+# Error codes for statuses Django (not DRF) answers.
 _CODES = {
     400: "bad_request",
     403: "forbidden",
@@ -194,15 +196,19 @@ def envelope(
     fields: dict | None = None,
     extra: dict | None = None,
 ) -> JsonResponse:
-    error: dict = {"code": code or _CODES.get(status, "error"), "message": message}
-    if fields:
-        error["fields"] = fields
-    error.update(extra or {})  # e.g. database_unavailable: retry_after (smsgw.http.unavailable)
-    return JsonResponse({"error": error}, status=status, json_dumps_params={"separators": (",", ":")})
+    """A problem (smsgw.http.problems) as a response. ``fields``: what to correct, ``{field: [(code,
+    message), ...]}``; ``extra``: e.g. database_unavailable's retry_after (smsgw.http.unavailable)."""
+    code = code or _CODES.get(status, "error")
+    errors = [FieldError(f, c, m) for f, pairs in (fields or {}).items() for c, m in pairs]
+    body = problem(status, code, message, errors=errors, extra=extra)
+    return JsonResponse(
+        body, status=status, content_type=PROBLEM_JSON, json_dumps_params={"separators": (",", ":")}
+    )
 
 
 def _field_error(field: str, message: str, status: int = 400, code: str = "invalid") -> JsonResponse:
-    return envelope(status, f"{field}: {message}", code=code, fields={field: [message]})
+    # The field's code: the refusal's own (request_too_large, ...), or "invalid" for a 400.
+    return envelope(status, f"{field}: {message}", code=code, fields={field: [(code, message)]})
 
 
 def max_body_bytes(request: HttpRequest | None = None) -> int:
@@ -294,7 +300,7 @@ def not_utf8_field(query_string: str) -> str | None:
 
 
 def is_json(response: HttpResponse) -> bool:
-    return response.get("Content-Type", "").split(";")[0].strip() == "application/json"
+    return response.get("Content-Type", "").split(";")[0].strip() in ("application/json", PROBLEM_JSON)
 
 
 def logged_as(original: HttpResponse, replacement: HttpResponse) -> HttpResponse:

@@ -1,14 +1,18 @@
-"""One JSON error shape for the whole API: {"error": {"code", "message", "fields": {field: [msgs]}}}.
+"""One error shape for the whole API: RFC 9457 problem details that carry the earlier envelope
+``{"error": {"code", "message", "fields": {field: [msgs]}}}`` too (smsgw.http.problems), answered as
+``application/problem+json`` (or ``application/json`` to a client that prefers it: smsgw.http.negotiation).
 
 Services raise the project's own errors (smsgw.domain_errors); this handler (REST_FRAMEWORK
-["EXCEPTION_HANDLER"]) is where they become HTTP: a status per class (``STATUS``), the envelope, and
-Retry-After where the error says how long to wait. Views, serializers and the authentication, throttle
-and pagination classes may raise DRF's own exceptions; they land in the same envelope.
-A database that does not answer is a 503 ``database_unavailable`` with Retry-After
-(smsgw.http.unavailable)."""
+["EXCEPTION_HANDLER"]) is where they become HTTP: a status per class (``STATUS``), the problem, and
+Retry-After where the error says how long to wait. Each field to correct keeps its own code: DRF's
+(``required``, ``max_length``, ...) or the domain's (``InvalidInput.reason``; ``invalid`` when it has none).
+Views, serializers and the authentication, throttle and pagination classes may raise DRF's own
+exceptions; they land in the same shape. A database that does not answer is a 503
+``database_unavailable`` with Retry-After (smsgw.http.unavailable)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +24,7 @@ from rest_framework.views import exception_handler
 
 from smsgw import domain_errors
 from smsgw.http import unavailable
+from smsgw.http.problems import PROBLEM_JSON, FieldError, problem
 
 # The HTTP status of each domain error; a subclass not listed takes its nearest listed base's.
 STATUS: dict[type[domain_errors.DomainError], int] = {
@@ -63,7 +68,8 @@ def as_drf(exc: Exception) -> Exception:
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied(*exc.args)
     if isinstance(exc, domain_errors.InvalidInput):
-        return exceptions.ValidationError({exc.field: [exc.message]})
+        detail = exceptions.ErrorDetail(exc.message, code=exc.reason or domain_errors.InvalidInput.code)
+        return exceptions.ValidationError({exc.field: [detail]})
     if isinstance(exc, domain_errors.DomainError):
         return DomainRefusal(exc)
     return exc
@@ -77,46 +83,73 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     response = exception_handler(exc, context)
     if response is None:
         return None
-    answer = Response({"error": _envelope(exc)}, status=response.status_code, headers=_headers(response))
+    answer = Response(
+        _problem(exc, response.status_code),
+        status=response.status_code,
+        headers=_headers(response),
+        content_type=PROBLEM_JSON,  # or application/json, by the Accept header: smsgw.http.request_id
+    )
     if database_error is not None:
         unavailable.unavailable_noted(context["request"], database_error, answer)
     return answer
 
 
 def error_answer(exc: Exception) -> tuple[int, dict[str, Any]]:
-    """The status and body the API answers a domain error or a DRF exception with, for an answer that
-    carries several (each item of ``POST /v1/messages/batch``)."""
+    """The status and problem (without ``request_id``: the response's covers it) the API answers a domain
+    error or a DRF exception with, for an answer that carries several (each item of
+    ``POST /v1/messages/batch``)."""
     exc = as_drf(exc)
     assert isinstance(exc, exceptions.APIException), exc  # domain errors and DRF's own
-    return exc.status_code, {"error": _envelope(exc)}
+    return exc.status_code, _problem(exc, exc.status_code, with_request_id=False)
 
 
-def _envelope(exc: Exception) -> dict[str, Any]:
+def _problem(exc: Exception, http_status: int, *, with_request_id: bool = True) -> dict[str, Any]:
     code = getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ParseError):
-        body: dict[str, Any] = {
-            "code": "malformed_request",
-            "message": str(exc.detail),
-            "fields": {"body": [str(exc.detail)]},
-        }
-    elif isinstance(exc, exceptions.ValidationError):
+        message = str(exc.detail)
+        return problem(
+            http_status,
+            "malformed_request",
+            message,
+            errors=[FieldError("body", "malformed_request", message)],
+            with_request_id=with_request_id,
+        )
+    if isinstance(exc, exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        fields = {
-            k: [str(m) for m in (v if isinstance(v, list) else [v])] for k, v in _flatten(detail).items()
-        }
-        first = next(iter(fields.items()), ("request", ["invalid"]))
-        body = {"code": "invalid", "message": f"{first[0]}: {first[1][0]}", "fields": fields}
-    else:
-        assert isinstance(exc, exceptions.APIException)  # DRF answered it, so it is one (as_drf)
-        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        body = {"code": code, "message": str(message)}
-        # e.g. missing_scope: required_scope (smsgw.tenancy.permissions.MissingScope)
-        body.update(getattr(exc, "envelope_extra", {}))
-        if isinstance(exc, DomainRefusal):
-            if isinstance(exc.error, domain_errors.ConflictError):
-                body["status"] = exc.error.current_status
-            body.update(exc.error.extra)  # e.g. quota_exceeded: quota, limit, used, resets_at
-    return body
+        errors = [
+            _unechoed(FieldError(field, getattr(m, "code", None) or "invalid", str(m)))
+            for field, value in _flatten(detail).items()
+            for m in (value if isinstance(value, list) else [value])
+        ]
+        first = errors[0] if errors else FieldError("request", "invalid", "invalid")
+        return problem(
+            http_status,
+            "invalid",
+            f"{first.field}: {first.detail}",
+            errors=errors,
+            with_request_id=with_request_id,
+        )
+    assert isinstance(exc, exceptions.APIException)  # DRF answered it, so it is one (as_drf)
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    # e.g. missing_scope: required_scope (smsgw.tenancy.permissions.MissingScope)
+    extra: dict[str, Any] = dict(getattr(exc, "envelope_extra", {}))
+    if isinstance(exc, DomainRefusal):
+        if isinstance(exc.error, domain_errors.ConflictError):
+            extra["status"] = exc.error.current_status
+        extra.update(exc.error.extra)  # e.g. quota_exceeded: quota, limit, used, resets_at
+    return problem(http_status, code, str(message), extra=extra, with_request_id=with_request_id)
+
+
+# DRF's ChoiceField repeats the value it refuses ('"<input>" is not a valid choice.'), however long: the
+# API's messages do not repeat what was sent (docs/api.md, "Errors"), and the schema lists the choices.
+_DRF_CHOICE = re.compile(r'^".*" is not a valid (path )?choice\.$', re.DOTALL)
+NOT_A_CHOICE = "not one of the allowed values (the API reference lists them)"
+
+
+def _unechoed(error: FieldError) -> FieldError:
+    if error.code == "invalid_choice" and _DRF_CHOICE.match(error.detail):
+        return FieldError(error.field, error.code, NOT_A_CHOICE)
+    return error
 
 
 # Headers an error response keeps from DRF's own (RateLimit-*: limits.ratelimit, also set by its middleware).

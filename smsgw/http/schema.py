@@ -1,5 +1,7 @@
-"""The OpenAPI contract's shared parts: the bearer scheme, the error envelope and the error responses every
-operation can give, and the page shape of cursor-paginated lists.
+"""The OpenAPI contract's shared parts: the bearer scheme, the problem details (RFC 9457, with the earlier
+envelope inside: smsgw.http.problems) and the error responses every operation can give, answered as
+``application/problem+json`` (or ``application/json``: smsgw.http.negotiation), the ``Request-Id`` header
+of every answer, and the page shape of cursor-paginated lists.
 
 ``ApiAutoSchema`` (REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]) adds to each operation the errors that follow
 from its shape, so a view declares only the ones particular to it (409, 422, 403, the quota 429):
@@ -23,7 +25,9 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
+from smsgw.http.negotiation import JSON
 from smsgw.http.operation_ids import OPERATION_IDS
+from smsgw.http.problems import PROBLEM_JSON, TITLES, FieldError, problem
 from smsgw.tenancy.permissions import operation_scope
 
 
@@ -76,43 +80,101 @@ class ErrorDetail(serializers.Serializer):
         return fields
 
 
-class ErrorEnvelope(serializers.Serializer):
-    error = ErrorDetail()
+class FieldProblem(serializers.Serializer):
+    field = serializers.CharField(
+        help_text="As the request spells it: a body key (dotted when nested), a query parameter or a header."
+    )
+    code = serializers.CharField(
+        help_text="Why, machine-readable: required, invalid, max_length, invalid_choice, invalid_timezone, "
+        "... (docs/errors.md, field error codes)."
+    )
+    detail = serializers.CharField(help_text="Why, for a person. It does not repeat the value given.")
 
 
-def _example(name: str, http_status: int, code: str, message: str, **extra) -> OpenApiExample:
-    return OpenApiExample(
-        name,
-        value={"error": {"code": code, "message": message, **extra}},
-        response_only=True,
-        status_codes=[str(http_status)],
+class ItemProblem(serializers.Serializer):
+    """Problem details (RFC 9457) without the envelope and the request id: a batch item's refusal."""
+
+    type = serializers.CharField(
+        help_text="A URI reference to the code's entry in the error catalogue (docs/errors.md): "
+        "`SMSGW_ERROR_DOCS_URL` (default `/docs/errors/`) and `#<code>`. Switch on `code`, not on this."
+    )
+    title = serializers.CharField(help_text="The code's short summary, the same for each occurrence.")
+    status = serializers.IntegerField(help_text="The HTTP status.")
+    detail = serializers.CharField(help_text="This occurrence, for a person; a 400 names the first field.")
+    code = serializers.ChoiceField(choices=sorted(TITLES), help_text="Machine-readable (docs/errors.md).")
+    current_status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
+    quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
+    limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
+    used = serializers.IntegerField(required=False, help_text="quota_exceeded only: how much is used.")
+    requested = serializers.IntegerField(
+        required=False, help_text="quota_exceeded only: how much this request needed."
+    )
+    resets_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
+    )
+    required_scope = serializers.CharField(
+        required=False, help_text="missing_scope only: the scope the API key lacks (docs/api.md#scopes)."
+    )
+    retry_after = serializers.IntegerField(
+        required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # "errors" is an attribute of every serializer, so it cannot be declared on the class.
+        fields["errors"] = FieldProblem(
+            many=True, required=False, help_text="400: each field to correct, with its own code."
+        )
+        return fields
+
+
+class Problem(ItemProblem):
+    request_id = serializers.CharField(
+        required=False, help_text="The answer's `Request-Id`: quote it to the operator."
+    )
+    error = ErrorDetail(
+        help_text="The envelope of earlier versions, kept for the clients that read it: `code`, `message` "
+        "(the same as `detail`), `fields` ({field: [detail]}) and the code's extra members."
     )
 
 
+def _example(name: str, http_status: int, code: str, message: str, **extra) -> OpenApiExample:
+    """An error example as the API answers it (smsgw.http.problems.problem, without a request id)."""
+    fields = extra.pop("fields", None) or {}
+    errors = [FieldError(f, c, m) for f, pairs in fields.items() for c, m in pairs]
+    body = problem(http_status, code, message, errors=errors, extra=extra, with_request_id=False)
+    return OpenApiExample(
+        name, value=body, response_only=True, status_codes=[str(http_status)], media_type=None
+    )
+
+
+problem_example = _example
+
+
 def error(http_status: int, description: str, *examples: OpenApiExample) -> OpenApiResponse:
-    return OpenApiResponse(ErrorEnvelope, description=description, examples=list(examples))
+    return OpenApiResponse(Problem, description=description, examples=list(examples))
 
 
 _INVALID_FIELD = _example(
     "Invalid field",
     400,
     "invalid",
-    "timezone: unknown IANA timezone 'Mars/Olympus'",
-    fields={"timezone": ["unknown IANA timezone 'Mars/Olympus'"]},
+    "timezone: unknown timezone; expected an IANA name such as 'UTC'",
+    fields={"timezone": [("invalid_timezone", "unknown timezone; expected an IANA name such as 'UTC'")]},
 )
 _MALFORMED = _example(
     "Malformed JSON",
     400,
     "malformed_request",
     "JSON parse error - Expecting value: line 1 column 1 (char 0)",
-    fields={"body": ["JSON parse error - Expecting value: line 1 column 1 (char 0)"]},
+    fields={"body": [("malformed_request", "JSON parse error - Expecting value: line 1 column 1 (char 0)")]},
 )
 _BAD_QUERY = _example(
     "Invalid query parameter",
     400,
     "invalid",
     "page_size: must be a whole number from 1 to 500",
-    fields={"page_size": ["must be a whole number from 1 to 500"]},
+    fields={"page_size": [("invalid", "must be a whole number from 1 to 500")]},
 )
 _BAD_400 = "Invalid input: `fields` names each {} to correct. Nothing was changed."
 BAD_BODY = error(400, _BAD_400.format("body key (or header)"), _INVALID_FIELD, _MALFORMED)
@@ -120,7 +182,13 @@ BAD_QUERY = error(400, _BAD_400.format("query parameter (`cursor`, `page_size`, 
 BAD_PATH = error(
     400,
     _BAD_400.format("path parameter"),
-    _example("Invalid sender", 400, "invalid", "sender: not a sender", fields={"sender": ["not a sender"]}),
+    _example(
+        "Invalid sender",
+        400,
+        "invalid",
+        "sender: not a sender",
+        fields={"sender": [("invalid", "not a sender")]},
+    ),
 )
 UNAUTHENTICATED = error(
     401,
@@ -203,7 +271,7 @@ URL_TOO_LONG = error(
         414,
         "url_too_long",
         "url: URLs are at most 8000 bytes",
-        fields={"url": ["URLs are at most 8000 bytes"]},
+        fields={"url": [("url_too_long", "URLs are at most 8000 bytes")]},
     ),
 )
 UNSUPPORTED_MEDIA_TYPE = error(
@@ -230,12 +298,12 @@ QUOTA_OR_RATE_LIMITED = error(
         "Quota exceeded",
         429,
         "quota_exceeded",
-        "Daily message quota of 1000 segments reached; it resets at 2026-12-02T05:00:00+00:00.",
+        "Daily message quota of 1000 segments reached; it resets at 2026-12-02T05:00:00Z.",
         quota="daily_message_quota",
         limit=1000,
         used=999,
         requested=2,
-        resets_at="2026-12-02T05:00:00+00:00",
+        resets_at="2026-12-02T05:00:00Z",
     ),
     _RATE_LIMITED,
 )
@@ -253,6 +321,24 @@ DATABASE_UNAVAILABLE = error(
         retry_after=5,
     ),
 )
+
+
+def request_id_headers() -> list[OpenApiParameter]:
+    """The header every answer carries (smsgw.http.request_id)."""
+    return [
+        OpenApiParameter(
+            "Request-Id",
+            str,
+            OpenApiParameter.HEADER,
+            response=True,
+            required=True,
+            pattern=r"^[A-Za-z0-9._:-]{1,128}$",
+            description="This request's id (`req_` and 32 hex digits, or the caller's own `Request-Id` or "
+            "`X-Request-Id` when it is 1-128 characters of `A-Z a-z 0-9 . _ : -`). It is in every log line "
+            "of the request and in an error's `request_id`: quote it when asking about a request.",
+        )
+    ]
+
 
 # Every answer to a key carries the key's rate-limit state; a 429 or a 503 also says when to come back.
 RATE_LIMIT_HEADERS = [
@@ -284,19 +370,6 @@ RATE_LIMIT_HEADERS = [
         description="`<burst>;w=<seconds>`.",
     ),
 ]
-
-
-# --- Headers every answer carries (smsgw.http.schema_contract adds them to each response of each operation).
-def common_response_headers() -> dict[str, dict]:
-    """``Request-Id``: set on every answer by the request-id middleware, and in the log lines of the
-    request. Not ``required`` until every answer is known to carry it (a 414 from the edge included)."""
-    return {
-        "Request-Id": {
-            "description": "This request's id: quote it when asking about an answer; the gateway's log "
-            "lines for the request carry it too.",
-            "schema": {"type": "string"},
-        }
-    }
 
 
 # An answer to a request that used a deprecated alias (`phone` for `to` in a campaign's recipients,
@@ -387,10 +460,16 @@ class ApiAutoSchema(AutoSchema):
         return operation
 
     def get_override_parameters(self):
-        params = super().get_override_parameters()
+        params = [*super().get_override_parameters(), *request_id_headers()]
         if self._authenticated():
             params = [*params, *RATE_LIMIT_HEADERS]
         return params
+
+    def _get_response_for_code(self, serializer, status_code, media_types=None, direction="response"):
+        if media_types is None and int(status_code) >= 400:
+            # An error is problem details; the same body as application/json to a client that prefers it.
+            media_types = [PROBLEM_JSON, JSON]
+        return super()._get_response_for_code(serializer, status_code, media_types, direction)
 
     def _authenticated(self) -> bool:
         # A webhook is described by a view drf-spectacular makes (plumbing.build_mocked_view): smsgw calls it.

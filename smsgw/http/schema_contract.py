@@ -3,8 +3,8 @@ built schema (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]):
 
 - each path parameter's description, pattern and example (``PATH_PARAMETERS``, ``PUBLIC_IDS``);
 - the signature headers of each notification in ``webhooks``;
-- the headers every answer can carry (``schema.common_response_headers``: ``Request-Id``) and
-  ``WWW-Authenticate`` on a 401;
+- ``WWW-Authenticate`` on a 401 (``Request-Id``, on every answer, is the schema class's:
+  ``schema.request_id_headers``);
 - a success example on each operation's success answer, from ``success_examples.json`` (real answers of
   the contract walk, tests/smsgw/http/test_openapi_contract.py, with their ids, numbers and times made
   readable; the walk's test checks each still fits its schema).
@@ -22,8 +22,6 @@ from functools import cache
 from pathlib import Path
 
 from drf_spectacular.drainage import warn
-
-from smsgw.http import schema
 
 METHODS = ("get", "put", "post", "patch", "delete")
 SCOPE_LINE = "Requires the scope"  # what ApiAutoSchema.get_operation appends to every description
@@ -151,8 +149,6 @@ def _path_parameters(where: str, path: str, operation: dict) -> None:
 def _headers(operation: dict) -> None:
     for code, response in operation.get("responses", {}).items():
         headers = response.setdefault("headers", {})
-        for name, header in schema.common_response_headers().items():
-            headers.setdefault(name, header)
         if code == "401":
             headers.setdefault("WWW-Authenticate", copy.deepcopy(WWW_AUTHENTICATE))
 

@@ -10,6 +10,9 @@ from smsgw.runtime import gunicorn_errors
 # Long enough that Django sees every URL up to the API's own limit and answers it in the envelope (414
 # naming the URL past smsgw.http.boundary.MAX_URL_BYTES; a cursor too long for one a 400 naming cursor).
 limit_request_line = gunicorn_errors.LIMIT_REQUEST_LINE
+# gunicorn's default access line, and the answer's Request-Id (smsgw.http.request_id): a request's access
+# line is found by the id as its application lines are.
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" request_id=%({request-id}o)s'
 
 
 def on_starting(server) -> None:

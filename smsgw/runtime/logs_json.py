@@ -2,13 +2,16 @@
 for a log pipeline to index by field instead of parsing text.
 
 Each line carries only these fields: time, level, logger, message, exc_info/stack_info when present,
-process, and the context where it exists: ``task_id`` and ``task_name`` (the Celery task running),
+process, and the context where it exists: ``request_id`` (the web request being answered, the
+``Request-Id`` header of its response: smsgw.http.request_id), ``task_id`` and ``task_name`` (the Celery
+task running),
 ``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id`` /
 ``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``). Anything
 else a library attaches to a record (Django's ``request`` object with its query string, ``extra`` dicts)
 is left out: a field not listed here could carry a number or a body. The message itself has already
 been through smsgw.runtime.logs.Redact (the handler's filter chain keeps it, last), and context values are
-redacted again here.
+redacted again here. The plain format (``PlainFormatter``) ends a line written while a request is being
+answered with `` request_id=<id>``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from smsgw.runtime.logs import redact
 
 CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids")
 FIELDS = frozenset(
-    {"time", "level", "logger", "message", "exc_info", "stack_info", "process", *CONTEXT_FIELDS}
+    {"time", "level", "logger", "message", "exc_info", "stack_info", "process", "request_id", *CONTEXT_FIELDS}
 )
 MAX_IDS = 20  # a batch's ids are listed up to this many
 
@@ -37,6 +40,20 @@ def context_set(**fields: str) -> None:
 
 def context_clear() -> None:
     _context.set(None)
+
+
+# Apart from the context above: LogContextMiddleware, deep in the chain, clears that one as the request
+# enters it, and the id is set before (smsgw.http.request_id.RequestIdMiddleware, first in the chain).
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("smsgw_request_id", default=None)
+
+
+def request_id_set(value: str | None) -> None:
+    _request_id.set(value)
+
+
+def request_id() -> str | None:
+    """The id of the request this thread is answering (its ``Request-Id``), or None outside one."""
+    return _request_id.get()
 
 
 def _current_task():
@@ -71,6 +88,8 @@ class JsonFormatter(_JsonFormatter):
             value = getattr(record, key, None) or context.get(key)
             if value:
                 log_data[key] = value
+        if _request_id.get():  # checked for its character set when set: nothing to redact
+            log_data["request_id"] = _request_id.get()
         task = _current_task()
         if task is not None and task.request.id and "task_id" not in log_data:
             log_data["task_id"], log_data["task_name"] = task.request.id, task.name
@@ -94,8 +113,22 @@ def handlers_format(logger: logging.Logger | None = None) -> None:
             handler.setFormatter(JsonFormatter())
 
 
+class PlainFormatter(logging.Formatter):
+    """The plain format (SMSGW_LOG_FORMAT=plain); a line written while a request is answered ends with its
+    ``request_id=``, so that a client's ``Request-Id`` finds every line of its request."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        current = _request_id.get()
+        if not current:
+            return line
+        head, newline, rest = line.partition("\n")  # after the message, before a traceback
+        return f"{head} request_id={current}{newline}{rest}"
+
+
 def _request_finished(**_kwargs) -> None:
     context_clear()
+    request_id_set(None)
 
 
 class LogContextMiddleware:

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "parse_timezone",
     "resolve_local",
     "resolve_send_at",
+    "utc_text",
+    "utc_texts",
 ]
 
 
@@ -58,9 +61,12 @@ class DstAdjustment(StrEnum):
 
 
 class TimeResolutionError(ValueError):
-    """A send time that cannot be resolved; ``field`` names the request field at fault."""
+    """A send time that cannot be resolved; ``field`` names the request field at fault, ``code`` the
+    field error code the API answers (docs/errors.md, "Field error codes"). Messages do not repeat the
+    value given: it is the caller's, and may be anything."""
 
     FIELDS = frozenset({"send_at", "timezone", "dst_policy"})
+    CODES = {"send_at": "invalid_datetime", "timezone": "invalid_timezone", "dst_policy": "invalid_choice"}
 
     def __init__(self, field: str, message: str) -> None:
         if field not in self.FIELDS:
@@ -68,6 +74,7 @@ class TimeResolutionError(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+        self.code = self.CODES[field]
 
     def __str__(self) -> str:
         return self.message
@@ -76,9 +83,30 @@ class TimeResolutionError(ValueError):
         return f"TimeResolutionError(field={self.field!r}, message={self.message!r})"
 
 
-def _fmt_utc(dt: datetime) -> str:
-    """``2026-03-08T07:30:00Z`` (microseconds only when present)."""
+def utc_text(dt: datetime) -> str:
+    """An instant as the API writes every one (docs/api.md, "Timestamps"): RFC 3339 in UTC with ``Z``,
+    ``2026-03-08T07:30:00Z``, with microseconds only when there are any (``...:00.250000Z``), as DRF's
+    DateTimeField writes them."""
     return dt.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+_fmt_utc = utc_text
+
+# An instant written with an offset by isoformat() (before utc_text, stored in event details).
+_OFFSET_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d{1,6})?)?[+-]\d\d:\d\d")
+
+
+def utc_texts(details: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``details`` (a message event's, stored as JSON) with each instant written with an offset rewritten as
+    ``utc_text`` writes it: the rows stored before it was the one format keep their ``+00:00``."""
+    if details is None:
+        return None
+    out = {}
+    for key, value in details.items():
+        if isinstance(value, str) and _OFFSET_INSTANT.fullmatch(value):
+            value = utc_text(datetime.fromisoformat(value))
+        out[key] = value
+    return out
 
 
 def _fmt_clock(dt: datetime) -> str:
@@ -198,9 +226,8 @@ def parse_timezone(name: str) -> ZoneInfo:
     """
     if not isinstance(name, str):
         raise TimeResolutionError("timezone", f"timezone must be a string, got {type(name).__name__}")
-    shown = name if len(name) <= _TZ_NAME_MAX else name[:_TZ_NAME_MAX] + "..."
     unknown = TimeResolutionError(
-        "timezone", f"unknown timezone {shown!r}; expected an IANA name such as 'Europe/Berlin' or 'UTC'"
+        "timezone", "unknown timezone; expected an IANA name such as 'Europe/Berlin' or 'UTC'"
     )
     if not name:
         raise TimeResolutionError(
@@ -226,9 +253,7 @@ def _coerce_policy(policy: DstPolicy | str | None) -> DstPolicy:
         return DstPolicy(policy)
     except ValueError:
         choices = ", ".join(repr(p.value) for p in DstPolicy)
-        raise TimeResolutionError(
-            "dst_policy", f"dst_policy must be one of {choices}, got {policy!r}"
-        ) from None
+        raise TimeResolutionError("dst_policy", f"dst_policy must be one of {choices}") from None
 
 
 def resolve_local(local: datetime, tz_name: str, policy: DstPolicy | str = DstPolicy.EARLIER) -> ResolvedTime:
@@ -316,12 +341,12 @@ def resolve_send_at(
         pass
     else:
         raise TimeResolutionError(
-            "send_at", f"send_at {text!r} is a date only and needs a time of day; {_SEND_AT_FORMAT}"
+            "send_at", f"send_at is a date only and needs a time of day; {_SEND_AT_FORMAT}"
         )
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise TimeResolutionError("send_at", f"send_at {text!r} is not valid; {_SEND_AT_FORMAT}") from None
+        raise TimeResolutionError("send_at", f"send_at is not valid; {_SEND_AT_FORMAT}") from None
 
     if parsed.tzinfo is not None:
         offset = parsed.utcoffset()
@@ -335,7 +360,7 @@ def resolve_send_at(
         try:
             due = parsed.astimezone(UTC)
         except OverflowError:
-            raise TimeResolutionError("send_at", f"send_at {text!r} is out of range") from None
+            raise TimeResolutionError("send_at", "send_at is out of range") from None
         return ResolvedTime(due_at=due, local_time=None, timezone=display)
 
     return resolve_local(parsed, tz_name or default_tz, chosen)

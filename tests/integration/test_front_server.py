@@ -65,7 +65,11 @@ def request(port: int, method: str, path: str, body: bytes | None = None, **head
 
 def envelope(status: int, headers: dict, body: bytes, expected: int, field: str) -> dict:
     assert status == expected, (status, body[:300])
-    assert headers["Content-Type"].startswith("application/json"), body[:300]
+    # Django's answers are problem details (smsgw.http.problems); gunicorn's own refusals, before the
+    # application, the envelope alone (smsgw.runtime.gunicorn_errors). Both carry the envelope.
+    assert headers["Content-Type"].startswith(("application/problem+json", "application/json")), body[:300]
+    if headers["Content-Type"].startswith("application/problem+json"):
+        assert json.loads(body)["request_id"] == headers["Request-Id"], body[:300]
     error = json.loads(body)["error"]
     assert error["code"] and error["message"] and field in error["fields"], error
     return error

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 from scheduling.lifecycle import transitions
 from scheduling.limits.models import QuotaWindow
 from scheduling.models import Message, MessageEvent, Status
+from smsgw.values.timeutil import utc_text
 from tests.factories import recipient, tenant_with_key
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +71,7 @@ def test_over_quota_is_a_429_naming_the_quota_and_stores_nothing(quota):
     assert error["code"] == "quota_exceeded" and error["quota"] == quota
     assert (error["limit"], error["used"], error["requested"]) == (3, 3, 1)
     expected = resets()
-    assert error["resets_at"] == (expected.isoformat() if expected else None)
+    assert error["resets_at"] == (utc_text(expected) if expected else None)
     assert quota in error["message"]
     if retry_after:
         wait = int(resp["Retry-After"])
@@ -131,7 +132,7 @@ def test_a_message_uses_the_quota_of_the_local_day_it_is_due():
 
     assert refused.status_code == 429
     error = refused.json()["error"]
-    assert error["resets_at"] == local_midnight_after(2).isoformat()
+    assert error["resets_at"] == utc_text(local_midnight_after(2))
     assert "Retry-After" not in refused  # waiting does not help a later day's window
     zone = ZoneInfo(TZ)
     today = timezone.now().astimezone(zone).date()
@@ -203,6 +204,6 @@ def test_capacity_shows_quotas_and_usage():
     assert quotas["daily_message_quota"]["limit"] == 10
     assert quotas["daily_message_quota"]["booked"] == 3
     assert quotas["daily_message_quota"]["timezone"] == TZ
-    assert quotas["daily_message_quota"]["resets_at"] == local_midnight_after().isoformat()
+    assert quotas["daily_message_quota"]["resets_at"] == utc_text(local_midnight_after())
     assert quotas["max_pending_scheduled"] == {"limit": 5, "used": 2}
     assert quotas["quota_exceeded_policy"] == "fail"

@@ -244,7 +244,7 @@ def test_receipt_for_an_unknown_sid_is_orphaned_after_the_wait_window(cfg, tenan
 
 
 def _envelope_error(resp) -> dict:
-    assert resp["Content-Type"].startswith("application/json"), resp.content[:300]
+    assert resp["Content-Type"].startswith("application/problem+json"), resp.content[:300]
     return resp.json()["error"]
 
 

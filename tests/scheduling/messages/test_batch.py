@@ -90,6 +90,25 @@ def test_a_refused_item_stores_nothing_and_the_others_are_stored(api):
     assert "opted out" in results[4]["error"]["fields"]["to"][0]
     assert "country_not_allowed" in results[5]["error"]["fields"]["to"][0]
     assert resp.json()["refused"] == 8
+    # Each refusal is also problem details (docs/errors.md), each field with its own code.
+    codes = [
+        [(e["field"], e["code"]) for e in r["problem"]["errors"]] if "problem" in r else None for r in results
+    ]
+    assert codes == [
+        None,
+        [("to", "invalid")],
+        [("body", "blank")],
+        [("sendAt", "invalid")],
+        [("to", "suppressed")],
+        [("to", "destination")],
+        [("timezone", "invalid_timezone")],
+        [("item", "invalid")],
+        [("idempotency_key", "invalid")],
+        None,
+    ]
+    refused = results[6]["problem"]
+    assert (refused["status"], refused["code"], refused["type"]) == (400, "invalid", "/docs/errors/#invalid")
+    assert "request_id" not in refused and "error" not in refused  # the response's and the item's own
     assert sorted(Message.objects.values_list("to", flat=True)) == [recipient(1), recipient(7)]
     assert MessageEvent.objects.count() == 2
 

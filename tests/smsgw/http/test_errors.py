@@ -89,20 +89,45 @@ def test_only_the_http_edge_imports_rest_framework():
 def test_each_domain_error_is_answered_with_its_status_code_and_retry_after(error, status, body, retry_after):
     response = api_exception_handler(error, {})
     assert response.status_code == status
-    assert response.data == {"error": {**body, "message": error.message}}
+    assert response.data["error"] == {**body, "message": error.message}
     assert response.headers.get("Retry-After") == retry_after
+    # The problem details around the envelope (RFC 9457).
+    problem = response.data
+    assert response.content_type == "application/problem+json"  # set when rendered
+    assert (problem["status"], problem["code"], problem["detail"]) == (status, body["code"], error.message)
+    assert problem["type"] == f"/docs/errors/#{body['code']}" and problem["title"]
 
 
 def test_an_invalid_input_reads_like_a_serializers_error_naming_the_field():
     response = api_exception_handler(domain_errors.InvalidInput("to", "not a phone number"), {})
     assert response.status_code == 400
-    assert response.data == {
-        "error": {
-            "code": "invalid",
-            "message": "to: not a phone number",
-            "fields": {"to": ["not a phone number"]},
-        }
+    assert response.data["error"] == {
+        "code": "invalid",
+        "message": "to: not a phone number",
+        "fields": {"to": ["not a phone number"]},
     }
+    assert response.data["errors"] == [{"field": "to", "code": "invalid", "detail": "not a phone number"}]
+
+
+def test_each_field_error_keeps_its_own_code():
+    from rest_framework import serializers
+
+    class Input(serializers.Serializer):
+        to = serializers.CharField()
+        kind = serializers.ChoiceField(choices=["a", "b"])
+        name = serializers.CharField(max_length=3)
+
+    form = Input(data={"kind": "c", "name": "long"})
+    assert not form.is_valid()
+    response = api_exception_handler(serializers.ValidationError(form.errors), {})
+    codes = {e["field"]: e["code"] for e in response.data["errors"]}
+    assert codes == {"to": "required", "kind": "invalid_choice", "name": "max_length"}
+    # DRF's choice message repeats the value given; the API's does not.
+    kind = next(e for e in response.data["errors"] if e["field"] == "kind")
+    assert '"c"' not in kind["detail"] and "allowed values" in kind["detail"]
+    assert set(response.data["error"]["fields"]) == {"to", "kind", "name"}
+    reasoned = api_exception_handler(domain_errors.InvalidInput("to", "opted out", reason="suppressed"), {})
+    assert reasoned.data["errors"] == [{"field": "to", "code": "suppressed", "detail": "opted out"}]
 
 
 def test_a_subclass_takes_its_nearest_bases_status():
@@ -118,9 +143,9 @@ def test_djangos_own_404_and_permission_denied_are_answered_in_the_envelope_not_
     from django.http import Http404
 
     missing = api_exception_handler(Http404("No such message."), {})
-    assert (missing.status_code, missing.data) == (
+    assert (missing.status_code, missing.data["error"]) == (
         404,
-        {"error": {"code": "not_found", "message": "No such message."}},
+        {"code": "not_found", "message": "No such message."},
     )
     refused = api_exception_handler(PermissionDenied("Not yours."), {})
     assert (refused.status_code, refused.data["error"]["code"]) == (403, "permission_denied")

@@ -94,9 +94,14 @@ def assert_envelope(resp, status: int | tuple, field: str | None = None) -> dict
     """The documented error shape, and nothing of a traceback or an HTML page."""
     statuses = status if isinstance(status, tuple) else (status,)
     assert resp.status_code in statuses, (resp.status_code, resp.content[:300])
-    assert resp["Content-Type"].startswith("application/json"), resp.content[:300]
-    error = json.loads(resp.content)["error"]
+    assert resp["Content-Type"].startswith("application/problem+json"), resp.content[:300]
+    body = json.loads(resp.content)
+    error = body["error"]
     assert isinstance(error["code"], str) and error["code"]
+    # The problem details around the envelope (RFC 9457, smsgw.http.problems) say the same.
+    assert body["status"] == resp.status_code and body["code"] == error["code"], body
+    assert body["type"].endswith(f"#{error['code']}") and body["detail"] == error["message"], body
+    assert body["request_id"] == resp["Request-Id"], body
     assert isinstance(error["message"], str) and error["message"]
     assert b"Traceback" not in resp.content and b"<html" not in resp.content.lower()
     if field is not None:

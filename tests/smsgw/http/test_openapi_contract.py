@@ -6,13 +6,15 @@ schema does not name is a mismatch), and the walk fails if an operation of the s
 from __future__ import annotations
 
 import copy
+import json
+import re
 from datetime import timedelta
 
 import pytest
 from django.http import HttpResponse
 from django.urls import resolve
 from django.utils import timezone
-from openapi_core import OpenAPI
+from openapi_core import Config, OpenAPI
 from openapi_core.contrib.django import DjangoOpenAPIRequest, DjangoOpenAPIResponse
 from rest_framework.test import APIClient
 
@@ -51,7 +53,9 @@ class Contract:
 
     def __init__(self, spec: dict, key: str):
         self.spec = spec
-        self.openapi = OpenAPI.from_dict(strict(copy.deepcopy(spec)))
+        # openapi-core reads application/json only; an error's application/problem+json is JSON too.
+        config = Config(extra_media_type_deserializers={"application/problem+json": json.loads})
+        self.openapi = OpenAPI.from_dict(strict(copy.deepcopy(spec)), config=config)
         self.operations = {(path, m) for path, ops in spec["paths"].items() for m in ops if m in METHODS}
         self.seen: dict[tuple[str, str], set[int]] = {}
         self.client = APIClient()
@@ -75,8 +79,10 @@ class Contract:
         self.openapi.validate_response(request, DjangoOpenAPIResponse(resp))
         self.headers_declared(request.path_pattern, method, resp)
         self.seen.setdefault((request.path_pattern, method), set()).add(resp.status_code)
-        if resp.get("Content-Type", "").startswith("application/json"):
-            return resp.json() if resp.content else None
+        if resp.get("Content-Type", "").startswith(("application/json", "application/problem+json")):
+            body = resp.json() if resp.content else None
+            assert not odd_timestamps(body), (method, path, odd_timestamps(body))
+            return body
         return resp.content
 
     def headers_declared(self, path: str, method: str, resp) -> None:
@@ -102,6 +108,28 @@ TRANSPORT_HEADERS = {
     "strict-transport-security",
     "content-security-policy",
 }
+
+
+# An instant as the API writes every one (smsgw.values.timeutil.utc_text, docs/api.md "Timestamps"): UTC
+# with Z, microseconds only when there are any. Anything with a date, a time and an offset or a Z that
+# is not written so is a mismatch; a local wall time (no offset) is not an instant.
+INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?(\.\d+)?(Z|[+-]\d\d:?\d\d)", re.IGNORECASE)
+CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
+# The client's own words, echoed as given: a message's requested send_at.
+AS_GIVEN = {"requested.send_at"}
+
+
+def odd_timestamps(value, where: str = "") -> list[tuple[str, str]]:
+    """Every (key path, value) in a JSON body that looks like an instant and is not in the one format."""
+    if isinstance(value, dict):
+        return [o for k, v in value.items() for o in odd_timestamps(v, f"{where}.{k}".lstrip("."))]
+    if isinstance(value, list):
+        return [o for v in value for o in odd_timestamps(v, where)]
+    if isinstance(value, str) and not any(where.endswith(k) for k in AS_GIVEN):
+        for found in INSTANT.finditer(value):
+            if not CANONICAL.fullmatch(found.group()):
+                return [(where, value)]
+    return []
 
 
 def _read_whole(streamed):
@@ -572,21 +600,23 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
         "bearerFormat": "sk_<prefix>_<secret>",
         "description": spec["components"]["securitySchemes"]["ApiKey"]["description"],
     }
-    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    problem = {"$ref": "#/components/schemas/Problem"}
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             assert op["security"] == [{"ApiKey": []}], (path, method)
             for code in ("401", "429", "503"):
-                assert op["responses"][code]["content"]["application/json"]["schema"] == envelope
+                content = op["responses"][code]["content"]
+                assert list(content) == ["application/problem+json", "application/json"], (path, method)
+                assert all(c["schema"] == problem for c in content.values()), (path, method)
             for code in ("429", "503"):  # 503: the database is unavailable (smsgw.http.unavailable)
                 # And, on an operation reading a deprecated alias, Deprecation and Sunset.
                 assert set(op["responses"][code]["headers"]) - {"Deprecation", "Sunset"} == {
+                    "Request-Id",
                     "Retry-After",
                     "RateLimit-Limit",
                     "RateLimit-Remaining",
                     "RateLimit-Reset",
                     "RateLimit-Policy",
-                    "Request-Id",
                 }
             if "requestBody" in op:
                 assert {"400", "413", "415"} <= set(op["responses"]), (path, method)
@@ -594,6 +624,19 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
                 assert "404" in op["responses"], (path, method)
     for path, method in (("/v1/messages", "post"), ("/v1/messages/{public_id}", "patch")):
         assert "quota_exceeded" in spec["paths"][path][method]["responses"]["429"]["description"]
+
+
+def test_the_timestamp_check_finds_any_other_format():
+    assert odd_timestamps({"a": "2026-12-05T18:30:00Z", "b": ["2026-12-05T18:30:00.250000Z"]}) == []
+    assert odd_timestamps({"local_time": "2026-12-05T09:30:00", "day": "2026-12-05"}) == []
+    for odd in (
+        "2026-12-05T18:30:00+00:00",
+        "2026-12-05T13:30:00-05:00",
+        "2026-12-05T18:30Z",
+        "x at 2026-12-05T18:30:00+0000",
+    ):
+        assert odd_timestamps({"m": {"at": odd}}) == [("m.at", odd)]
+    assert odd_timestamps({"requested": {"send_at": "2026-12-05T13:30:00-05:00"}}) == []
 
 
 def test_the_validator_rejects_what_the_schema_does_not_document(contract):
@@ -604,7 +647,11 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
     resp = contract.client.get("/v1/quiet-hours")
     request = DjangoOpenAPIRequest(resp.wsgi_request)
     good = resp.json()
-    contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good)))
+    answered = {"Request-Id": resp["Request-Id"]}
+    contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good, headers=answered)))
+    # Without the Request-Id every answer declares.
+    with pytest.raises(OpenAPIError):
+        contract.openapi.validate_response(request, DjangoOpenAPIResponse(JsonResponse(good)))
     for body, status in [
         ({**good, "surprise": 1}, 200),
         ({**good, "exempt_transactional": "yes"}, 200),
@@ -614,7 +661,8 @@ def test_the_validator_rejects_what_the_schema_does_not_document(contract):
     ]:
         with pytest.raises(OpenAPIError):
             contract.openapi.validate_response(
-                request, DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False))
+                request,
+                DjangoOpenAPIResponse(JsonResponse(body, status=status, safe=False, headers=answered)),
             )
 
 

@@ -57,13 +57,13 @@ def test_post_message_while_the_database_is_unreachable_is_a_documented_503_and_
     with database_unreachable():
         for _ in range(3):
             error = contract.call("post", "/v1/messages", 503, data=body, HTTP_IDEMPOTENCY_KEY="k-1")
-            assert error == {
-                "error": {
-                    "code": "database_unavailable",
-                    "message": "The database is unavailable; retry in 7 s.",
-                    "retry_after": 7,
-                }
+            assert error["error"] == {
+                "code": "database_unavailable",
+                "message": "The database is unavailable; retry in 7 s.",
+                "retry_after": 7,
             }
+            assert error["status"] == 503 and error["retry_after"] == 7, error
+            assert error["type"].endswith("#database_unavailable"), error
         resp = APIClient(HTTP_AUTHORIZATION=f"Bearer {key}").get("/v1/messages")
         assert resp.status_code == 503 and resp["Retry-After"] == "7"
         contract.call("get", "/v1/quiet-hours", 503)

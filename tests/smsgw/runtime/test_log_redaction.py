@@ -301,3 +301,33 @@ def test_gunicorn_access_lines_are_redacted():
     line = out.getvalue()
     assert "GET /v1/messages" in line
     assert "14155550187" not in line and "s3cr3t" not in line
+
+
+def test_gunicorns_access_line_carries_the_request_id():
+    from types import SimpleNamespace
+
+    from gunicorn.config import Config
+
+    from smsgw.runtime import gunicorn_conf
+    from smsgw.runtime.gunicorn_logging import RedactingLogger
+
+    cfg = Config()
+    cfg.set("accesslog", "-")
+    cfg.set("access_log_format", gunicorn_conf.access_log_format)
+    logger = RedactingLogger(cfg)
+    out = io.StringIO()
+    for handler in logger.access_log.handlers:
+        handler.setStream(out)
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": "/v1/messages",
+        "PATH_INFO": "/v1/messages",
+        "QUERY_STRING": "",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+    }
+    req = SimpleNamespace(headers=[], uri=environ["RAW_URI"])
+    headers = [("Request-Id", "req_0123456789abcdef0123456789abcdef")]
+    resp = SimpleNamespace(status="200 OK", sent=10, headers=headers, response_length=10)
+    logger.access(resp, req, environ, timedelta(seconds=0.01))
+    assert out.getvalue().rstrip().endswith(" request_id=req_0123456789abcdef0123456789abcdef")
