@@ -4,7 +4,7 @@ endpoint; the rules live in ``scheduling.schedules.service`` (writes) and
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
 from scheduling.facade.outputs import PublicNames
 from scheduling.messages import examples
-from scheduling.messages.api import StrictSerializer, _metadata
+from scheduling.messages.api import StrictSerializer, _idempotency_key, _metadata
 from scheduling.models import Priority, Schedule
 from scheduling.schedules import selectors
 from scheduling.schedules import service as services
@@ -214,7 +214,10 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
         "kept": change.kept,
     }
     body["changed"] = change.changed
-    return Response(body, status=code, headers={"Location": f"/v1/schedules/{change.schedule.public_id}"})
+    headers = {"Location": f"/v1/schedules/{change.schedule.public_id}"}
+    if change.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(body, status=code, headers=headers)
 
 
 # The query parameters each read accepts; any other is a 400 naming it.
@@ -228,18 +231,37 @@ class SchedulesApi(APIView):
 
     @extend_schema(
         request=ScheduleCreateInput,
-        responses={201: ScheduleChangeOutput},
-        parameters=[OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[201])],
+        responses={
+            201: ScheduleChangeOutput,
+            200: OpenApiResponse(
+                ScheduleChangeOutput,
+                description="A replay of an earlier Idempotency-Key: the schedule it made, as it is now "
+                "(`changed: false`, nothing materialized by this request).",
+            ),
+            422: schema.IDEMPOTENCY_MISMATCH,
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="1-255 characters. A repeat with the same body returns the schedule the first "
+                "request made (200, `Idempotent-Replayed: true`); with a different body, 422. "
+                "See docs/idempotency.md.",
+            ),
+            OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201]),
+        ],
         examples=[examples.RECURRING],
         summary="Create a recurring schedule",
     )
     def post(self, request):
+        key = _idempotency_key(request.headers.get("Idempotency-Key"))
         data = ScheduleCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         change = services.schedule_create(
-            tenant=request.user.tenant, actor=_actor(request), data=data.validated_data
+            tenant=request.user.tenant, actor=_actor(request), data=data.validated_data, idempotency_key=key
         )
-        return _change_response(change, status.HTTP_201_CREATED)
+        return _change_response(change, status.HTTP_200_OK if change.replayed else status.HTTP_201_CREATED)
 
     @extend_schema(
         responses=schema.paginated(ScheduleOutput, "SchedulePage"),

@@ -256,7 +256,10 @@ def schedules_walk(c: Contract) -> None:
         "quiet_hours": {"start": "21:00", "end": "08:00"},
     }
     sid = c.call("post", "/v1/schedules", 201, data=body)["id"]
-    c.call("post", "/v1/schedules", 201, data={**body, "start": soon(3), "quiet_hours": {"enabled": False}})
+    keyed = {**body, "start": soon(3), "quiet_hours": {"enabled": False}}
+    c.call("post", "/v1/schedules", 201, data=keyed, HTTP_IDEMPOTENCY_KEY="s-1")
+    c.call("post", "/v1/schedules", 200, data=keyed, HTTP_IDEMPOTENCY_KEY="s-1")
+    c.call("post", "/v1/schedules", 422, data={**keyed, "body": "other"}, HTTP_IDEMPOTENCY_KEY="s-1")
     c.call("post", "/v1/schedules", 400, data={**body, "rrule": "FREQ=SOMETIMES"})
     c.call("post", "/v1/schedules", 401, auth=None, data=body)
 
