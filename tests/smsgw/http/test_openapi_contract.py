@@ -344,7 +344,18 @@ def settings_walk(c: Contract) -> None:
     transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
     delivery = WebhookDelivery.objects.get(tenant=c.tenant)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookStatus.DEAD)
+    page = c.call("get", "/v1/webhook-deliveries", 200, data={"status": "dead", "page_size": 1})
+    assert [d["id"] for d in page["results"]] == [delivery.webhook_id]
+    c.call("get", "/v1/webhook-deliveries", 200, data={"event_type": "message.status_changed"})
+    c.call(
+        "get",
+        "/v1/webhook-deliveries",
+        200,
+        data={"message": msg.public_id, "created_after": "2026-01-01T00:00:00Z"},
+    )
+    c.call("get", "/v1/webhook-deliveries", 400, data={"status": "gone"})
     c.call("post", f"/v1/webhook-deliveries/{delivery.webhook_id}/replay", 200)
+    c.call("get", "/v1/webhook-deliveries", 200)  # pending again, with its next attempt
     c.call("post", "/v1/webhook-deliveries/wh_unknown/replay", 404)
     c.call("delete", "/v1/webhook", 204)
     c.call("delete", "/v1/webhook", 401, auth=None)
