@@ -340,8 +340,8 @@ class WebhookDeliveryOutput(serializers.Serializer):
     )
     delivered_at = serializers.DateTimeField(allow_null=True)
     payload = serializers.DictField(
-        help_text="What is sent: the event's JSON body (`type`, `timestamp`, `data`); for a "
-        "Twilio-compatible callback, its `url` and form `params`. Content retention empties its content keys "
+        help_text="What is sent: the event's JSON body (`type`, `timestamp`, `data`); for a callback of the "
+        "compatible Messages API, its `url` and form `params`. Content retention empties its content keys "
         "(body, metadata) and masks its numbers."
     )
 

@@ -324,6 +324,8 @@ def settings_walk(c: Contract) -> None:
     c.call("get", "/v1/capacity", 200)
     c.call("put", "/v1/capacity/senders/+14155550100", 200, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/+14155550100", 400, data={"segments_per_second": -1})
+    c.call("put", "/v1/capacity/senders/+14155550100?provider=twilio", 200, data={"segments_per_second": 2})
+    c.call("put", "/v1/capacity/senders/+14155550100?provider=nope", 400, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/!!", 400, data={"segments_per_second": 1})
     c.call("delete", "/v1/capacity/senders/+14155550100", 200)
     c.call("delete", "/v1/capacity/senders/!!", 400)
