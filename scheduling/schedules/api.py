@@ -250,6 +250,15 @@ class SchedulesApi(APIView):
                 "See docs/idempotency.md.",
             ),
             OpenApiParameter("Location", str, OpenApiParameter.HEADER, response=[200, 201]),
+            OpenApiParameter(
+                "Idempotent-Replayed",
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                enum=["true"],
+                description="`true`: this answer replays the schedule an earlier request with the same "
+                "Idempotency-Key made.",
+            ),
         ],
         examples=[examples.RECURRING],
         summary="Create a recurring schedule",
