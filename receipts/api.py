@@ -291,7 +291,7 @@ class WebhookConfigApi(APIView):
     @extend_schema(request=None, responses={204: None}, summary="Remove the status webhook")
     def delete(self, request):
         """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
-        Deliveries already queued are not attempted any more (delivery finds no webhook configured)."""
+        Deliveries already queued are dead-lettered without a request when due (replayable later)."""
         webhooks.tenant_webhook_remove(tenant=request.user.tenant)
         return Response(status=204)
 

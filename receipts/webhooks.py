@@ -45,6 +45,9 @@ INBOUND_EVENT = "message.received"
 WEBHOOK_BATCH_SIZE = 200
 # A claimed delivery is leased for this long; a worker that dies mid-POST leaves it to be retried.
 WEBHOOK_LEASE = timedelta(seconds=60)
+# The tenant removed its webhook (DELETE /v1/webhook): its queued deliveries are dead at once, not retried
+# for the whole window (they hold their messages out of history meanwhile); a replay sends one later.
+NO_WEBHOOK = "tenant has no webhook configured"
 
 
 class WebhookUrlError(ValueError):
@@ -323,7 +326,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
     else:
         url = tenant.webhook_url
         if not url or not tenant.webhook_secret:
-            return None, "tenant has no webhook configured", 0.0, b""
+            return None, NO_WEBHOOK, 0.0, b""
     try:
         # Again at send time (DNS may have changed since configuration), and the connection goes to the
         # address just checked.
@@ -405,7 +408,11 @@ def _failed(delivery: WebhookDelivery, *, started: datetime, finished: datetime)
     """A failed attempt: the next one inside the retry window (receipts.webhook_retry), or dead."""
     if delivery.retrying_since is None:  # the first attempt of this window (the first ever, or a replay's)
         delivery.retrying_since = started
-    at = next_attempt(since=delivery.retrying_since, failed_at=finished)
+    at = (
+        None
+        if delivery.last_error == NO_WEBHOOK
+        else next_attempt(since=delivery.retrying_since, failed_at=finished)
+    )
     if at is not None:
         delivery.next_attempt_at = at
         events.webhook_attempt("retry")

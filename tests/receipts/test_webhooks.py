@@ -251,6 +251,7 @@ def test_delete_removes_the_webhook_and_its_secret_and_queued_deliveries_stop(ho
     webhooks_deliver_due()
     delivery = WebhookDelivery.objects.get()
     assert delivery.last_error == "tenant has no webhook configured"
+    assert delivery.status == WebhookStatus.DEAD  # not retried for days: replayable once a webhook is set
 
 
 def test_the_webhook_reason_names_no_host(hooked):
