@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -350,14 +350,15 @@ class WebhookDeliveryOutput(serializers.Serializer):
         return selectors.delivery_message_id(d)
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
-    def get_next_attempt_at(self, d: WebhookDelivery) -> str | None:
-        return d.next_attempt_at.isoformat() if d.status == WebhookStatus.PENDING else None
+    def get_next_attempt_at(self, d: WebhookDelivery) -> datetime | None:
+        # A datetime, not text: the renderer writes it as every /v1 timestamp (UTC, "Z").
+        return d.next_attempt_at if d.status == WebhookStatus.PENDING else None
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
-    def get_retry_until(self, d: WebhookDelivery) -> str | None:
+    def get_retry_until(self, d: WebhookDelivery) -> datetime | None:
         if d.status != WebhookStatus.PENDING or d.retrying_since is None:
             return None
-        return (d.retrying_since + timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)).isoformat()
+        return d.retrying_since + timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
 
 
 class _Newest(StrictCursorPagination):

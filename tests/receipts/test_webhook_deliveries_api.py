@@ -4,7 +4,7 @@ a dead one found there is replayed; a failed message's payload carries its ``rea
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -133,7 +133,8 @@ def test_a_pending_delivery_after_a_failure_shows_its_retry_window(settings):
     delivery = WebhookDelivery.objects.get()
     assert delivery.retrying_since is not None
     window = timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
-    assert item["retry_until"] == (delivery.retrying_since + window).isoformat()
+    assert datetime.fromisoformat(item["retry_until"]) == delivery.retrying_since + window
+    assert item["retry_until"].endswith("Z") and item["next_attempt_at"].endswith("Z")
 
 
 @pytest.mark.parametrize(
