@@ -83,6 +83,7 @@ urlpatterns = [
     path("v1/docs/swagger", docs.SwaggerView.as_view(), name="docs-swagger"),
     *docs.asset_urlpatterns(),
     path("v1/webhook", receipts_api.WebhookConfigApi.as_view(), name="webhook-config"),
+    path("v1/webhook-deliveries", receipts_api.WebhookDeliveriesApi.as_view(), name="webhook-deliveries"),
     path(
         "v1/webhook-deliveries/<str:webhook_id>/replay",
         receipts_api.WebhookReplayApi.as_view(),

@@ -3,14 +3,14 @@ cap on a sender it owns alone, never above the operator's rate: delivery.flow.ca
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from delivery.flow import capacity
-from smsgw.http import schema
+from smsgw.http import schema, strict_input
 from smsgw.http.errors import field_error
 from smsgw.http.strict_input import JsonTypedSerializer
 
@@ -31,13 +31,28 @@ class SenderRateInput(JsonTypedSerializer):
 CapacityOutput = inline_serializer(
     "Capacity",
     {
-        "provider": serializers.CharField(),
-        "provider_status": serializers.DictField(),
+        "provider": serializers.CharField(help_text="The default provider (`providers` has every one)."),
+        "provider_status": serializers.DictField(help_text="The default provider's circuit."),
         "tenant": serializers.DictField(),
         "quotas": serializers.DictField(help_text="Daily quota window and pending messages (limits.quotas)."),
-        "senders": serializers.ListField(child=serializers.DictField()),
+        "senders": serializers.ListField(
+            child=serializers.DictField(), help_text="The default provider's senders and their rates."
+        ),
+        "providers": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="Every provider the tenant sends through (the default first, then each one its routes "
+            "use): `provider`, `account` (empty: the provider's configured account), `default`, "
+            "`provider_status` and `senders`, as above.",
+        ),
     },
 )
+PROVIDER_PARAMETER = OpenApiParameter(
+    "provider",
+    str,
+    description="The provider of the sender (one of `providers` in `GET /v1/capacity`). Absent: the one "
+    "provider that lists this sender, else the default provider. Else 400 naming `provider`.",
+)
+SENDER_PARAMS = frozenset(("provider",))
 
 
 class CapacityApi(APIView):
@@ -66,9 +81,11 @@ class SenderCapacityApi(APIView):
             "Caps the send rate of a sender the tenant owns alone, at most the operator's rate for it (else "
             "400). A shared sender, or another tenant's, is a 403. Answers the capacity view."
         ),
+        parameters=[PROVIDER_PARAMETER],
         summary="Cap one of the tenant's senders (at most the operator's rate)",
     )
     def put(self, request, sender: str):
+        strict_input.query_params_check(request.query_params, SENDER_PARAMS)
         _check_sender(sender)
         if not isinstance(request.data, dict):
             raise field_error("body", "must be a JSON object")
@@ -85,9 +102,11 @@ class SenderCapacityApi(APIView):
             "Removes the tenant's cap on the sender: it sends at the operator's rate again. Answers the "
             "capacity view."
         ),
+        parameters=[PROVIDER_PARAMETER],
         summary="Remove the tenant's cap: back to the operator's rate",
     )
     def delete(self, request, sender: str):
+        strict_input.query_params_check(request.query_params, SENDER_PARAMS)
         _check_sender(sender)
         _set(request, sender, None)
         return Response(capacity.tenant_capacity_view(request.user.tenant))
@@ -101,8 +120,15 @@ def _check_sender(sender: str) -> None:
 
 
 def _set(request, sender: str, rate: float | None) -> None:
+    provider = request.query_params.get("provider")
     try:
-        capacity.sender_capacity_set(tenant=request.user.tenant, sender=sender, segments_per_second=rate)
+        capacity.sender_capacity_set(
+            tenant=request.user.tenant, sender=sender, segments_per_second=rate, provider=provider
+        )
+    except capacity.CapacityProviderUnknown:
+        raise field_error(
+            "provider", "not a provider this tenant sends through (see GET /v1/capacity)"
+        ) from None
     except capacity.CapacityNotYours:
         # The same answer for another tenant's sender and for nobody's: no probing of others' senders.
         raise PermissionDenied(

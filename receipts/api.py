@@ -5,22 +5,30 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from delivery.providers import PROVIDERS, get_adapter
 from delivery.providers.base import CallbackInvalid, CallbackKeyUnknown
-from receipts import lookup, replay, spool, webhooks
+from receipts import lookup, replay, selectors, spool, webhooks
 from receipts.ingest import receipt_ingest
 from receipts.models import WebhookDelivery, WebhookStatus
+from smsgw.http import schema, strict_input
 from smsgw.http.boundary import (
     MAX_JSON_DEPTH,
     NUL_OR_SURROGATE,
@@ -32,6 +40,7 @@ from smsgw.http.boundary import (
     json_too_deep,
 )
 from smsgw.http.errors import field_error
+from smsgw.http.pagination import StrictCursorPagination
 from smsgw.observability import events
 
 log = logging.getLogger(__name__)
@@ -299,7 +308,7 @@ class WebhookConfigApi(APIView):
     )
     def delete(self, request):
         """Stop notifications: the URL and the signing secret are removed (a new PUT creates a new secret).
-        Deliveries already queued are not attempted any more (delivery finds no webhook configured)."""
+        Deliveries already queued are dead-lettered without a request when due (replayable later)."""
         webhooks.tenant_webhook_remove(tenant=request.user.tenant)
         return Response(status=204)
 
@@ -332,3 +341,93 @@ class WebhookReplayApi(APIView):
 
             raise NotFound("No webhook delivery with this id.") from None
         return Response({"id": delivery.webhook_id, "status": delivery.status})
+
+
+class WebhookDeliveryOutput(serializers.Serializer):
+    id = serializers.CharField(source="webhook_id", help_text="The `webhook-id` header of every attempt.")
+    event_type = serializers.ChoiceField(choices=selectors.EVENT_TYPES)
+    status = serializers.ChoiceField(
+        choices=WebhookStatus.choices,
+        help_text="`pending` (to be tried, or tried again), `delivered` (a 2xx came back), `dead` (the "
+        "retry window passed: replay it with `POST /v1/webhook-deliveries/{id}/replay`).",
+    )
+    message = serializers.SerializerMethodField(help_text="The message it is about (`msg_…`), if any.")
+    attempts = serializers.IntegerField()
+    last_status_code = serializers.IntegerField(allow_null=True, help_text="The last attempt's HTTP status.")
+    last_error = serializers.CharField(
+        help_text='Why the last attempt failed ("HTTP 503", a timeout), or "".'
+    )
+    created_at = serializers.DateTimeField()
+    next_attempt_at = serializers.SerializerMethodField(
+        help_text="When a pending one is tried next; else null."
+    )
+    retry_until = serializers.SerializerMethodField(
+        help_text="The end of a pending one's retry window, once an attempt failed (docs/webhooks.md); "
+        "else null."
+    )
+    delivered_at = serializers.DateTimeField(allow_null=True)
+    payload = serializers.DictField(
+        help_text="What is sent: the event's JSON body (`type`, `timestamp`, `data`); for a callback of the "
+        "compatible Messages API, its `url` and form `params`. Content retention empties its content keys "
+        "(body, metadata) and masks its numbers."
+    )
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_message(self, d: WebhookDelivery) -> str | None:
+        return selectors.delivery_message_id(d)
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_next_attempt_at(self, d: WebhookDelivery) -> datetime | None:
+        # A datetime, not text: the renderer writes it as every /v1 timestamp (UTC, "Z").
+        return d.next_attempt_at if d.status == WebhookStatus.PENDING else None
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_retry_until(self, d: WebhookDelivery) -> datetime | None:
+        if d.status != WebhookStatus.PENDING or d.retrying_since is None:
+            return None
+        return d.retrying_since + timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
+
+
+class _Newest(StrictCursorPagination):
+    ordering = "-id"
+
+
+class WebhookDeliveriesApi(APIView):
+    # The scope that replays a delivery reads the list it is chosen from.
+    required_scopes = {"GET": "webhooks:manage"}
+
+    @extend_schema(
+        responses=schema.paginated(WebhookDeliveryOutput, "WebhookDeliveryPage"),
+        parameters=[
+            OpenApiParameter(
+                "status",
+                str,
+                description="Comma-separated: `pending`, `delivered`, `dead`. Else 400 naming `status`.",
+                examples=[OpenApiExample("Dead letters", value="dead")],
+            ),
+            OpenApiParameter(
+                "event_type",
+                str,
+                description="Comma-separated: " + ", ".join(f"`{t}`" for t in selectors.EVENT_TYPES) + ".",
+                examples=[OpenApiExample("Status changes", value="message.status_changed")],
+            ),
+            OpenApiParameter("message", str, description="A message id (`msg_…`): its deliveries."),
+            OpenApiParameter("created_after", str, description="ISO 8601 instant (inclusive)."),
+            OpenApiParameter("created_before", str, description="ISO 8601 instant (exclusive)."),
+            *schema.PAGE_PARAMETERS,
+        ],
+        description=(
+            "The notifications sent or to be sent to the tenant's webhook, newest first: each with its "
+            "status (`pending`, `delivered`, `dead`), attempts, last error and payload. Filter by status, "
+            "event type, message and creation time; a `dead` one (its 3-day retry window passed) is replayed with "
+            "`POST /v1/webhook-deliveries/{webhook_id}/replay`."
+        ),
+        summary="List webhook deliveries (newest first, cursor pages), e.g. the dead ones to replay",
+    )
+    def get(self, request):
+        strict_input.query_params_check(request.query_params, selectors.LIST_PARAMS)
+        qs = selectors.webhook_delivery_list(tenant=request.user.tenant, params=request.query_params)
+        paginator = _Newest()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # None only without a page size; StrictCursorPagination always has one
+        return paginator.get_paginated_response(WebhookDeliveryOutput(page, many=True).data)

@@ -86,6 +86,9 @@ class WebhookDelivery(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=255, blank=True)
     history = models.JSONField(default=list, blank=True)  # one entry per attempt: at, code, error, ms
+    # The first attempt of the current retry window (receipts.webhook_retry): set by the first failure,
+    # cleared by a replay so that a replayed delivery gets a whole window again.
+    retrying_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     delivered_at = models.DateTimeField(null=True, blank=True)
 

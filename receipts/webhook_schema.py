@@ -18,6 +18,7 @@ from rest_framework import serializers
 from receipts.webhooks import EVENT_TYPE
 from scheduling.choices import Status
 from scheduling.lifecycle.kinds import EventKind
+from scheduling.lifecycle.reasons import ReasonCode
 
 SIGNED = (
     "Signed in the Standard Webhooks form (standardwebhooks.com): `webhook-signature` is `v1,` and the "
@@ -51,6 +52,12 @@ class StatusChangedData(serializers.Serializer):
     provider_status = serializers.CharField(help_text="The provider's own status word, or ''.")
     error_code = serializers.CharField(help_text="The provider's error code, or ''.")
     reason = serializers.CharField(help_text="Why, for a person (the message's `status_reason`), or ''.")
+    reason_code = serializers.ChoiceField(
+        choices=ReasonCode.choices,
+        allow_blank=True,
+        help_text="Why, for a program (the message's `reason_code`): why it failed, was undelivered, expired "
+        "or was cancelled; '' when there is none. New codes may be added (docs/compatibility.md).",
+    )
     metadata = serializers.DictField(help_text="The message's `metadata`, as given.")
 
 
@@ -78,6 +85,7 @@ STATUS_CHANGED_EXAMPLE = {
         "provider_status": "delivered",
         "error_code": "",
         "reason": "",
+        "reason_code": "",
         "metadata": {"appointment": "A-1042"},
     },
 }

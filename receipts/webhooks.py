@@ -8,7 +8,6 @@ import base64
 import ipaddress
 import json
 import logging
-import random
 import secrets
 import socket
 import time
@@ -27,6 +26,7 @@ from standardwebhooks import Webhook
 
 from receipts.models import WebhookDelivery, WebhookStatus
 from receipts.webhook_http import request_pinned
+from receipts.webhook_retry import next_attempt
 from scheduling.facade import resources as facade
 from scheduling.models import Message
 from smsgw import stages
@@ -46,6 +46,9 @@ INBOUND_EVENT = "message.received"
 WEBHOOK_BATCH_SIZE = 200
 # A claimed delivery is leased for this long; a worker that dies mid-POST leaves it to be retried.
 WEBHOOK_LEASE = timedelta(seconds=60)
+# The tenant removed its webhook (DELETE /v1/webhook): its queued deliveries are dead at once, not retried
+# for the whole window (they hold their messages out of history meanwhile); a replay sends one later.
+NO_WEBHOOK = "tenant has no webhook configured"
 
 
 class WebhookUrlError(ValueError):
@@ -157,6 +160,7 @@ _OUTBOX_COLUMNS = (
     "to",
     "metadata",
     "status_reason",
+    "reason_code",
     "tenant__webhook_url",
     "status_callback",
 )
@@ -218,6 +222,9 @@ def webhook_outbox_enqueue(
                     "provider_status": provider_status,
                     "error_code": error_code,
                     "reason": reason_for_tenant(reason),  # no operator's or host's name
+                    # Machine-readable, as the message's reason_code (docs/api.md): why it failed, was
+                    # undelivered, expired or was cancelled; "" when there is none.
+                    "reason_code": reason_code,
                     "metadata": metadata,
                 },
             },
@@ -234,6 +241,7 @@ def webhook_outbox_enqueue(
             to,
             metadata,
             reason,
+            reason_code,
             webhook_url,
             _callback,
         ) in rows
@@ -279,13 +287,6 @@ def webhook_sign(secret: str, webhook_id: str, timestamp: datetime, body: str) -
     return Webhook(secret).sign(webhook_id, timestamp, body)
 
 
-def _backoff(attempt: int) -> float:
-    cap = min(
-        settings.WEBHOOK_RETRY_MAX_DELAY_SECONDS, settings.WEBHOOK_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
-    )
-    return random.uniform(cap / 2, cap)
-
-
 def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
     lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
     table = WebhookDelivery._meta.db_table
@@ -326,7 +327,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
     else:
         url = tenant.webhook_url
         if not url or not tenant.webhook_secret:
-            return None, "tenant has no webhook configured", 0.0, b""
+            return None, NO_WEBHOOK, 0.0, b""
     try:
         # Again at send time (DNS may have changed since configuration), and the connection goes to the
         # address just checked.
@@ -386,18 +387,8 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
             delivery.delivered_at = finished
             events.webhook_attempt("delivered")
             _inbound_delay(delivery, finished)
-        elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
-            delivery.status = WebhookStatus.DEAD
-            events.webhook_attempt("dead")
-            log.warning(
-                "webhook %s dead-lettered after %d attempts",
-                delivery.webhook_id,
-                delivery.attempts,
-                extra={"message_id": delivery.payload.get("data", {}).get("id", "")},
-            )
         else:
-            delivery.next_attempt_at = finished + timedelta(seconds=_backoff(delivery.attempts))
-            events.webhook_attempt("retry")
+            _failed(delivery, started=now, finished=finished)
     WebhookDelivery.objects.bulk_update(
         deliveries,
         [
@@ -408,9 +399,34 @@ def webhooks_deliver_due(*, limit: int = WEBHOOK_BATCH_SIZE) -> int:
             "status",
             "delivered_at",
             "next_attempt_at",
+            "retrying_since",
         ],
     )
     return len(deliveries)
+
+
+def _failed(delivery: WebhookDelivery, *, started: datetime, finished: datetime) -> None:
+    """A failed attempt: the next one inside the retry window (receipts.webhook_retry), or dead."""
+    if delivery.retrying_since is None:  # the first attempt of this window (the first ever, or a replay's)
+        delivery.retrying_since = started
+    at = (
+        None
+        if delivery.last_error == NO_WEBHOOK
+        else next_attempt(since=delivery.retrying_since, failed_at=finished)
+    )
+    if at is not None:
+        delivery.next_attempt_at = at
+        events.webhook_attempt("retry")
+        return
+    delivery.status = WebhookStatus.DEAD
+    events.webhook_attempt("dead")
+    log.warning(
+        "webhook %s dead-lettered after %d attempts since %s",
+        delivery.webhook_id,
+        delivery.attempts,
+        delivery.retrying_since.isoformat(),
+        extra={"message_id": delivery.payload.get("data", {}).get("id", "")},
+    )
 
 
 def _answer_take(delivery: WebhookDelivery, answer: bytes) -> str:
@@ -443,8 +459,9 @@ def webhook_replay(*, tenant: Tenant | None, webhook_id: str) -> WebhookDelivery
     delivery = qs.get()
     delivery.status = WebhookStatus.PENDING
     delivery.next_attempt_at = timezone.now()
+    delivery.retrying_since = None  # a whole retry window again, from the replay's first attempt
     delivery.history = [*delivery.history, {"at": timezone.now().isoformat(), "replayed": True}][-20:]
-    delivery.save(update_fields=["status", "next_attempt_at", "history"])
+    delivery.save(update_fields=["status", "next_attempt_at", "retrying_since", "history"])
     return delivery
 
 

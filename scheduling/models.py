@@ -320,12 +320,26 @@ class Schedule(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
 
+    # The create request's Idempotency-Key (docs/idempotency.md): a retried POST /v1/schedules gets the
+    # first schedule back instead of making a second recurring one. The fingerprint is of the request body.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+
     class Meta:
         indexes = [
             models.Index(
                 fields=["next_occurrence_at"], name="sch_materialize_due", condition=Q(status="active")
             ),
             models.Index(fields=["tenant", "-id"], name="sch_tenant_recent"),
+        ]
+        constraints = [
+            # Also what settles two concurrent requests with one key: the second insert waits for the
+            # first's commit, fails, and answers with the first's schedule.
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="sch_idempotency_key_per_tenant",
+            ),
         ]
 
     def __str__(self) -> str:

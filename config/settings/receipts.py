@@ -38,6 +38,11 @@ WEBHOOK_ALLOW_PRIVATE = env_bool("SMSGW_WEBHOOK_ALLOW_PRIVATE", False)
 # WEBHOOK_MAX_RESPONSE_BYTES of the body are read.
 WEBHOOK_TIMEOUT_SECONDS = env_float("SMSGW_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 WEBHOOK_MAX_RESPONSE_BYTES = env_int("SMSGW_WEBHOOK_MAX_RESPONSE_BYTES", 4096, minimum=0)
-WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
+# A failed delivery is tried again until this long after its first attempt (receipts.webhook_retry,
+# docs/webhooks.md "Retries"): a deadline, not a count, so a receiver that is down over a weekend still
+# gets its notifications (Stripe retries for up to three days too). Each wait is about as long as the
+# time since the first attempt (exponential), at least the base and at most the max delay; the last
+# attempt is at the deadline itself, and a failure then dead-letters the delivery.
+WEBHOOK_RETRY_WINDOW_SECONDS = env_int("SMSGW_WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 86400, minimum=0)
 WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
-WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)
+WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 6 * 3600.0, minimum=1.0)

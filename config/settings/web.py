@@ -280,3 +280,7 @@ API_MAX_OBJECT_BYTES = env_int("SMSGW_API_MAX_OBJECT_BYTES", 64 * 1024, minimum=
 # the database in chunks, never held in memory, so its cap is about storage (a 1,000,000-row list with two
 # variables is about 40 MB).
 CAMPAIGN_MAX_UPLOAD_BYTES = env_int("SMSGW_CAMPAIGN_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=4096)
+# Where the /v1 compatibility and deprecation policy (docs/compatibility.md) is published: the target of the
+# `Link: <…>; rel="deprecation"` header on answers to requests that use a deprecated name
+# (smsgw.http.deprecation). The default is the path the documentation site has when served beside the API.
+DEPRECATION_DOCS_URL = env_str("SMSGW_DEPRECATION_DOCS_URL", "/docs/compatibility/#deprecated-aliases")

@@ -168,16 +168,24 @@ class CapacityAboveCeiling(Exception):
         self.ceiling = ceiling
 
 
-def sender_capacity_set(*, tenant, sender: str, segments_per_second: float | None) -> SenderCapacity | None:
-    """A tenant sets (or, with None, removes) its own cap on a sender it owns alone: at most the operator's
-    rate (CapacityAboveCeiling), applied on top of it, and to no other tenant (CapacityNotYours for a
-    sender it does not own or shares). The operator's row, if any, is never changed."""
+class CapacityProviderUnknown(Exception):
+    """A provider the tenant does not send through (no route of its uses it, and it is not the default)."""
+
+
+def sender_capacity_set(
+    *, tenant, sender: str, segments_per_second: float | None, provider: str | None = None
+) -> SenderCapacity | None:
+    """A tenant sets (or, with None, removes) its own cap on a sender it owns alone on ``provider``: at
+    most the operator's rate (CapacityAboveCeiling), applied on top of it, and to no other tenant
+    (CapacityNotYours for a sender it does not own or shares there). ``provider`` None: the one provider
+    the tenant sends from ``sender`` through, else the default (what the API did before routing); one the
+    tenant does not send through is CapacityProviderUnknown. The operator's row, if any, is never changed."""
     from django.db import transaction
 
     from delivery.providers import get_adapter
 
-    adapter = get_adapter()
-    provider, account = adapter.name, adapter.account
+    provider = sender_provider(tenant, sender, provider)
+    account = get_adapter(provider).account
     owned = TenantSender.objects.filter(tenant=tenant, value=sender).filter(
         Q(provider="") | Q(provider=provider), Q(account="") | Q(account=account)
     )
@@ -211,32 +219,110 @@ def sender_capacity_set(*, tenant, sender: str, segments_per_second: float | Non
     return result
 
 
+def sender_provider(tenant, sender: str, provider: str | None) -> str:
+    """The provider a capacity call addresses: the one asked for (CapacityProviderUnknown unless the tenant
+    sends through it), else the one provider that lists ``sender``, else the default."""
+    senders_by_provider = tenant_provider_senders(tenant)
+    if provider is not None:
+        if provider not in senders_by_provider:
+            raise CapacityProviderUnknown(provider)
+        return provider
+    listing = [p for p, senders in senders_by_provider.items() if sender in senders]
+    return listing[0] if len(listing) == 1 else settings.SMSGW_PROVIDER
+
+
+def tenant_provider_senders(tenant) -> dict[str, set[str]]:
+    """Every provider (a provider key: a second account of a provider is a key of its own) the tenant sends
+    through, with the senders it sends from there: the default provider with the tenant's own senders;
+    each provider a route of the tenant's uses (its own rules, those for all tenants, the settings') with
+    the legs' fixed senders, and the tenant's own senders too when a leg there sends from the message's
+    own sender; and each provider a sender was assigned to. The default provider comes first."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from delivery.providers import get_adapter
+    from delivery.routing.rules import rules_for
+
+    default = settings.SMSGW_PROVIDER
+    assigned = tenant_senders(tenant.pk)
+    fixed: dict[str, set[str]] = {default: set()}
+    uses_own = {default}
+    for rule in rules_for(tenant.pk):
+        for leg in rule.legs:
+            fixed.setdefault(leg.provider, set())
+            if leg.sender:
+                fixed[leg.provider].add(leg.sender)
+            else:
+                uses_own.add(leg.provider)
+    for _value, on_provider, _account, _shared in assigned:
+        if on_provider:
+            fixed.setdefault(on_provider, set())
+    own = {s for s in (tenant.default_from, tenant.sender_pool) if s}
+    out: dict[str, set[str]] = {}
+    for provider, senders in fixed.items():
+        try:
+            account = get_adapter(provider).account
+        except ImproperlyConfigured:  # a rule naming a provider this gateway has not registered
+            continue
+        mine = {
+            value
+            for value, on_provider, on_account, _ in assigned
+            if on_provider in ("", provider) and on_account in ("", account)
+        }
+        assigned_here = {
+            value
+            for value, on_provider, on_account, _ in assigned
+            if on_provider == provider and on_account in ("", account)
+        }
+        out[provider] = senders | assigned_here | ((own | mine) if provider in uses_own else set())
+    return out
+
+
 def tenant_capacity_view(tenant) -> dict:
-    """What a tenant sees of its sending limits: its senders' rates (configured or default, and the
-    adaptive rate now), the account's circuit, and its own rate limit."""
+    """What a tenant sees of its sending limits: for every provider it sends through (``providers``), the
+    account's circuit and its senders' rates (configured or default, and the adaptive rate now); its own
+    rate limit and quotas. The top-level ``provider``, ``provider_status`` and ``senders`` are the default
+    provider's, as the view was before routing."""
     from django.utils import timezone
 
+    from scheduling.limits import quotas
+
+    default = settings.SMSGW_PROVIDER
+    providers = [
+        _provider_view(provider, senders, default=provider == default)
+        for provider, senders in sorted(
+            tenant_provider_senders(tenant).items(), key=lambda i: i[0] != default
+        )
+    ]
+    first = providers[0]
+    return {
+        "provider": first["provider"],
+        "provider_status": first["provider_status"],
+        "tenant": {"send_rate_per_second": tenant.send_rate_per_second or None},
+        "quotas": quotas.usage_view(tenant, timezone.now()),
+        "senders": first["senders"],
+        "providers": providers,
+    }
+
+
+def _provider_view(provider: str, senders: set[str], *, default: bool) -> dict:
     from delivery.flow import circuit
     from delivery.models import RateBucket
     from delivery.providers import get_adapter
-    from scheduling.limits import quotas
 
-    adapter = get_adapter()
-    provider, account = adapter.name, adapter.account
-    senders = {s for s in (tenant.default_from, tenant.sender_pool) if s}
-    senders |= {
-        value
-        for value, on_provider, on_account, _ in tenant_senders(tenant.pk)
-        if on_provider in ("", provider) and on_account in ("", account)
-    }
-    rates = sender_rates(provider, account, sorted(senders))
-    operator, _ = _rows(provider, account, sorted(senders))
+    account = get_adapter(provider).account
+    ordered = sorted(senders)
+    rates = sender_rates(provider, account, ordered)
+    operator, _ = _rows(provider, account, ordered)
     ceilings = {s: operator.get(s, default_rate(sender_type(s))) for s in senders}
     keys = {f"{provider}|{account}|sender|{s}"[:200]: s for s in senders}
     effective = dict(RateBucket.objects.filter(key__in=keys).values_list("key", "rate_effective"))
     state = circuit.circuit_state(provider, account)
     return {
         "provider": provider,
+        # Not the account's own id (an operator's secret-adjacent setting, never echoed to tenants): a
+        # provider key has one account, and a second account of a provider is a provider key of its own.
+        "account": "",
+        "default": default,
         "provider_status": {
             "circuit": state.state,
             "since": state.opened_at.isoformat() if state.is_open and state.opened_at else None,
@@ -244,8 +330,6 @@ def tenant_capacity_view(tenant) -> dict:
             if state.is_open and state.next_probe_at
             else None,
         },
-        "tenant": {"send_rate_per_second": tenant.send_rate_per_second or None},
-        "quotas": quotas.usage_view(tenant, timezone.now()),
         "senders": [
             {
                 "sender": s,
@@ -261,6 +345,6 @@ def tenant_capacity_view(tenant) -> dict:
                     4,
                 ),
             }
-            for s in sorted(senders)
+            for s in ordered
         ],
     }

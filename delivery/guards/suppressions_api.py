@@ -17,6 +17,7 @@ from delivery.guards import suppression
 from delivery.models import Suppression, SuppressionSource
 from smsgw.channels import DEFAULT_CHANNEL, AddressError
 from smsgw.http import schema, strict_input
+from smsgw.http.deprecation import deprecation_headers, header_parameters
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.http.strict_input import ClosedJsonSerializer
@@ -81,6 +82,11 @@ def _recipient(values: Mapping) -> str | None:
     return numbers[0] if numbers else None
 
 
+def _aliases(values: Mapping) -> list[str]:
+    """The deprecated name the request used, for the answer's Deprecation headers."""
+    return [ALIAS] if ALIAS in values else []
+
+
 def _sender(raw: str) -> str:
     raw = (raw or "").strip()
     if raw and not capacity.is_valid_sender(raw):
@@ -115,7 +121,7 @@ class SuppressionsApi(APIView):
             ),
             OpenApiParameter("sender", str, description="Only entries for this sender."),
             *schema.PAGE_PARAMETERS,
-            *schema.deprecated_alias_headers(),
+            *header_parameters([200]),
         ],
         responses=schema.paginated(SuppressionOutput, "SuppressionPage"),
         description=(
@@ -135,19 +141,20 @@ class SuppressionsApi(APIView):
         paginator = SuppressionCursor()
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # None only without a page size; StrictCursorPagination always has one
-        return paginator.get_paginated_response([_data(e) for e in page])
+        response = paginator.get_paginated_response([_data(e) for e in page])
+        return deprecation_headers(response, _aliases(request.query_params))
 
     @extend_schema(
         request=SuppressionInput,
         responses={201: SuppressionOutput, 200: SuppressionOutput},
-        parameters=schema.deprecated_alias_headers(),
         examples=[
             OpenApiExample("Every sender", value={"to": "+14155550123"}, request_only=True),
         ],
+        parameters=header_parameters([200, 201]),
         description=(
             "Adds a number to the suppression list, for every sender or one `sender`: messages to it are "
             "refused (`reason_code` `opted_out`). 201 when added; 200 when it was already there. `number` is "
-            "a deprecated alias of `to` (`Deprecation` and `Sunset` headers)."
+            "a deprecated alias of `to` (`Deprecation`, `Sunset` and `Link` headers)."
         ),
         summary="Add a number (201; 200 if it was already there)",
     )
@@ -169,7 +176,9 @@ class SuppressionsApi(APIView):
             actor=str(request.user),
         )
         entry = Suppression.objects.get(tenant=tenant, number=number, sender=sender)
-        return Response(_data(entry), status=201 if added else 200)
+        return deprecation_headers(
+            Response(_data(entry), status=201 if added else 200), _aliases(request.data)
+        )
 
     @extend_schema(
         request=None,
@@ -181,7 +190,7 @@ class SuppressionsApi(APIView):
             OpenApiParameter(
                 "sender", str, description="The entry's sender; absent: the every-sender entry."
             ),
-            *schema.deprecated_alias_headers(),
+            *header_parameters([204]),
         ],
         responses={204: None, 404: schema.NOT_FOUND},
         description=(
@@ -205,4 +214,4 @@ class SuppressionsApi(APIView):
         )
         if not removed:
             raise NotFound("This number is not on the suppression list for this sender.")
-        return Response(status=204)
+        return deprecation_headers(Response(status=204), _aliases(request.query_params))

@@ -43,6 +43,7 @@ from smsgw.http.boundary import (
     first_bad_field,
     json_problem,
 )
+from smsgw.http.deprecation import deprecation_headers, header_parameters
 from smsgw.http.errors import field_error
 from smsgw.http.pagination import StrictCursorPagination
 from smsgw.values.actors import reason_for_tenant
@@ -339,7 +340,7 @@ class CampaignsApi(APIView):
             ),
             schema.location(200, 202, what="campaign"),
             schema.idempotent_replayed(200),
-            *schema.deprecated_alias_headers(),
+            *header_parameters([200, 202]),
         ],
         description=(
             "One body or template (`{first_name}` from each recipient's fields) to a list of recipients, as a"
@@ -372,7 +373,8 @@ class CampaignsApi(APIView):
         headers = {"Location": f"/v1/campaigns/{campaign.public_id}"}
         if not created:
             headers["Idempotent-Replayed"] = "true"
-        return Response(CampaignOutput(campaign).data, status=202 if created else 200, headers=headers)
+        response = Response(CampaignOutput(campaign).data, status=202 if created else 200, headers=headers)
+        return deprecation_headers(response, services.source_aliases(source))
 
     @extend_schema(
         responses=schema.paginated(CampaignOutput, "CampaignPage"),

@@ -58,6 +58,18 @@ UPLOAD_CHUNK_BYTES = 1024 * 1024
 RECIPIENT_LOCAL_SPREAD = timedelta(hours=26)
 
 
+def source_aliases(source: Source) -> list[str]:
+    """The deprecated names an accepted recipient list uses (``phone``), for the answer's Deprecation
+    headers: a JSON item's key, or the CSV header's column."""
+    if source.upload is not None:
+        first = next(csv_records(decoded_lines(source.upload.chunks(64 * 1024))), (1, None))
+        source.upload.seek(0)
+        names = {h.strip() for h in first[1] or []}
+    else:
+        names = {k for row in source.rows or [] if isinstance(row, dict) for k in row}
+    return [RECIPIENT_ALIAS] if RECIPIENT_ALIAS in names else []
+
+
 @dataclass(frozen=True)
 class Source:
     """The recipient list: a parsed JSON array or an uploaded CSV file (a Django UploadedFile)."""

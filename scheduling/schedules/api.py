@@ -4,7 +4,7 @@ endpoint; the rules live in ``scheduling.schedules.service`` (writes) and
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from scheduling.facade.names import SENDER_POOL_FIELD, SENDER_POOL_MAX_LENGTH
 from scheduling.facade.outputs import PublicNames
 from scheduling.messages import examples
-from scheduling.messages.api import StrictSerializer, _metadata
+from scheduling.messages.api import StrictSerializer, _idempotency_key, _metadata
 from scheduling.models import Priority, Schedule, ScheduleStatus, Status
 from scheduling.schedules import selectors
 from scheduling.schedules import service as services
@@ -219,7 +219,10 @@ def _change_response(change: services.ScheduleChange, code: int = status.HTTP_20
         "kept": change.kept,
     }
     body["changed"] = change.changed
-    return Response(body, status=code, headers={"Location": f"/v1/schedules/{change.schedule.public_id}"})
+    headers = {"Location": f"/v1/schedules/{change.schedule.public_id}"}
+    if change.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(body, status=code, headers=headers)
 
 
 # The query parameters each read accepts; any other is a 400 naming it.
@@ -233,23 +236,44 @@ class SchedulesApi(APIView):
 
     @extend_schema(
         request=ScheduleCreateInput,
-        responses={201: ScheduleChangeOutput},
-        parameters=[schema.location(201, what="schedule")],
+        responses={
+            201: ScheduleChangeOutput,
+            200: OpenApiResponse(
+                ScheduleChangeOutput,
+                description="A replay of an earlier Idempotency-Key: the schedule it made, as it is now "
+                "(`changed: false`, nothing materialized by this request).",
+            ),
+            422: schema.IDEMPOTENCY_MISMATCH,
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="1-255 characters. A repeat with the same body returns the schedule the first "
+                "request made (200, `Idempotent-Replayed: true`); with a different body, 422. "
+                "See docs/idempotency.md.",
+            ),
+            schema.location(200, 201, what="schedule"),
+            schema.idempotent_replayed(200),
+        ],
         examples=[examples.RECURRING],
         description=(
             "A message sent at each occurrence of an RRULE (RFC 5545) evaluated in local wall time in "
             "`timezone`: 08:30 stays 08:30 across DST. Occurrences are made into messages ahead of time (GET "
-            ".../messages), `exdate` skips days, quiet hours apply. The schedule starts `active`."
+            ".../messages), `exdate` skips days, quiet hours apply. The schedule starts `active`. An "
+            "`Idempotency-Key` makes a retry safe (docs/idempotency.md)."
         ),
         summary="Create a recurring schedule",
     )
     def post(self, request):
+        key = _idempotency_key(request.headers.get("Idempotency-Key"))
         data = ScheduleCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         change = services.schedule_create(
-            tenant=request.user.tenant, actor=_actor(request), data=data.validated_data
+            tenant=request.user.tenant, actor=_actor(request), data=data.validated_data, idempotency_key=key
         )
-        return _change_response(change, status.HTTP_201_CREATED)
+        return _change_response(change, status.HTTP_200_OK if change.replayed else status.HTTP_201_CREATED)
 
     @extend_schema(
         responses=schema.paginated(ScheduleOutput, "SchedulePage"),

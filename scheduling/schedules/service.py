@@ -25,13 +25,13 @@ from datetime import datetime, time
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduling.dispatch.quiet import QuietHoursError, parse_clock, parse_override
 from scheduling.facade.names import SENDER_POOL_FIELD
 from scheduling.lifecycle.schedules import LIFECYCLE_FIELDS, schedule_transition
-from scheduling.messages.service import _body, _recipient, _sender, destination_allowed
+from scheduling.messages.service import _body, _recipient, _sender, destination_allowed, fingerprint_of
 from scheduling.models import Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules.materialize import (
     MaterializeReport,
@@ -43,7 +43,7 @@ from scheduling.schedules.materialize import (
 from scheduling.schedules.occurrences import kept_public, live_rows, occurrence_slot, occurrences_cancel
 from scheduling.schedules.recurrence import ExpansionTooCostly, Recurrence, recurrence_build
 from scheduling.schedules.rrules import RuleError
-from smsgw.domain_errors import ConflictError, InvalidInput, NotFoundError
+from smsgw.domain_errors import ConflictError, IdempotencyMismatch, InvalidInput, NotFoundError
 from smsgw.models import Tenant
 from smsgw.tenancy.priority import priority_for
 from smsgw.values.timeutil import TimeResolutionError, parse_timezone
@@ -73,6 +73,7 @@ class ScheduleChange:
 
     schedule: Schedule
     changed: bool = True
+    replayed: bool = False  # the answer to a repeated Idempotency-Key: the schedule the first request made
     cancelled: list[str] = field(default_factory=list)
     kept: list[dict] = field(default_factory=list)
     materialized: MaterializeReport = field(default_factory=MaterializeReport)
@@ -235,18 +236,53 @@ def _within_budget[**P, R](service: Callable[P, R]) -> Callable[P, R]:
 
 
 @_within_budget
-def schedule_create(*, tenant: Tenant, actor: str, data: dict[str, Any]) -> ScheduleChange:
+def schedule_create(
+    *, tenant: Tenant, actor: str, data: dict[str, Any], idempotency_key: str | None = None
+) -> ScheduleChange:
+    """Validate and store a schedule, and make its first occurrences. With an ``idempotency_key`` already
+    used by this tenant's schedules: that schedule (``replayed``), or IdempotencyMismatch when the body
+    differs (docs/idempotency.md)."""
+    fingerprint = fingerprint_of(data)
+    if idempotency_key:
+        existing = Schedule.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _replay(existing, tenant, fingerprint)
     now = timezone.now()
     definition = _definition(tenant, data, now=now)
-    schedule = Schedule(tenant=tenant, **definition.values)
+    schedule = Schedule(
+        tenant=tenant,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+        **definition.values,
+    )
     # Born in its first status: a new row has no status to compare with.
     schedule.status = _start_cursor(schedule, definition.recurrence, after=now)
     schedule.ended_at = now if schedule.status == ScheduleStatus.ENDED else None
-    with transaction.atomic():
-        schedule.save()
-        _version_record(schedule, change="created", actor=actor, changed=list(DEFINITION_FIELDS), now=now)
-        report = schedule_materialize_one(schedule, now=now)
+    try:
+        with transaction.atomic():
+            schedule.save()
+            _version_record(schedule, change="created", actor=actor, changed=list(DEFINITION_FIELDS), now=now)
+            report = schedule_materialize_one(schedule, now=now)
+    except IntegrityError:
+        # Two requests with one key raced: this insert waited on the unique key until the other one
+        # committed, and failed. Its schedule is the answer; anything else is not a race to hide.
+        if not idempotency_key:
+            raise
+        raced = Schedule.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if raced is None:
+            raise
+        return _replay(raced, tenant, fingerprint)
     return ScheduleChange(schedule, materialized=report)
+
+
+def _replay(existing: Schedule, tenant: Tenant, fingerprint: str) -> ScheduleChange:
+    if existing.request_fingerprint != fingerprint:
+        raise IdempotencyMismatch(
+            "This Idempotency-Key was already used with a different request body; "
+            "use a new key for a different schedule."
+        )
+    existing.tenant = tenant
+    return ScheduleChange(existing, changed=False, replayed=True)
 
 
 def schedule_get(*, tenant: Tenant, public_id: str, lock: bool = False) -> Schedule:

@@ -372,30 +372,6 @@ RATE_LIMIT_HEADERS = [
 ]
 
 
-# An answer to a request that used a deprecated alias (`phone` for `to` in a campaign's recipients,
-# `number` for `to` on suppressions) says so (RFC 9745, RFC 8594; docs/api.md, "Deprecated aliases").
-def deprecated_alias_headers() -> list[OpenApiParameter]:
-    """On every answer of an operation that reads a deprecated alias: whatever the answer, it says so."""
-    return [
-        OpenApiParameter(
-            "Deprecation",
-            str,
-            OpenApiParameter.HEADER,
-            response=True,
-            description="Only when the request used a deprecated alias: when it was deprecated (RFC 9745, "
-            "`@<unix seconds>`).",
-        ),
-        OpenApiParameter(
-            "Sunset",
-            str,
-            OpenApiParameter.HEADER,
-            response=True,
-            description="Only when the request used a deprecated alias: the HTTP date after which the alias "
-            "may stop working (RFC 8594).",
-        ),
-    ]
-
-
 def idempotent_replayed(*codes: int) -> OpenApiParameter:
     return OpenApiParameter(
         "Idempotent-Replayed",

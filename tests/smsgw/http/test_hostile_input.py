@@ -208,6 +208,10 @@ QUERY_CASES = (
     + [("/v1/schedules", p) for p in ("to", "status", "cursor", "page_size")]
     + [("/v1/exports", p) for p in ("cursor", "page_size")]
     + [
+        ("/v1/webhook-deliveries", p)
+        for p in ("status", "event_type", "message", "created_after", "created_before", "cursor", "page_size")
+    ]
+    + [
         ("/v1/schedules/{schedule}/occurrences", "count"),
         ("/v1/schedules/{schedule}/occurrences", "after"),
         ("/v1/schedules/{schedule}/messages", "cursor"),
@@ -485,7 +489,7 @@ FORGED_CURSORS = {
     "empty": "",
     "json": b64('{"p": 1}'),
 }
-LISTS = ["/v1/messages", "/v1/schedules", "/v1/schedules/{schedule}/messages"]
+LISTS = ["/v1/messages", "/v1/schedules", "/v1/schedules/{schedule}/messages", "/v1/webhook-deliveries"]
 
 
 @pytest.mark.parametrize("cursor", FORGED_CURSORS.values(), ids=FORGED_CURSORS.keys())

@@ -309,7 +309,10 @@ def schedules_walk(c: Contract) -> None:
         "quiet_hours": {"start": "21:00", "end": "08:00"},
     }
     sid = c.call("post", "/v1/schedules", 201, data=body)["id"]
-    c.call("post", "/v1/schedules", 201, data={**body, "start": soon(3), "quiet_hours": {"enabled": False}})
+    keyed = {**body, "start": soon(3), "quiet_hours": {"enabled": False}}
+    c.call("post", "/v1/schedules", 201, data=keyed, HTTP_IDEMPOTENCY_KEY="s-1")
+    c.call("post", "/v1/schedules", 200, data=keyed, HTTP_IDEMPOTENCY_KEY="s-1")
+    c.call("post", "/v1/schedules", 422, data={**keyed, "body": "other"}, HTTP_IDEMPOTENCY_KEY="s-1")
     c.call("post", "/v1/schedules", 400, data={**body, "rrule": "FREQ=SOMETIMES"})
     c.call("post", "/v1/schedules", 401, auth=None, data=body)
 
@@ -374,6 +377,8 @@ def settings_walk(c: Contract) -> None:
     c.call("get", "/v1/capacity", 200)
     c.call("put", "/v1/capacity/senders/+14155550100", 200, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/+14155550100", 400, data={"segments_per_second": -1})
+    c.call("put", "/v1/capacity/senders/+14155550100?provider=twilio", 200, data={"segments_per_second": 2})
+    c.call("put", "/v1/capacity/senders/+14155550100?provider=nope", 400, data={"segments_per_second": 2})
     c.call("put", "/v1/capacity/senders/!!", 400, data={"segments_per_second": 1})
     c.call("delete", "/v1/capacity/senders/+14155550100", 200)
     c.call("delete", "/v1/capacity/senders/!!", 400)
@@ -394,7 +399,18 @@ def settings_walk(c: Contract) -> None:
     transitions.transition(msg.pk, from_statuses=[Status.SCHEDULED], to_status=Status.QUEUED, kind="queued")
     delivery = WebhookDelivery.objects.get(tenant=c.tenant)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookStatus.DEAD)
+    page = c.call("get", "/v1/webhook-deliveries", 200, data={"status": "dead", "page_size": 1})
+    assert [d["id"] for d in page["results"]] == [delivery.webhook_id]
+    c.call("get", "/v1/webhook-deliveries", 200, data={"event_type": "message.status_changed"})
+    c.call(
+        "get",
+        "/v1/webhook-deliveries",
+        200,
+        data={"message": msg.public_id, "created_after": "2026-01-01T00:00:00Z"},
+    )
+    c.call("get", "/v1/webhook-deliveries", 400, data={"status": "gone"})
     c.call("post", f"/v1/webhook-deliveries/{delivery.webhook_id}/replay", 200)
+    c.call("get", "/v1/webhook-deliveries", 200)  # pending again, with its next attempt
     c.call("post", "/v1/webhook-deliveries/wh_unknown/replay", 404)
     c.call("delete", "/v1/webhook", 204)
     c.call("delete", "/v1/webhook", 401, auth=None)
