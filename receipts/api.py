@@ -419,8 +419,8 @@ class WebhookDeliveriesApi(APIView):
         description=(
             "The notifications sent or to be sent to the tenant's webhook, newest first: each with its "
             "status (`pending`, `delivered`, `dead`), attempts, last error and payload. Filter by status, "
-            "event type, message and creation time; a `dead` one (its 3-day retry window passed) is replayed with "
-            "`POST /v1/webhook-deliveries/{webhook_id}/replay`."
+            "event type, message and creation time; a `dead` one (its 3-day retry window passed) is "
+            "replayed with `POST /v1/webhook-deliveries/{webhook_id}/replay`."
         ),
         summary="List webhook deliveries (newest first, cursor pages), e.g. the dead ones to replay",
     )
