@@ -11,7 +11,10 @@ from smsgw.config.env import env_bool, env_int, env_str
 # --- database -------------------------------------------------------------------------------------
 DATABASES = {
     "default": dj_database_url.parse(
+        # postgres://user:password@host:5432/name (PostgreSQL, what production runs on); unset, SQLite in
+        # the var folder (the embedded mode), and setting it makes SMSGW_ENV default to production.
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}"),
+        # Seconds a database connection is kept open for the next request or task (0: one per request).
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
     )
 }

@@ -79,9 +79,15 @@ def credentials_problem(account_sid: str, auth_token: str, api_key_secret: str =
 def load_settings(production: bool) -> ProviderSettings:
     """The ``TWILIO_*`` settings. Outside production the defaults are the sandbox's
     (deploy/run-embedded.sh starts it on :8081)."""
+    # The account (AC + 32 hex digits) and its Auth Token (Twilio Console, Account info); the token also
+    # verifies the status and inbound callbacks' X-Twilio-Signature, so it is needed with an API key too.
     account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else SANDBOX_ACCOUNT_SID)
+    # The account's Auth Token (see above).
     auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
+    # The secret of the API key TWILIO_API_KEY_SID (shown once when the key is made).
     api_key_secret = env_str("TWILIO_API_KEY_SECRET", "")
+    # A request to Twilio that has not answered within this many seconds is given up (an uncertain
+    # submission, then looked up: docs/twilio.md).
     timeout = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
     values = {
         "TWILIO_ACCOUNT_SID": account_sid,

@@ -36,7 +36,9 @@ def _process_class() -> Any:
 
 
 def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
+    # The embedded run's Vonage sandbox: its HTTPS port.
     port = int(environ.get(PORT_SETTING) or DEFAULT_PORT)
+    # Its control API (stats, faults, inbound), plain HTTP (default: the next port).
     control = int(environ.get(CONTROL_PORT_SETTING) or port + 1)
     ca_file = environ.get("VONAGE_CA_BUNDLE") or str(var_dir / "vonage-sandbox-ca.pem")
     argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1"]
