@@ -43,6 +43,11 @@ elif not SECRET_KEY:
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 # Origins the admin's forms may be posted from behind the TLS proxy, e.g. https://sms.example.com.
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+security.placeholders_refuse(
+    PRODUCTION,
+    DJANGO_ALLOWED_HOSTS=",".join(ALLOWED_HOSTS),
+    DJANGO_CSRF_TRUSTED_ORIGINS=",".join(CSRF_TRUSTED_ORIGINS),
+)
 
 # --- TLS ------------------------------------------------------------------------------------------
 # proxy (production default): TLS ends at a reverse proxy / load balancer that sets X-Forwarded-Proto

@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.settings.environment import PRODUCTION
 from config.settings.pipeline import SENDING_LEASE_SECONDS
 from delivery.providers import DEFAULT_PROVIDER, declare_all
-from smsgw.config import concurrency
+from smsgw.config import concurrency, security
 from smsgw.config import providers as provider_declarations
 from smsgw.config import routes as route_config
 from smsgw.config.env import env_bool, env_float, env_int, env_str
@@ -56,6 +56,7 @@ SEND_CONCURRENCY = SEND_CONCURRENCY_PLAN.per_process
 PROVIDER_REQUEST_TIMEOUT_SECONDS = provider_declarations.longest_request_timeout()
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
 SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
+security.placeholders_refuse(PRODUCTION, SMSGW_PUBLIC_BASE_URL=SMSGW_PUBLIC_BASE_URL)
 
 # --- reconciliation, throttling and holds (delivery) ----------------------------------------------
 # An uncertain attempt is first looked up this long after it ended (the provider may still be writing it).

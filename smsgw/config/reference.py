@@ -364,7 +364,9 @@ def render() -> str:
             "|---|---|---|---|---|---|",
         ]
         for s in members:
-            where = "<br>".join(f"`{r.where}`" for r in s.reads)
+            # Files, not lines: a line number would change the page at every edit above it.
+            files = dict.fromkeys(r.where.split(":")[0] for r in s.reads)
+            where = "<br>".join(f"`{f}`" for f in files)
             default = s.first("default") or "(unset)"
             if not default.startswith(("`", "(")) and default != "none":
                 default = f"`{default}`"

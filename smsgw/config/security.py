@@ -9,6 +9,8 @@ defaults) is refused like a missing one: it is public, so it signs nothing (``pl
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 # The same thresholds as Django's own deploy check (django.core.checks.security.base, W009): a key
 # shorter than 50 characters, with fewer than 5 distinct characters, or one of startproject's
 # "django-insecure-" keys is weak. "bench" or "test-only-secret" fail the length test.
@@ -32,6 +34,17 @@ def placeholder_problem(name: str, value: str, known: tuple[str, ...] = ()) -> s
     if value in known:
         return f"{name} is a public example value (a sandbox's default): set the real value"
     return None
+
+
+def placeholders_refuse(production: bool, **values: str) -> None:
+    """In production, stop start-up on any of ``values`` (setting name -> value) left as an example's
+    placeholder: the host names, the public URL, the database and broker URLs (a password), the metrics
+    token. The message names the variable, never its value (a URL may hold a password)."""
+    if not production:
+        return
+    for name, value in values.items():
+        if problem := placeholder_problem(name, value):
+            raise ImproperlyConfigured(f"{problem} (SMSGW_ENV=production)")
 
 
 def secret_key_problem(key: str) -> str | None:
