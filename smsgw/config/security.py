@@ -18,9 +18,10 @@ SECRET_KEY_MIN_LENGTH = 50
 SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
 SECRET_KEY_INSECURE_PREFIX = "django-insecure-"
 
-# What the shipped examples put where a secret goes: ``change-me`` in deploy/systemd/smsgw.env.example
-# (DJANGO_SECRET_KEY's "change-me-to-50-random-characters-..." is long enough for Django's own check),
-# and the usual spellings of the same instruction. Matched anywhere in the value, case-insensitively.
+# What the shipped examples put where a value must be replaced: ``CHANGE_ME`` in
+# deploy/systemd/smsgw.env.example (DJANGO_SECRET_KEY's "CHANGE_ME-to-50-random-characters-..." is long
+# enough for Django's own check; a host name, a URL's password), and the usual spellings of the same
+# instruction. Matched anywhere in the value, case-insensitively.
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "replace_me", "placeholder")
 
 
