@@ -18,6 +18,9 @@ SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
 # Message ids per send task.
 SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
 # SEND_CONCURRENCY (provider requests in flight per send process) is set with the provider settings below.
+
+# A message still `queued` this long after it was published is looked at again (re-published only if its
+# send queue is empty: SMSGW_TASK_LOST_AFTER_SECONDS).
 QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
 # A stale `queued` row whose send queue still has a backlog is not re-published (its task is most likely
 # still waiting) until it has waited this long; one in an empty queue is re-published after
@@ -38,7 +41,7 @@ RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
 FAILOVER_RETRY_ATTEMPTS = env_int("SMSGW_FAILOVER_RETRY_ATTEMPTS", 2, minimum=1)
 # The first retry's backoff after a transient answer; it doubles each attempt, with full jitter ...
 RETRY_BASE_SECONDS = env_float("SMSGW_RETRY_BASE_SECONDS", 2.0, minimum=0.0)
-# ... up to this.
+# The retry backoff's cap.
 RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_RETRY_MAX_DELAY_SECONDS", 300.0, minimum=0.0)
 # No retry later than this after the message became due.
 RETRY_MAX_AGE_SECONDS = env_int("SMSGW_RETRY_MAX_AGE_SECONDS", 6 * 3600, minimum=1)

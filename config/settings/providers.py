@@ -83,7 +83,8 @@ RECONCILE_TASK_SECONDS = env_float("SMSGW_RECONCILE_TASK_SECONDS", 20.0, minimum
 THROTTLE_BASE_SECONDS = env_float("SMSGW_THROTTLE_BASE_SECONDS", 1.0, minimum=0.0)
 # The throttle backoff's cap.
 THROTTLE_MAX_DELAY_SECONDS = env_float("SMSGW_THROTTLE_MAX_DELAY_SECONDS", 60.0, minimum=0.0)
-# Account faults (bad credentials, unregistered sender, geo permission): the scope is held and probed.
+# Account faults (bad credentials, unregistered sender, geo permission): the scope is held and probed,
+# first this long after the hold opened (an account hold keeps this interval).
 HOLD_PROBE_FIRST_SECONDS = env_int("SMSGW_HOLD_PROBE_FIRST_SECONDS", 15, minimum=1)
 # Sender and destination holds double their probe interval after each refused probe, up to this.
 HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
@@ -138,7 +139,8 @@ CIRCUIT_WINDOW_SECONDS = env_float("SMSGW_CIRCUIT_WINDOW_SECONDS", 10.0, minimum
 CIRCUIT_MIN_FAILURES = env_int("SMSGW_CIRCUIT_MIN_FAILURES", 5, minimum=1)
 # The least share of failed answers within the window that opens it.
 CIRCUIT_FAILURE_RATIO = env_float("SMSGW_CIRCUIT_FAILURE_RATIO", 0.5, minimum=0.0)
-# ... or as soon as this many requests in a row failed for the provider's reasons (an outage).
+# The circuit also opens as soon as this many requests in a row failed for the provider's reasons (an
+# outage).
 CIRCUIT_STREAK_FAILURES = env_int("SMSGW_CIRCUIT_STREAK_FAILURES", 20, minimum=1)
 # While open, one probe message per this many seconds.
 CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.1)
@@ -152,7 +154,7 @@ CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 HOST_ID = env_str("SMSGW_HOST_ID", "")[:128]
 # A cut-off host's first probe wait (it doubles after each failed probe) ...
 HOST_CIRCUIT_PROBE_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_SECONDS", 2.0, minimum=0.1)
-# ... up to this.
+# The cut-off host's probe wait stops doubling here.
 HOST_CIRCUIT_PROBE_MAX_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_MAX_SECONDS", 30.0, minimum=0.1)
 # How long a cut-off host parks a batch for another host to take.
 HOST_CIRCUIT_PARK_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PARK_SECONDS", 2.0, minimum=0.1)

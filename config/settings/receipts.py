@@ -51,5 +51,5 @@ WEBHOOK_MAX_RESPONSE_BYTES = env_int("SMSGW_WEBHOOK_MAX_RESPONSE_BYTES", 4096, m
 WEBHOOK_MAX_ATTEMPTS = env_int("SMSGW_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 # A failed webhook delivery's first backoff; it doubles each attempt ...
 WEBHOOK_RETRY_BASE_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_BASE_SECONDS", 5.0, minimum=0.0)
-# ... up to this.
+# The webhook retry backoff's cap.
 WEBHOOK_RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_WEBHOOK_RETRY_MAX_DELAY_SECONDS", 3600.0, minimum=0.0)

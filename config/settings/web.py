@@ -123,7 +123,7 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# The lockout thresholds and length described above.
+# Failed attempts for one username from one address before that pair is locked out (django-axes).
 AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
 # How long a lockout lasts, minutes.
 AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours

@@ -87,7 +87,8 @@ def load_settings(production: bool) -> ProviderSettings:
     # The account (AC + 32 hex digits) and its Auth Token (Twilio Console, Account info); the token also
     # verifies the status and inbound callbacks' X-Twilio-Signature, so it is needed with an API key too.
     account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else SANDBOX_ACCOUNT_SID)
-    # The account's Auth Token (see above).
+    # The account's Auth Token: it signs the callbacks (X-Twilio-Signature), so it is needed with an API key
+    # too.
     auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
     # The secret of the API key TWILIO_API_KEY_SID (shown once when the key is made).
     api_key_secret = env_str("TWILIO_API_KEY_SECRET", "")

@@ -106,6 +106,7 @@ def load_settings(production: bool) -> ProviderSettings:
     # The method: md5hash (the dashboard's default) or an HMAC (md5, sha1, sha256, sha512), which also
     # signs the submissions.
     method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
+    # A request to Vonage not answered within this many seconds is given up (an uncertain submission).
     # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
     # timeout the core plans with is the one the requests really get).
     timeout = float(math.ceil(env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)))
