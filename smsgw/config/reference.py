@@ -22,7 +22,7 @@ PAGE = ROOT / "docs" / "settings.md"
 # and bench/ set variables for themselves (docs/testing.md).
 PYTHON_ROOTS = ("config", "smsgw", "scheduling", "delivery", "receipts", "reporting", "retention", "inbound")
 SKIPPED_PARTS = {"tests", "sandbox", "migrations", "__pycache__"}
-# The typed readers (smsgw.config.env): the type each one reads, and where its default argument is.
+# The typed readers (smsgw.config.env) and the type each one reads; the default is their second argument.
 READERS = {
     "env_str": "string",
     "env_bool": "boolean",
@@ -35,6 +35,7 @@ READERS = {
 }
 # The shell scripts and units that read variables of their own (the embedded run, the installer, systemd).
 SHELL_FILES = ("deploy/run-embedded.sh", "deploy/bootstrap.sh", "deploy/systemd/*.service")
+# A WSGI request's environ is read with the same .get(): its CGI variables are not settings.
 CGI_VARIABLES = {
     "PATH_INFO",
     "REQUEST_METHOD",
