@@ -20,6 +20,7 @@ from kombu.utils.objects import cached_property
 from smsgw.observability.consumers import QueueConsumerHeartbeat
 from smsgw.runtime.transports import transports_register
 
+# The settings module: config.settings, the project's settings package (split by concern).
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Before any connection: kombu's filesystem and Redis schemes resolve to smsgw's transports (atomic
 # publish, bad messages set aside instead of stopping the worker, two Redis fault fixes).

@@ -27,6 +27,7 @@ ok() { local v; v=$(version_of "$1") && [ -n "$v" ] && at_least "$v"; }
 
 find_python() {
   local c v seen=""
+  # The interpreter .venv is made with (default: the first Python >= 3.12.6 found on PATH or in pyenv).
   if [ -n "${SMSGW_PYTHON:-}" ]; then
     # Asked for by name: that one or none, never a silent fallback to another interpreter.
     v=$(version_of "$SMSGW_PYTHON") || v=""

@@ -15,6 +15,23 @@ units=(smsgw.target smsgw-migrate.service smsgw-web.service smsgw-beat.service s
 for q in sweep send.transactional send.bulk receipts webhooks reconcile campaigns retention; do
   units+=("smsgw-worker@$q.service")
 done
+# What systemd-analyze cannot see: a unit running as `smsgw` over the root-owned checkout must be able to
+# write what smsgw writes. Its var folder (spools, metrics, static files, exports: every path the settings
+# write is under SMSGW_VAR_DIR, tests/smsgw/runtime/test_units.py) is the units' StateDirectory, which
+# systemd makes and gives to User=; a pid file goes in the unit's own RuntimeDirectory.
+for f in deploy/systemd/*.service; do
+  grep -qx 'User=smsgw' "$f" || continue
+  for line in 'StateDirectory=smsgw' 'Environment=SMSGW_VAR_DIR=/var/lib/smsgw'; do
+    grep -qx "$line" "$f" || { echo "verify-units: $f runs as smsgw without $line: it cannot write its var folder" >&2; exit 1; }
+  done
+  for pid in $(grep -o -- '--pidfile [^ ]*' "$f" | cut -d' ' -f2); do
+    dir=$(dirname "$pid"); dir=${dir#/run/}
+    grep -qx "RuntimeDirectory=$dir" "$f" || { echo "verify-units: $f writes $pid without RuntimeDirectory=$dir" >&2; exit 1; }
+  done
+done
+if grep -q '^SMSGW_VAR_DIR=' deploy/systemd/smsgw.env.example; then
+  echo "verify-units: smsgw.env.example sets SMSGW_VAR_DIR: the units' StateDirectory is the place" >&2; exit 1
+fi
 out=$(cd "$tmp" && systemd-analyze verify --man=no "${units[@]}" 2>&1) || { echo "$out" >&2; exit 1; }
 if [ -n "$out" ]; then echo "$out" >&2; exit 1; fi
 echo "verify-units: ${#units[@]} units OK"

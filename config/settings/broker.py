@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from config.settings.environment import PRODUCTION, VAR_DIR
+from smsgw.config import security
 from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_str
 
 # --- Celery ---------------------------------------------------------------------------------------
+# The broker: redis://host:6379/0 or amqp://user:password@host:5672/vhost (RabbitMQ, docs/deploy.md);
+# unset, kombu's filesystem transport in the var folder (the embedded mode, one host only).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+security.placeholders_refuse(PRODUCTION, CELERY_BROKER_URL=CELERY_BROKER_URL)  # an example's password left in
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
 if BROKER_IS_FILESYSTEM:
     # smsgw.runtime.transports.FilesystemTransport: messages are written whole in tmp/ and renamed into out/,
@@ -38,11 +42,13 @@ else:
         # up on unacknowledged data after 15 s, as for PostgreSQL.
         _keepalive = {_socket.TCP_KEEPIDLE: 5, _socket.TCP_KEEPINTVL: 2, _socket.TCP_KEEPCNT: 3}
         if hasattr(_socket, "TCP_USER_TIMEOUT"):  # Linux
+            # Milliseconds unacknowledged data may wait before the connection to Redis is given up.
             _keepalive[_socket.TCP_USER_TIMEOUT] = env_int(
                 "SMSGW_BROKER_TCP_USER_TIMEOUT_MS", 15000, minimum=1000
             )
         CELERY_BROKER_TRANSPORT_OPTIONS.update(
             socket_connect_timeout=5,
+            # Seconds a read from Redis may wait (above BRPOP's own 1-s wait).
             socket_timeout=env_float("SMSGW_BROKER_SOCKET_TIMEOUT", 10.0, minimum=2.0),
             socket_keepalive=True,
             socket_keepalive_options=_keepalive,

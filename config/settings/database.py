@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import dj_database_url
 
-from config.settings.environment import VAR_DIR
+from config.settings.environment import PRODUCTION, VAR_DIR
+from smsgw.config import security
 from smsgw.config.env import env_bool, env_int, env_str
 
 # --- database -------------------------------------------------------------------------------------
+# postgres://user:password@host:5432/name (PostgreSQL, what production runs on); unset, SQLite in the
+# var folder (the embedded mode), and setting it makes SMSGW_ENV default to production.
+_database_url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}")
+security.placeholders_refuse(PRODUCTION, DATABASE_URL=_database_url)  # an example's password left in
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}"),
+        _database_url,
+        # Seconds a database connection is kept open for the next request or task (0: one per request).
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
     )
 }

@@ -17,10 +17,14 @@ if not (len(DEFAULT_COUNTRY) == 2 and DEFAULT_COUNTRY.isalpha()):
 # Denied E.164 prefixes on top of the shipped list (delivery/data/deny_prefixes.txt): a file in the same
 # format, and/or a comma-separated list of prefixes.
 DENY_PREFIXES_FILE = env_str("SMSGW_DENY_PREFIXES_FILE", "")
+# The comma-separated list (the file is SMSGW_DENY_PREFIXES_FILE).
 DENY_PREFIXES = env_list("SMSGW_DENY_PREFIXES", [])
 # Velocity: fixed windows of this length; a tenant's own values (smsgw.models.Tenant) override the
 # maxima. 0 = the rule is off (the default: turn it on per tenant or here, docs/guards.md).
 VELOCITY_WINDOW_SECONDS = env_int("SMSGW_VELOCITY_WINDOW_SECONDS", 3600, minimum=60)
+# Velocity: the leading digits that make a number range (E.164 without the +).
 VELOCITY_PREFIX_DIGITS = env_int("SMSGW_VELOCITY_PREFIX_DIGITS", 7, minimum=2)
+# Velocity: the most messages per window a tenant may send into one number range (0 = off).
 VELOCITY_PREFIX_MAX = env_int("SMSGW_VELOCITY_PREFIX_MAX", 0, minimum=0)
+# Velocity: the most numbers never sent to before a tenant may send to per window (0 = off).
 VELOCITY_NEW_NUMBERS_MAX = env_int("SMSGW_VELOCITY_NEW_NUMBERS_MAX", 0, minimum=0)

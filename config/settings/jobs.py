@@ -150,6 +150,7 @@ JOBS: tuple[Job, ...] = (
     Job(
         "scheduling.campaign_make",
         (q.CAMPAIGNS,),
+        # The creation job's time limit, seconds (about a minute per million recipients).
         env_float("SMSGW_CAMPAIGN_MAKE_TIME_LIMIT", 1800.0, minimum=60),
     ),
     # Campaign control jobs (bounded batch runs of TASK_BUDGET_SECONDS, 5 s, each): background database

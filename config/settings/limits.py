@@ -17,7 +17,9 @@ TENANT_DEFAULT_DAILY_MESSAGE_QUOTA = env_int("SMSGW_DEFAULT_DAILY_MESSAGE_QUOTA"
 # every acceptance, under a lock on the tenant's row, which is work that grows with what is pending
 # (docs/limits.md, "Finite defaults for a new tenant"). The daily quota bounds intake instead.
 TENANT_DEFAULT_MAX_PENDING_SCHEDULED = env_int("SMSGW_DEFAULT_MAX_PENDING_SCHEDULED", 0, minimum=0)
+# A new tenant's send rate, messages per second (0 = unlimited).
 TENANT_DEFAULT_SEND_RATE_PER_SECOND = env_int("SMSGW_DEFAULT_SEND_RATE_PER_SECOND", 1_000, minimum=0)
+# The burst a full per-key bucket allows, in seconds of SMSGW_API_RATE_PER_SECOND.
 API_RATE_BURST_SECONDS = env_float("SMSGW_API_RATE_BURST_SECONDS", 2.0, minimum=0.0)
 # Where the per-key buckets live, shared by every web process: a Redis URL, by default the broker's when
 # the broker is Redis; anything else ("database", or a RabbitMQ/filesystem broker) = the database.

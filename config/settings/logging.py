@@ -34,5 +34,6 @@ LOGGING = {
     # Django's default config gives "django" its own console handler (with DEBUG) that would print
     # django.request's tracebacks unredacted before the record reaches the root handler.
     "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
+    # The log level of everything smsgw and its libraries write (DEBUG, INFO, WARNING, ERROR).
     "root": {"handlers": ["console"], "level": env_str("SMSGW_LOG_LEVEL", "INFO")},
 }

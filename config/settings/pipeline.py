@@ -13,32 +13,48 @@ SWEEP_INTERVAL_SECONDS = env_int("SMSGW_SWEEP_INTERVAL", 1, minimum=1)
 # its next pass. Each pass costs a few statements whether it finds work or not: the integration tests,
 # which run dozens of pipelines side by side on two cores, raise it to 0.1 s (tests/integration/conftest.py).
 IDLE_POLL_SECONDS = env_float("SMSGW_IDLE_POLL_SECONDS", 0.05, minimum=0.01)
+# Due rows the sweep claims per statement.
 SWEEP_BATCH_SIZE = env_int("SMSGW_SWEEP_BATCH_SIZE", 1000, minimum=1)
+# Message ids per send task.
 SEND_BATCH_SIZE = env_int("SMSGW_SEND_BATCH_SIZE", 250, minimum=1)
 # SEND_CONCURRENCY (provider requests in flight per send process) is set with the provider settings below.
+
+# A message still `queued` this long after it was published is looked at again (re-published only if its
+# send queue is empty: SMSGW_TASK_LOST_AFTER_SECONDS).
 QUEUED_RECOVERY_SECONDS = env_int("SMSGW_QUEUED_RECOVERY_SECONDS", 120, minimum=1)
 # A stale `queued` row whose send queue still has a backlog is not re-published (its task is most likely
 # still waiting) until it has waited this long; one in an empty queue is re-published after
 # TASK_LOST_AFTER (scheduling.dispatch.recovery).
 REPUBLISH_MAX_WAIT_SECONDS = env_int("SMSGW_REPUBLISH_MAX_WAIT_SECONDS", 600, minimum=1)
+# A `queued` message whose send queue has been empty this long is re-published (its task was lost).
 TASK_LOST_AFTER_SECONDS = env_int("SMSGW_TASK_LOST_AFTER_SECONDS", 10, minimum=1)
 # A disabled tenant's due messages wait (`tenant_disabled`) and are looked at again this often.
 DISABLED_TENANT_RECHECK_SECONDS = env_int("SMSGW_DISABLED_TENANT_RECHECK_SECONDS", 30, minimum=1)
+# A message still `sending` this long after its claim is reconciled (its worker is presumed gone); every
+# provider's request timeout must be shorter.
 SENDING_LEASE_SECONDS = env_int("SMSGW_SENDING_LEASE_SECONDS", 120, minimum=1)
+# Provider attempts (transient answers) before a message fails.
 RETRY_MAX_ATTEMPTS = env_int("SMSGW_RETRY_MAX_ATTEMPTS", 6, minimum=1)
 # On a route with another leg after this one, a message moves on after this many transient answers on its
 # leg (the provider said it did not process the request) instead of using all SMSGW_RETRY_MAX_ATTEMPTS
 # there (delivery.routing.failover).
 FAILOVER_RETRY_ATTEMPTS = env_int("SMSGW_FAILOVER_RETRY_ATTEMPTS", 2, minimum=1)
+# The first retry's backoff after a transient answer; it doubles each attempt, with full jitter ...
 RETRY_BASE_SECONDS = env_float("SMSGW_RETRY_BASE_SECONDS", 2.0, minimum=0.0)
+# The retry backoff's cap.
 RETRY_MAX_DELAY_SECONDS = env_float("SMSGW_RETRY_MAX_DELAY_SECONDS", 300.0, minimum=0.0)
+# No retry later than this after the message became due.
 RETRY_MAX_AGE_SECONDS = env_int("SMSGW_RETRY_MAX_AGE_SECONDS", 6 * 3600, minimum=1)
+# A `send_at` up to this far in the past is sent now; further back it is refused.
 SEND_AT_PAST_TOLERANCE_SECONDS = env_int("SMSGW_SEND_AT_PAST_TOLERANCE", 300, minimum=0)
+# How far ahead a `send_at` may be.
 MAX_SCHEDULE_AHEAD_DAYS = env_int("SMSGW_MAX_SCHEDULE_AHEAD_DAYS", 400, minimum=1)
 # The Twilio-compatible API's strict mode (scheduling.facade): the least lead time of a SendAt, as Twilio's
 # scheduling article and error 35114 state it (900 s; Twilio's newer error pages say 300 s).
 FACADE_STRICT_MIN_LEAD_SECONDS = env_int("SMSGW_FACADE_STRICT_MIN_LEAD_SECONDS", 900, minimum=0)
+# A message not sent within this long after it became due expires (unless it asks for its own validity).
 DEFAULT_VALIDITY_SECONDS = env_int("SMSGW_DEFAULT_VALIDITY_SECONDS", 48 * 3600, minimum=60)
+# The longest body accepted, in segments.
 MAX_SEGMENTS = env_int("SMSGW_MAX_SEGMENTS", 10, minimum=1)
 # POST /v1/messages/batch: the most messages one request may carry (the body cap still applies).
 BATCH_MAX_MESSAGES = env_int("SMSGW_BATCH_MAX_MESSAGES", 1000, minimum=1)
@@ -62,6 +78,7 @@ CAMPAIGN_BATCH_SIZE = env_int("SMSGW_CAMPAIGN_BATCH_SIZE", 5000, minimum=1)
 # range waits in the queue for a free process. A range holds at least CAMPAIGN_RANGE_MIN_ROWS records,
 # so a small list stays one job.
 CAMPAIGN_MAKE_RANGES = env_int("SMSGW_CAMPAIGN_MAKE_RANGES", 4, minimum=1)
+# The fewest recipients in one range of a campaign's creation job (see above).
 CAMPAIGN_RANGE_MIN_ROWS = env_int("SMSGW_CAMPAIGN_RANGE_MIN_ROWS", 50_000, minimum=1)
 
 # How often campaigns are looked at for completion (scheduling.campaigns.control.campaigns_tick).

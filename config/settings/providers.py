@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.settings.environment import PRODUCTION
 from config.settings.pipeline import SENDING_LEASE_SECONDS
 from delivery.providers import DEFAULT_PROVIDER, declare_all
-from smsgw.config import concurrency
+from smsgw.config import concurrency, security
 from smsgw.config import providers as provider_declarations
 from smsgw.config import routes as route_config
 from smsgw.config.env import env_bool, env_float, env_int, env_str
@@ -56,6 +56,7 @@ SEND_CONCURRENCY = SEND_CONCURRENCY_PLAN.per_process
 PROVIDER_REQUEST_TIMEOUT_SECONDS = provider_declarations.longest_request_timeout()
 # Public base URL the provider calls back on (behind a proxy this differs from what Django sees).
 SMSGW_PUBLIC_BASE_URL = env_str("SMSGW_PUBLIC_BASE_URL", "")
+security.placeholders_refuse(PRODUCTION, SMSGW_PUBLIC_BASE_URL=SMSGW_PUBLIC_BASE_URL)
 
 # --- reconciliation, throttling and holds (delivery) ----------------------------------------------
 # An uncertain attempt is first looked up this long after it ended (the provider may still be writing it).
@@ -80,10 +81,14 @@ RECONCILE_MAX_PAGES = env_int("SMSGW_RECONCILE_MAX_PAGES", 10, minimum=1)
 RECONCILE_TASK_SECONDS = env_float("SMSGW_RECONCILE_TASK_SECONDS", 20.0, minimum=1.0)
 # Throttled by the provider (429, full sender queue): resent after this backoff, not counted as an attempt.
 THROTTLE_BASE_SECONDS = env_float("SMSGW_THROTTLE_BASE_SECONDS", 1.0, minimum=0.0)
+# The throttle backoff's cap.
 THROTTLE_MAX_DELAY_SECONDS = env_float("SMSGW_THROTTLE_MAX_DELAY_SECONDS", 60.0, minimum=0.0)
-# Account faults (bad credentials, unregistered sender, geo permission): the scope is held and probed.
+# Account faults (bad credentials, unregistered sender, geo permission): the scope is held and probed,
+# first this long after the hold opened (an account hold keeps this interval).
 HOLD_PROBE_FIRST_SECONDS = env_int("SMSGW_HOLD_PROBE_FIRST_SECONDS", 15, minimum=1)
+# Sender and destination holds double their probe interval after each refused probe, up to this.
 HOLD_PROBE_MAX_SECONDS = env_int("SMSGW_HOLD_PROBE_MAX_SECONDS", 600, minimum=1)
+# Beat interval of the account-hold prober (delivery.holds_probe, on the `reconcile` queue), seconds.
 HOLDS_PROBE_INTERVAL_SECONDS = env_int("SMSGW_HOLDS_PROBE_INTERVAL", 5, minimum=1)
 
 # --- capacity and pacing (delivery.flow.capacity, delivery.flow.pacing, delivery.flow.circuit) --------------
@@ -96,6 +101,7 @@ SENDER_RATE_DEFAULTS = {
     "alphanumeric": env_float("SMSGW_RATE_ALPHANUMERIC", 10.0, minimum=0.01),
     "messaging_service": env_float("SMSGW_RATE_MESSAGING_SERVICE", 10.0, minimum=0.01),
 }
+# The default rate over a whole provider account, segments per second (an account row may set its own).
 ACCOUNT_RATE_DEFAULT = env_float("SMSGW_ACCOUNT_RATE", 2000.0, minimum=0.01)
 # Off only to measure what pacing costs (bench limiter): every due message is then released at once.
 PACING_ENABLED = env_bool("SMSGW_PACING", True)
@@ -119,18 +125,26 @@ PACING_BULK_MIN_SHARE = env_float("SMSGW_PACING_BULK_MIN_SHARE", 0.1, minimum=0.
 # Backpressure (AIMD): a throttle multiplies the rate by this (at most once per cooldown), and the rate
 # climbs back by this fraction of the configured rate per second, never above it or below the floor.
 AIMD_DECREASE = env_float("SMSGW_AIMD_DECREASE", 0.7, minimum=0.05)
+# The climb back per second, as a fraction of the configured rate.
 AIMD_INCREASE_PER_SECOND = env_float("SMSGW_AIMD_INCREASE_PER_SECOND", 0.03, minimum=0.0)
+# At most one decrease per this many seconds.
 AIMD_COOLDOWN_SECONDS = env_float("SMSGW_AIMD_COOLDOWN_SECONDS", 1.0, minimum=0.0)
+# The rate never falls below this fraction of the configured rate.
 AIMD_FLOOR = env_float("SMSGW_AIMD_FLOOR", 0.05, minimum=0.0)
 # Circuit breaker per provider account: opens when, within the window, at least MIN_FAILURES requests
 # failed (timeouts, connection errors, 5xx) and they were at least RATIO of the answers; while open, one
 # probe message per PROBE_SECONDS; waiting messages are parked and released when it closes.
 CIRCUIT_WINDOW_SECONDS = env_float("SMSGW_CIRCUIT_WINDOW_SECONDS", 10.0, minimum=0.1)
+# The fewest failed requests within the window that open the circuit.
 CIRCUIT_MIN_FAILURES = env_int("SMSGW_CIRCUIT_MIN_FAILURES", 5, minimum=1)
+# The least share of failed answers within the window that opens it.
 CIRCUIT_FAILURE_RATIO = env_float("SMSGW_CIRCUIT_FAILURE_RATIO", 0.5, minimum=0.0)
-# ... or as soon as this many requests in a row failed for the provider's reasons (an outage).
+# The circuit also opens as soon as this many requests in a row failed for the provider's reasons (an
+# outage).
 CIRCUIT_STREAK_FAILURES = env_int("SMSGW_CIRCUIT_STREAK_FAILURES", 20, minimum=1)
+# While open, one probe message per this many seconds.
 CIRCUIT_PROBE_SECONDS = env_float("SMSGW_CIRCUIT_PROBE_SECONDS", 1.0, minimum=0.1)
+# How long a message waiting on an open circuit is parked (released at once when it closes).
 CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 # The host circuit (delivery.flow.circuit): this host cannot reach the provider (no answer at all:
 # connection refused or timed out, read timeouts) while another host gets answers within the window. The
@@ -138,6 +152,9 @@ CIRCUIT_PARK_SECONDS = env_int("SMSGW_CIRCUIT_PARK_SECONDS", 30, minimum=1)
 # (another host's worker takes them) and send one probe after PROBE_SECONDS, doubling up to PROBE_MAX.
 # HOST_ID names this host (default: the machine's hostname): processes with the same id share a circuit.
 HOST_ID = env_str("SMSGW_HOST_ID", "")[:128]
+# A cut-off host's first probe wait (it doubles after each failed probe) ...
 HOST_CIRCUIT_PROBE_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_SECONDS", 2.0, minimum=0.1)
+# The cut-off host's probe wait stops doubling here.
 HOST_CIRCUIT_PROBE_MAX_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PROBE_MAX_SECONDS", 30.0, minimum=0.1)
+# How long a cut-off host parks a batch for another host to take.
 HOST_CIRCUIT_PARK_SECONDS = env_float("SMSGW_HOST_CIRCUIT_PARK_SECONDS", 2.0, minimum=0.1)

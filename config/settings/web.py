@@ -95,6 +95,7 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
+# Where collectstatic puts the admin's CSS, JS and icons (served by WhiteNoise, below).
 STATIC_ROOT = Path(env_str("SMSGW_STATIC_ROOT", str(VAR_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at start-up about a missing one
 # Static files (the admin's CSS, JS and icons) are served by WhiteNoise in every mode, DEBUG or not.
@@ -125,8 +126,11 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# Failed attempts for one username from one address before that pair is locked out (django-axes).
 AXES_FAILURE_LIMIT = env_int("SMSGW_ADMIN_LOGIN_FAILURES", 5, minimum=1)
+# How long a lockout lasts, minutes.
 AXES_COOLOFF_TIME = env_float("SMSGW_ADMIN_LOCKOUT_MINUTES", 15.0) / 60  # hours
+# Failed attempts for one username from all addresses together before that username is locked out.
 ADMIN_LOGIN_FAILURES_PER_USER = env_int(
     "SMSGW_ADMIN_LOGIN_FAILURES_PER_USER", max(20, 4 * AXES_FAILURE_LIMIT), minimum=AXES_FAILURE_LIMIT
 )

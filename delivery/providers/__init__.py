@@ -91,6 +91,7 @@ def packages_from(value: str) -> dict[str, Package]:
     return entries
 
 
+# More provider packages, name=module pairs comma-separated (a provider installed from elsewhere).
 PROVIDERS.update(packages_from(os.environ.get(PACKAGES_SETTING, "")))
 
 

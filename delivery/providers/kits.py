@@ -50,6 +50,7 @@ class EmbeddedSandbox:
 def gateway_inbound_url(provider: str, environ: Mapping[str, str]) -> str:
     """The gateway's incoming-message webhook for ``provider`` in the embedded run: its public base URL
     (SMSGW_PUBLIC_BASE_URL, which deploy/run-embedded.sh sets, else the web port's) + /inbound/<name>/."""
+    # The embedded run's web port (deploy/run-embedded.sh, default 8000).
     base = environ.get("SMSGW_PUBLIC_BASE_URL") or f"http://127.0.0.1:{environ.get('SMSGW_WEB_PORT') or 8000}"
     return f"{base.rstrip('/')}/inbound/{provider}/"
 

@@ -19,10 +19,9 @@ by the same number, bound them on the wire.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
-from smsgw.config.env import env_int
+from smsgw.config.env import env_int, env_is_set
 
 # The per-process default before it followed the account; a derived default never exceeds it (one
 # process's thread and connection pools are this size).
@@ -88,14 +87,12 @@ class SendConcurrency:
         )
 
 
-def _set(name: str) -> bool:
-    return bool(os.environ.get(name, "").strip())
-
-
 def from_env(declared: tuple[int, str] | None) -> SendConcurrency:
     """The settings' inputs: ``declared`` is the lowest limit the providers in use declare, and the
     provider declaring it (``smsgw.config.providers.concurrent_requests``)."""
-    if _set("SMSGW_ACCOUNT_CONCURRENT_REQUESTS"):
+    # The provider account's limit on requests in progress at once, over all its clients (default: the
+    # lowest one the providers in use declare).
+    if env_is_set("SMSGW_ACCOUNT_CONCURRENT_REQUESTS"):
         account_limit: int | None = env_int("SMSGW_ACCOUNT_CONCURRENT_REQUESTS", 1, minimum=1)
         account_source = "SMSGW_ACCOUNT_CONCURRENT_REQUESTS"
     elif declared is not None:
@@ -103,9 +100,18 @@ def from_env(declared: tuple[int, str] | None) -> SendConcurrency:
     else:
         account_limit, account_source = None, ""
     processes, processes_source = ASSUMED_PROCESSES, "assumed"
-    for name in ("SMSGW_SEND_PROCESSES", "SMSGW_WORKER_CONCURRENCY"):
-        if _set(name):
-            processes, processes_source = env_int(name, 1, minimum=1), name
-            break
-    explicit = env_int("SMSGW_SEND_CONCURRENCY", 1, minimum=1) if _set("SMSGW_SEND_CONCURRENCY") else None
+    # Each variable is named in full (not looped over) so the settings reference finds it.
+    if env_is_set("SMSGW_SEND_PROCESSES"):
+        # The send processes of every host using the provider account (default: this host's worker
+        # processes, SMSGW_WORKER_CONCURRENCY).
+        processes = env_int("SMSGW_SEND_PROCESSES", 1, minimum=1)
+        processes_source = "SMSGW_SEND_PROCESSES"
+    elif env_is_set("SMSGW_WORKER_CONCURRENCY"):
+        # Processes of this celery worker (deploy/systemd's units pass it as --concurrency).
+        processes = env_int("SMSGW_WORKER_CONCURRENCY", 1, minimum=1)
+        processes_source = "SMSGW_WORKER_CONCURRENCY"
+    # Provider requests in flight per send process, instead of the share computed above.
+    explicit = (
+        env_int("SMSGW_SEND_CONCURRENCY", 1, minimum=1) if env_is_set("SMSGW_SEND_CONCURRENCY") else None
+    )
     return SendConcurrency(explicit, account_limit, account_source, processes, processes_source)

@@ -15,6 +15,11 @@ def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
+def env_is_set(name: str) -> bool:
+    """Whether the variable is set to something other than blanks."""
+    return bool(os.environ.get(name, "").strip())
+
+
 def env_bool(name: str, default: bool = False) -> bool:
     raw = os.environ.get(name)
     if raw is None:

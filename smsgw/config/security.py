@@ -9,6 +9,8 @@ defaults) is refused like a missing one: it is public, so it signs nothing (``pl
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 # The same thresholds as Django's own deploy check (django.core.checks.security.base, W009): a key
 # shorter than 50 characters, with fewer than 5 distinct characters, or one of startproject's
 # "django-insecure-" keys is weak. "bench" or "test-only-secret" fail the length test.
@@ -16,9 +18,10 @@ SECRET_KEY_MIN_LENGTH = 50
 SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
 SECRET_KEY_INSECURE_PREFIX = "django-insecure-"
 
-# What the shipped examples put where a secret goes: ``change-me`` in deploy/systemd/smsgw.env.example
-# (DJANGO_SECRET_KEY's "change-me-to-50-random-characters-..." is long enough for Django's own check),
-# and the usual spellings of the same instruction. Matched anywhere in the value, case-insensitively.
+# What the shipped examples put where a value must be replaced: ``CHANGE_ME`` in
+# deploy/systemd/smsgw.env.example (DJANGO_SECRET_KEY's "CHANGE_ME-to-50-random-characters-..." is long
+# enough for Django's own check; a host name, a URL's password), and the usual spellings of the same
+# instruction. Matched anywhere in the value, case-insensitively.
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "replace_me", "placeholder")
 
 
@@ -32,6 +35,17 @@ def placeholder_problem(name: str, value: str, known: tuple[str, ...] = ()) -> s
     if value in known:
         return f"{name} is a public example value (a sandbox's default): set the real value"
     return None
+
+
+def placeholders_refuse(production: bool, **values: str) -> None:
+    """In production, stop start-up on any of ``values`` (setting name -> value) left as an example's
+    placeholder: the host names, the public URL, the database and broker URLs (a password), the metrics
+    token. The message names the variable, never its value (a URL may hold a password)."""
+    if not production:
+        return
+    for name, value in values.items():
+        if problem := placeholder_problem(name, value):
+            raise ImproperlyConfigured(f"{problem} (SMSGW_ENV=production)")
 
 
 def secret_key_problem(key: str) -> str | None:

@@ -32,6 +32,8 @@ _TICK_LOGGERS = frozenset(
 class QuietTicks(logging.Filter):
     def __init__(self, name: str = "") -> None:
         super().__init__(name)
+        # SMSGW_LOG_TICKS=1 keeps the INFO lines of the periodic ticks (sweep, receipts, ...: several a
+        # second), which are left out of the log by default.
         self.enabled = os.environ.get("SMSGW_LOG_TICKS", "") not in ("1", "true", "yes")
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -56,6 +58,7 @@ class RepeatLimit(logging.Filter):
 
     def __init__(self, name: str = "", window: float | None = None) -> None:
         super().__init__(name)
+        # Seconds within which a repeated warning (same logger, same template) is counted, not written.
         self.window = float(os.environ.get("SMSGW_LOG_REPEAT_WINDOW", "10")) if window is None else window
         self._seen: dict[tuple, list] = {}  # key -> [last written (monotonic), suppressed count]
         self._lock = threading.Lock()

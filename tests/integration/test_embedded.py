@@ -161,6 +161,7 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
             interval=0.2,
         )
         _replies_arrive(web, key, {"twilio": sandbox, "vonage": vonage_control}, deadline)
+        _readme_quick_start_runs(var, {8000: web, 8081: sandbox, 8083: vonage_control}, deadline)
         # The API reference as a browser loads it from gunicorn with DEBUG off: the page, then each
         # script it names, all from this server.
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/v1/docs", timeout=30) as resp:
@@ -196,6 +197,44 @@ def test_embedded_mode_sends_one_message_through_real_processes_and_gets_its_rec
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def readme_quick_start(var: Path, ports: dict[int, int]) -> str:
+    """The README's "Try it" section as one POSIX shell script: its ```sh blocks in order, as written, but
+    for the embedded run's ports and var folder (a test's own)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Try it (embedded mode)")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    script = "\n".join(re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL))
+    for documented, used in ports.items():
+        script = script.replace(f"127.0.0.1:{documented}", f"127.0.0.1:{used}")
+    return script.replace(".var/", f"{var}/")
+
+
+def _readme_quick_start_runs(var: Path, ports: dict[int, int], deadline: float) -> None:
+    """Every command of the README's quick start, run by a POSIX shell (dash: no bash-only syntax, as on
+    macOS's zsh) from the checkout, prints what the README shows: each message delivered, the scheduled
+    one first scheduled, the UK one through Vonage, the batch's three answers, the reply and the STOP
+    processed, the Twilio SDK's two messages."""
+    done = subprocess.run(
+        ["sh", "-e", "-c", readme_quick_start(var, ports)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=max(60.0, deadline - time.monotonic()),
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    delivered = [line for line in lines if re.fullmatch(r"msg_[0-9a-f]{24} delivered", line)]
+    assert len(delivered) == 3, lines  # now, later, the UK one
+    assert any(re.fullmatch(r"msg_[0-9a-f]{24} scheduled", line) for line in lines), lines
+    assert any(re.fullmatch(r"\S+ in New York is due at \S+Z", line) for line in lines), lines
+    assert lines.count("vonage") == 1 and "settings:gb-vonage" in lines, lines
+    assert [line.split()[0] for line in lines if re.match(r"(201|400) ", line)] == ["201", "201", "400"]
+    assert delivered[0].split()[0] in lines  # the reply's in_reply_to: the first message
+    assert "inbound received 'Yes, see you then'" in lines and "opt_out" in lines, lines
+    assert any(re.fullmatch(r"SM[0-9a-f]{32} queued", line) for line in lines), lines
+    assert any(re.fullmatch(r"SM[0-9a-f]{32} scheduled canceled", line) for line in lines), lines
 
 
 def _replies_arrive(web: int, key: str, controls: dict[str, int], deadline: float) -> None:

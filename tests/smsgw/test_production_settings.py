@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from smsgw.config import security
 from tests.production_env import production_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,6 +195,47 @@ def test_each_placeholder_of_the_example_file_stops_start_up(name, value):
     out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **{**VONAGE_READY, name: value})
     assert out.returncode != 0
     assert "ImproperlyConfigured" in out.stderr and name in out.stderr, out.stderr
+
+
+def _example_placeholders() -> list[tuple[str, str]]:
+    """Every setting of the shipped example, commented out or not, whose value is a placeholder (a
+    CHANGE_ME to replace): (variable, example value)."""
+    found = []
+    for line in EXAMPLE_ENV.read_text().splitlines():
+        match = re.fullmatch(r"#?([A-Z][A-Z0-9_]*)=(.*)", line.strip())
+        if match and security.placeholder_problem(*match.groups()):
+            found.append((match.group(1), match.group(2)))
+    return found
+
+
+def test_the_example_file_marks_every_value_to_replace():
+    names = {name for name, _ in _example_placeholders()}
+    assert {
+        "CELERY_BROKER_URL",
+        "DJANGO_SECRET_KEY",
+        "DJANGO_ALLOWED_HOSTS",
+        "DJANGO_CSRF_TRUSTED_ORIGINS",
+        "SMSGW_PUBLIC_BASE_URL",
+        "TWILIO_AUTH_TOKEN",
+        "VONAGE_SIGNATURE_SECRET",
+        "SMSGW_METRICS_TOKEN",
+    } <= names
+
+
+@pytest.mark.parametrize(("name", "value"), _example_placeholders())
+def test_each_value_left_as_the_example_says_stops_start_up(name, value):
+    """Not only the credentials: a host name, the public URL or a URL's password left as CHANGE_ME stops
+    every process, naming the variable and not its value."""
+    out = _run(LOAD, SMSGW_ROUTES=VONAGE_ROUTE, **{**VONAGE_READY, name: value})
+    assert out.returncode != 0
+    assert "ImproperlyConfigured" in out.stderr and f"{name} is a placeholder" in out.stderr, out.stderr
+    assert value not in out.stderr
+
+
+@pytest.mark.parametrize("name", ["DJANGO_ALLOWED_HOSTS", "SMSGW_PUBLIC_BASE_URL"])
+def test_a_placeholder_is_accepted_outside_production(name):
+    out = _run(LOAD, SMSGW_ENV="development", **{name: "https://CHANGE_ME.example.com"})
+    assert out.returncode == 0, out.stderr
 
 
 def test_the_same_settings_without_placeholders_start():

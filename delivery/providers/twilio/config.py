@@ -18,6 +18,7 @@ MESSAGING_SERVICE_SID = r"MG[0-9a-fA-F]{32}"
 # An Account SID is "AC" and 32 hex digits: twilio-oai, twilio_api_v2010.yaml, components
 # api.v2010.account.message `account_sid`: pattern ^AC[0-9a-fA-F]{32}$.
 ACCOUNT_SID_RE = re.compile(r"^AC[0-9a-fA-F]{32}$")
+API_KEY_SID_RE = re.compile(r"^SK[0-9a-fA-F]{32}$")
 # Concurrent REST API requests of one account. Past Twilio's limit a request is refused with 429/20429
 # ("your account exceeds allowed concurrency to Twilio's REST API ... Requests that receive 429 responses
 # aren't processed", twilio.com/docs/api/errors/20429), and each response carries a
@@ -54,7 +55,9 @@ SANDBOX_ACCOUNT_SID = "AC00000000000000000000000000000000"
 SANDBOX_AUTH_TOKEN = "sandbox-auth-token"
 
 
-def credentials_problem(account_sid: str, auth_token: str, api_key_secret: str = "") -> str | None:
+def credentials_problem(
+    account_sid: str, auth_token: str, api_key_secret: str = "", api_key_sid: str = ""
+) -> str | None:
     """Why the Twilio provider cannot run with these credentials, or None (fatal in production when a
     route reaches Twilio: ``SMSGW_PROVIDER`` or a leg of ``SMSGW_ROUTES``). Without them every
     submission answers 401/20003 and every signed status callback fails validation (403). The Auth
@@ -69,6 +72,8 @@ def credentials_problem(account_sid: str, auth_token: str, api_key_secret: str =
         return f"{' and '.join(missing)} must be set when twilio is reached (SMSGW_PROVIDER or SMSGW_ROUTES)"
     if not ACCOUNT_SID_RE.match(account_sid):
         return "TWILIO_ACCOUNT_SID must be 'AC' followed by 32 hexadecimal digits"
+    if api_key_sid and not API_KEY_SID_RE.match(api_key_sid):
+        return "TWILIO_API_KEY_SID must be 'SK' followed by 32 hexadecimal digits"
     return (
         placeholder_problem("TWILIO_ACCOUNT_SID", account_sid, (SANDBOX_ACCOUNT_SID,))
         or placeholder_problem("TWILIO_AUTH_TOKEN", auth_token, (SANDBOX_AUTH_TOKEN,))
@@ -79,17 +84,25 @@ def credentials_problem(account_sid: str, auth_token: str, api_key_secret: str =
 def load_settings(production: bool) -> ProviderSettings:
     """The ``TWILIO_*`` settings. Outside production the defaults are the sandbox's
     (deploy/run-embedded.sh starts it on :8081)."""
+    # The account (AC + 32 hex digits) and its Auth Token (Twilio Console, Account info); the token also
+    # verifies the status and inbound callbacks' X-Twilio-Signature, so it is needed with an API key too.
     account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else SANDBOX_ACCOUNT_SID)
+    # The account's Auth Token: it signs the callbacks (X-Twilio-Signature), so it is needed with an API key
+    # too.
     auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
+    # The secret of the API key TWILIO_API_KEY_SID (shown once when the key is made).
     api_key_secret = env_str("TWILIO_API_KEY_SECRET", "")
+    # Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys):
+    # when set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names
+    # the account.
+    api_key_sid = env_str("TWILIO_API_KEY_SID", "")
+    # A request to Twilio that has not answered within this many seconds is given up (an uncertain
+    # submission, then looked up: docs/twilio.md).
     timeout = env_float("TWILIO_TIMEOUT_SECONDS", 10.0, minimum=0.1)
     values = {
         "TWILIO_ACCOUNT_SID": account_sid,
         "TWILIO_AUTH_TOKEN": auth_token,
-        # Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys):
-        # when set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names
-        # the account.
-        "TWILIO_API_KEY_SID": env_str("TWILIO_API_KEY_SID", ""),
+        "TWILIO_API_KEY_SID": api_key_sid,
         "TWILIO_API_KEY_SECRET": api_key_secret,
         # The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in
         # production).
@@ -105,7 +118,9 @@ def load_settings(production: bool) -> ProviderSettings:
     return ProviderSettings(
         values=values,
         # Outside production the sandbox's values are the defaults: only production refuses them.
-        problem=credentials_problem(account_sid, auth_token, api_key_secret) if production else None,
+        problem=credentials_problem(account_sid, auth_token, api_key_secret, api_key_sid)
+        if production
+        else None,
         request_timeout=timeout,
         request_timeout_setting="TWILIO_TIMEOUT_SECONDS",
         secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET"),

@@ -27,10 +27,12 @@ def _process_class() -> Any:
 
 
 def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
+    # The embedded run's Twilio sandbox port (its control API on the same port).
     port = int(environ.get(PORT_SETTING) or DEFAULT_PORT)
     argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--state-file", str(var_dir / "sandbox-messages.jsonl")]
-    if not environ.get("SANDBOX_INBOUND_URL"):  # the sandbox's own setting wins
+    # Where the sandbox posts incoming messages (its --inbound-url); default: this gateway's /inbound/.
+    if not environ.get("SANDBOX_INBOUND_URL"):
         argv += ["--inbound-url", gateway_inbound_url("twilio", environ)]
     url = f"http://127.0.0.1:{port}"
     return EmbeddedSandbox(

@@ -96,10 +96,17 @@ def load_settings(production: bool) -> ProviderSettings:
     """The ``VONAGE_*`` settings. Outside production the credentials default to the sandbox's
     (``delivery/providers/vonage/sandbox``); the REST host is Vonage's own unless ``VONAGE_REST_HOST`` says
     otherwise."""
+    # The account's API key and secret (Vonage API Dashboard, "API settings").
     api_key = env_str("VONAGE_API_KEY", "" if production else SANDBOX_API_KEY)
+    # The API secret (without a signature secret of an HMAC method, requests authenticate with it).
     api_secret = env_str("VONAGE_API_SECRET", "" if production else SANDBOX_API_SECRET)
+    # The signature secret and its method, as set in the dashboard's "API settings" (Signed webhooks): with
+    # them delivery receipts and inbound messages are verified; production requires them.
     signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
+    # The method: md5hash (the dashboard's default) or an HMAC (md5, sha1, sha256, sha512), which also
+    # signs the submissions.
     method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
+    # A request to Vonage not answered within this many seconds is given up (an uncertain submission).
     # Whole seconds: the SDK's HttpClientOptions.timeout is an int (rounded up here, so the request
     # timeout the core plans with is the one the requests really get).
     timeout = float(math.ceil(env_float("VONAGE_TIMEOUT_SECONDS", 10.0, minimum=0.1)))

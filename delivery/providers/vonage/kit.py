@@ -36,13 +36,16 @@ def _process_class() -> Any:
 
 
 def embedded(var_dir: Path, environ: Mapping[str, str]) -> EmbeddedSandbox:
+    # The embedded run's Vonage sandbox: its HTTPS port.
     port = int(environ.get(PORT_SETTING) or DEFAULT_PORT)
+    # Its control API (stats, faults, inbound), plain HTTP (default: the next port).
     control = int(environ.get(CONTROL_PORT_SETTING) or port + 1)
     ca_file = environ.get("VONAGE_CA_BUNDLE") or str(var_dir / "vonage-sandbox-ca.pem")
     argv = [sys.executable, "-m", _process_class().MODULE, "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--control-port", str(control), "--ca-file", ca_file]
     argv += ["--state-file", str(var_dir / "vonage-sandbox-messages.jsonl")]
-    if not environ.get("VONAGE_SANDBOX_INBOUND_URL"):  # the sandbox's own setting wins
+    # Where the sandbox posts incoming messages (its --inbound-url); default: this gateway's /inbound/.
+    if not environ.get("VONAGE_SANDBOX_INBOUND_URL"):
         argv += ["--inbound-url", gateway_inbound_url("vonage", environ)]
     rest_host = environ.get("VONAGE_REST_HOST") or f"127.0.0.1:{port}"
     stats = f"http://127.0.0.1:{control}/_sandbox/stats"
