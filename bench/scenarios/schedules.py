@@ -76,11 +76,11 @@ def schedules_load(
                 __POOL__, body, encoding, segments, priority, metadata, validity_seconds,
                 rrule, exdate, start_local, timezone, dst_policy, count_last_local, quiet_hours,
                 recipient_timezone, cursor_local, next_occurrence_at, materialized_until,
-                materialized_count, created_at, updated_at)
+                materialized_count, request_fingerprint, created_at, updated_at)
             SELECT 'sch_' || substr(md5(random()::text || g::text), 1, 24), %s, 'active', 1,
                    '+1415' || lpad((2000000 + g)::text, 7, '0'), '+14155550100', '', 'Bench reminder ' || g,
                    'GSM-7', 1, 'bulk', '{}', 86400, %s, '[]', %s, %s, 'earlier', NULL, '{}', '', %s, %s,
-                   NULL, 0, now(), now()
+                   NULL, 0, '', now(), now()
             FROM generate_series(1, %s) AS g
             """.replace("__POOL__", _POOL),
             [tenant.pk, rec.text, stored(rec.start), tz_name, stored(first.local), first.due_at, n],

@@ -102,12 +102,13 @@ def test_post_message_during_a_database_outage_is_503_with_retry_after_and_store
     for status, headers, answer in answers:
         assert status == 503, answer
         assert headers["Retry-After"] == str(RETRY_AFTER_S)
-        assert answer == {
-            "error": {
-                "code": "database_unavailable",
-                "message": f"The database is unavailable; retry in {RETRY_AFTER_S} s.",
-                "retry_after": RETRY_AFTER_S,
-            }
+        # Problem details (RFC 9457) with the earlier envelope inside (docs/api.md, "Errors").
+        assert answer["status"] == 503 and answer["code"] == "database_unavailable", answer
+        assert answer["type"].endswith("#database_unavailable") and answer["request_id"], answer
+        assert answer["error"] == {
+            "code": "database_unavailable",
+            "message": f"The database is unavailable; retry in {RETRY_AFTER_S} s.",
+            "retry_after": RETRY_AFTER_S,
         }
     assert "Traceback" not in outage_log, outage_log[-4000:]
     assert not re.search(r"\b(ERROR|CRITICAL)\b", outage_log), outage_log[-4000:]
