@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ./deploy/bootstrap.sh
 
 # Embedded mode is what an unset DATABASE_URL / CELERY_BROKER_URL means; clear any leftovers.
-unset DATABASE_URL CELERY_BROKER_URL
+unset DATABASE_URL CELERY_BROKER_URL DATABASE_URL_FILE CELERY_BROKER_URL_FILE
 export SMSGW_VAR_DIR="${SMSGW_VAR_DIR:-$PWD/.var}"
 # The project's settings (config/settings/) for every Python this script runs, manage.py's included.
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings}"

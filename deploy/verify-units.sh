@@ -29,6 +29,17 @@ for f in deploy/systemd/*.service; do
     grep -qx "RuntimeDirectory=$dir" "$f" || { echo "verify-units: $f writes $pid without RuntimeDirectory=$dir" >&2; exit 1; }
   done
 done
+# Every secret setting (smsgw.config.reference.secret_names: the ones read by env_secret) may be a systemd
+# credential: each unit running smsgw's code loads all of them, by name, from the credential store.
+secrets=$(DJANGO_SECRET_KEY=verify-units SMSGW_ENV=test .venv/bin/python -c \
+  'from smsgw.config.reference import secret_names; print(*secret_names())')
+[ -n "$secrets" ] || { echo "verify-units: no secret settings found" >&2; exit 1; }
+for f in deploy/systemd/smsgw-web.service deploy/systemd/smsgw-worker@.service deploy/systemd/smsgw-beat.service \
+  deploy/systemd/smsgw-migrate.service; do
+  for name in $secrets; do
+    grep -qx "LoadCredential=$name:smsgw.$name" "$f" || { echo "verify-units: $f does not load the credential $name (LoadCredential=$name:smsgw.$name)" >&2; exit 1; }
+  done
+done
 if grep -q '^SMSGW_VAR_DIR=' deploy/systemd/smsgw.env.example; then
   echo "verify-units: smsgw.env.example sets SMSGW_VAR_DIR: the units' StateDirectory is the place" >&2; exit 1
 fi

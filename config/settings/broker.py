@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from config.settings.environment import PRODUCTION, VAR_DIR
 from smsgw.config import security
-from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_str
+from smsgw.config.env import env_bool, env_choice, env_float, env_int, env_secret
 
 # --- Celery ---------------------------------------------------------------------------------------
 # The broker: redis://host:6379/0 or amqp://user:password@host:5672/vhost (RabbitMQ, docs/deploy.md);
 # unset, kombu's filesystem transport in the var folder (the embedded mode, one host only).
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env_secret("CELERY_BROKER_URL", "filesystem://")
 security.placeholders_refuse(PRODUCTION, CELERY_BROKER_URL=CELERY_BROKER_URL)  # an example's password left in
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem")
 if BROKER_IS_FILESYSTEM:

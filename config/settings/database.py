@@ -7,12 +7,12 @@ import dj_database_url
 
 from config.settings.environment import PRODUCTION, VAR_DIR
 from smsgw.config import security
-from smsgw.config.env import env_bool, env_int, env_str
+from smsgw.config.env import env_bool, env_int, env_secret
 
 # --- database -------------------------------------------------------------------------------------
 # postgres://user:password@host:5432/name (PostgreSQL, what production runs on); unset, SQLite in the
 # var folder (the embedded mode), and setting it makes SMSGW_ENV default to production.
-_database_url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}")
+_database_url = env_secret("DATABASE_URL", f"sqlite:///{VAR_DIR / 'smsgw.sqlite3'}")
 security.placeholders_refuse(PRODUCTION, DATABASE_URL=_database_url)  # an example's password left in
 DATABASES = {
     "default": dj_database_url.parse(

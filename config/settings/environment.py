@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from smsgw.config import security
-from smsgw.config.env import env_bool, env_choice, env_int, env_list, env_str
+from smsgw.config.env import env_bool, env_choice, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 # The folder smsgw writes to (the SQLite database and the filesystem broker of the embedded mode, the
@@ -19,7 +19,7 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 # Django's debug pages (tracebacks, settings) on errors: a laptop only, never production.
 DEBUG = env_bool("DJANGO_DEBUG", False)
-EMBEDDED = not env_str("DATABASE_URL")
+EMBEDDED = not env_secret("DATABASE_URL")
 # development: a laptop (the embedded run, benchmarks); test: the test suite; production: everything
 # else, and the default as soon as DATABASE_URL is set. Production refuses to start insecurely: a weak
 # or missing DJANGO_SECRET_KEY (smsgw.config.security says why), missing provider credentials (the
@@ -30,7 +30,7 @@ SMSGW_ENV = env_choice(
 PRODUCTION = SMSGW_ENV == "production"
 # Django's signing key (sessions, CSRF, the admin's password resets): in production at least 50 random
 # characters, never an example's placeholder (smsgw.config.security); elsewhere a fixed insecure default.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "")
 if PRODUCTION:
     if problem := security.secret_key_problem(SECRET_KEY):
         raise ImproperlyConfigured(

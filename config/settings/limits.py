@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from config.settings.broker import CELERY_BROKER_URL
-from smsgw.config.env import env_float, env_int, env_str
+from smsgw.config.env import env_float, env_int, env_secret
 
 # --- tenant limits (limits/) ----------------------------------------------------------------------
 # API requests per second per API key when the tenant sets none (Tenant.api_rate_per_second), and the
@@ -23,7 +23,7 @@ TENANT_DEFAULT_SEND_RATE_PER_SECOND = env_int("SMSGW_DEFAULT_SEND_RATE_PER_SECON
 API_RATE_BURST_SECONDS = env_float("SMSGW_API_RATE_BURST_SECONDS", 2.0, minimum=0.0)
 # Where the per-key buckets live, shared by every web process: a Redis URL, by default the broker's when
 # the broker is Redis; anything else ("database", or a RabbitMQ/filesystem broker) = the database.
-RATELIMIT_URL = env_str(
+RATELIMIT_URL = env_secret(
     "SMSGW_RATELIMIT_URL",
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "database",
 )

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.settings.environment import PRODUCTION, VAR_DIR
 from smsgw.config import security
-from smsgw.config.env import env_float, env_int, env_str
+from smsgw.config.env import env_float, env_int, env_secret
 
 # --- metrics (smsgw.observability) ------------------------------------------------------------------
 # Event counters of every process on this host are memory-mapped files here (prometheus-client
@@ -18,7 +18,7 @@ from smsgw.config.env import env_float, env_int, env_str
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics"))
 Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # GET /metrics answers only with "Authorization: Bearer <token>"; without a token it is 404.
-METRICS_TOKEN = env_str("SMSGW_METRICS_TOKEN", "")
+METRICS_TOKEN = env_secret("SMSGW_METRICS_TOKEN", "")
 security.placeholders_refuse(PRODUCTION, SMSGW_METRICS_TOKEN=METRICS_TOKEN)
 # /readyz: a sweep pass older than this is reported stale (and /readyz?sweep=1 answers 503).
 SWEEP_STALE_SECONDS = env_int("SMSGW_SWEEP_STALE_SECONDS", 60, minimum=5)

@@ -44,6 +44,8 @@ EXPORT_STORAGE = {
         "SMSGW_EXPORT_STORAGE_OPTIONS",
         # The local folder; another backend has no such default (its options say where).
         {"location": EXPORT_DIR} if EXPORT_STORAGE_BACKEND == _FILESYSTEM else {},
+        # It may hold the storage's credentials (an access key): a secret.
+        secret=True,
     ),
 }
 

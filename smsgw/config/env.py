@@ -1,9 +1,18 @@
-"""Typed environment readers that fail loudly on bad values (a typo must not silently become a default)."""
+"""Typed environment readers that fail loudly on bad values (a typo must not silently become a default).
+
+Secrets (``env_secret``, and ``secret=True`` on the structured readers) may come as deployments hand them
+over, not only as plain variables: ``NAME_FILE`` holds the path of a file whose content is the value (the
+Docker and Kubernetes convention: ``/run/secrets/...``, a mounted Secret), or systemd passes the
+credential ``NAME`` (``LoadCredential=NAME:...`` in the unit; the file ``$CREDENTIALS_DIRECTORY/NAME``).
+One source only: two of them set is an error naming both, so an old value left behind never wins
+silently. An error names the variable and the file, never the content.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -13,6 +22,54 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
+
+
+# systemd sets it for a unit with LoadCredential= (systemd.exec(5), "Credentials"): a private read-only
+# folder holding one file per credential, named by the credential's id.
+CREDENTIALS_DIRECTORY = "CREDENTIALS_DIRECTORY"
+
+
+def _read_secret_file(path: str, origin: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        # The path, never the content: a secret must not reach a log or a traceback.
+        raise ImproperlyConfigured(f"{origin}: the file {path} cannot be read ({why})") from None
+    # An editor's or `echo`'s final newline is not part of the secret; anything else is.
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def secret_raw(name: str) -> str | None:
+    """The secret ``name`` from its one source (the variable, ``NAME_FILE`` or the systemd credential
+    ``NAME``), or None when none is set. Blank counts as unset, as a blank line in an env file does."""
+    sources: list[tuple[str, str]] = []  # (what the operator set, how to read it)
+    if os.environ.get(name, "").strip():
+        sources.append((name, "value"))
+    file_path = os.environ.get(f"{name}_FILE", "").strip()
+    if file_path:
+        sources.append((f"{name}_FILE", file_path))
+    credentials = os.environ.get(CREDENTIALS_DIRECTORY, "").strip()
+    credential = Path(credentials, name) if credentials else None
+    if credential is not None and credential.is_file():
+        sources.append((f"the systemd credential {name} ({credential})", str(credential)))
+    if len(sources) > 1:
+        raise ImproperlyConfigured(
+            f"{name} is set more than once: {' and '.join(s for s, _ in sources)}; keep one of them"
+        )
+    if not sources:
+        return None
+    origin, how = sources[0]
+    if how == "value":
+        return os.environ[name]
+    return _read_secret_file(how, origin)
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """A secret string: the variable ``name``, the file ``NAME_FILE`` names, or the systemd credential
+    ``NAME`` (module docstring)."""
+    value = secret_raw(name)
+    return default if value is None else value
 
 
 def env_is_set(name: str) -> bool:
@@ -65,9 +122,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_pairs(name: str) -> dict[str, str]:
-    """``id1:secret1,id2:secret2`` -> {id: secret} (several entries allow a rotation without downtime)."""
-    raw = os.environ.get(name, "")
+def env_pairs(name: str, *, secret: bool = False) -> dict[str, str]:
+    """``id1:secret1,id2:secret2`` -> {id: secret} (several entries allow a rotation without downtime).
+    ``secret``: also from ``NAME_FILE`` or a systemd credential (``env_secret``)."""
+    raw = (secret_raw(name) or "") if secret else os.environ.get(name, "")
     out: dict[str, str] = {}
     for item in raw.split(","):
         item = item.strip()
@@ -90,10 +148,10 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def env_json_object(name: str, default: dict | None = None) -> dict:
+def env_json_object(name: str, default: dict | None = None, *, secret: bool = False) -> dict:
     """A JSON object (``{"bucket_name": "exports"}``); bad JSON or another JSON type is an error naming the
-    variable, never a silent default."""
-    raw = os.environ.get(name)
+    variable, never a silent default. ``secret``: also from ``NAME_FILE`` or a systemd credential."""
+    raw = secret_raw(name) if secret else os.environ.get(name)
     if raw is None or raw.strip() == "":
         return dict(default or {})
     try:

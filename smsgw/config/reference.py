@@ -25,6 +25,7 @@ SKIPPED_PARTS = {"tests", "sandbox", "migrations", "__pycache__"}
 # The typed readers (smsgw.config.env) and the type each one reads; the default is their second argument.
 READERS = {
     "env_str": "string",
+    "env_secret": "string",
     "env_bool": "boolean",
     "env_int": "integer",
     "env_float": "number",
@@ -33,6 +34,9 @@ READERS = {
     "env_choice": "choice",
     "env_json_object": "JSON object",
 }
+# The readers of secrets: also from NAME_FILE or the systemd credential NAME (smsgw.config.env). A
+# structured reader reads a secret when called with ``secret=True``.
+SECRET_READERS = {"env_secret"}
 # The shell scripts and units that read variables of their own (the embedded run, the installer, systemd).
 SHELL_FILES = ("deploy/run-embedded.sh", "deploy/bootstrap.sh", "deploy/systemd/*.service")
 # A WSGI request's environ is read with the same .get(): its CGI variables are not settings.
@@ -63,6 +67,7 @@ class Read:
     bounds: str
     meaning: str
     where: str
+    secret: bool = False
 
 
 @dataclass
@@ -251,7 +256,10 @@ class _Visitor(ast.NodeVisitor):
             meaning = self._meaning(anchor)
         if any(n == name and first <= node.lineno <= last for n, first, last in self.guarded):
             default_text = "(unset: see meaning)"
-        self.reads.append(Read(name, kind, default_text, bounds, meaning, where))
+        secret = reader in SECRET_READERS or (
+            isinstance(kw.get("secret"), ast.Constant) and kw["secret"].value is True
+        )
+        self.reads.append(Read(name, kind, default_text, bounds, meaning, where, secret))
 
 
 def python_reads() -> list[Read]:
@@ -315,6 +323,12 @@ def settings() -> dict[str, Setting]:
     return dict(sorted(out.items()))
 
 
+def secret_names() -> list[str]:
+    """The settings read as secrets (``SECRET_READERS``): each may come from ``NAME_FILE`` or the systemd
+    credential ``NAME``, and the units load each credential (deploy/verify-units.sh checks)."""
+    return [s.name for s in settings().values() if any(r.secret for r in s.reads)]
+
+
 def _group(setting: Setting) -> str:
     """The page's section for a setting: where it is first read."""
     path = setting.reads[0].where.split(":")[0]
@@ -354,6 +368,10 @@ def render() -> str:
         "`.venv/bin/python -m delivery.providers.<name>.sandbox --help`) and the variables the test suite",
         "reads ([Running the tests](testing.md)).",
         "",
+        "A type marked secret may also be handed over as a file: `NAME_FILE` holds the file's path (the",
+        "Docker and Kubernetes convention), or systemd passes the credential `NAME` (`LoadCredential=` in",
+        "the units: `$CREDENTIALS_DIRECTORY/NAME`); one source only ([Security](security.md#secrets)).",
+        "",
         f"{sum(len(v) for v in groups.values())} settings.",
         "",
     ]
@@ -371,8 +389,10 @@ def render() -> str:
             default = s.first("default") or "(unset)"
             if not default.startswith(("`", "(")) and default != "none":
                 default = f"`{default}`"
+            secret = any(r.secret for r in s.reads)
+            kind = s.first("kind") + (f"; secret (also `{s.name}_FILE`)" if secret else "")
             out.append(
-                f"| `{s.name}` | {s.first('kind')} | {_cell(default)} | {_cell(s.first('bounds'))} "
+                f"| `{s.name}` | {kind} | {_cell(default)} | {_cell(s.first('bounds'))} "
                 f"| {_cell(s.first('meaning')).replace('<', '&lt;').replace('>', '&gt;')} | {where} |"
             )
         out.append("")

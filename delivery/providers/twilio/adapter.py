@@ -470,6 +470,7 @@ class TwilioAdapter(ProviderAdapter):
             headers,
             auth_token=_setting(self.settings_prefix, "AUTH_TOKEN"),
             shared_keys=_setting(self.settings_prefix, "WEBHOOK_SHARED_KEYS"),
+            previous_auth_token=_setting(self.settings_prefix, "AUTH_TOKEN_PREVIOUS"),
         )
 
     def parse_callback(self, params: dict, query: dict) -> CallbackData:

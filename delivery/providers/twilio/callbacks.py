@@ -116,11 +116,22 @@ def parse(params: dict[str, str], query: dict[str, str]) -> CallbackData:
 
 
 def validate(
-    url: str, params: dict, headers: Mapping[str, str], *, auth_token: str, shared_keys: dict[str, str]
+    url: str,
+    params: dict,
+    headers: Mapping[str, str],
+    *,
+    auth_token: str,
+    shared_keys: dict[str, str],
+    previous_auth_token: str = "",
 ) -> bool:
     """The classic Auth Token signature (HMAC-SHA1), or a SharedKey signature when Twilio announces one
     in ``X-Twilio-Webhooks-Signature-Settings`` (the key must be one we configured: CallbackKeyUnknown
-    otherwise, so the caller can tell our missing key from a forged request)."""
+    otherwise, so the caller can tell our missing key from a forged request).
+
+    During a rotation the token being replaced verifies too: Twilio signs with the account's primary
+    token, which stays the old one until the new (secondary) token is promoted, and a callback already
+    queued at Twilio may arrive after the promotion ("Auth Tokens and How to Change Them",
+    help.twilio.com/articles/223136027; twilio.com/docs/iam/api/authtoken)."""
     signature = headers.get("X-Twilio-Signature", "")
     if not signature:
         return False
@@ -143,7 +154,11 @@ def validate(
         )
     if not auth_token:
         return False
-    return bool(RequestValidator(auth_token).validate(url, params, signature))
+    return any(
+        RequestValidator(token).validate(url, params, signature)
+        for token in (auth_token, previous_auth_token)
+        if token
+    )
 
 
 def body_matches(sent: str, stored: str) -> bool:

@@ -95,7 +95,8 @@ def _setting(prefix: str, key: str):
     name = f"{prefix}_{key}"
     if key in ("ACCOUNT_SID", "AUTH_TOKEN"):
         return getattr(settings, name)
-    if key in ("API_KEY_SID", "API_KEY_SECRET"):  # a key belongs to one account: never the shared one
+    # A key, or a token being rotated out, belongs to one account: never the shared one.
+    if key in ("API_KEY_SID", "API_KEY_SECRET", "AUTH_TOKEN_PREVIOUS"):
         return getattr(settings, name, "")
     return getattr(settings, name, getattr(settings, f"TWILIO_{key}"))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from smsgw.config.env import env_float, env_pairs, env_str
+from smsgw.config.env import env_float, env_pairs, env_secret, env_str
 from smsgw.config.providers import Capabilities, ProviderSettings, SenderPools, ValidityBounds
 from smsgw.config.security import placeholder_problem
 
@@ -89,9 +89,14 @@ def load_settings(production: bool) -> ProviderSettings:
     account_sid = env_str("TWILIO_ACCOUNT_SID", "" if production else SANDBOX_ACCOUNT_SID)
     # The account's Auth Token: it signs the callbacks (X-Twilio-Signature), so it is needed with an API key
     # too.
-    auth_token = env_str("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
+    auth_token = env_secret("TWILIO_AUTH_TOKEN", "" if production else SANDBOX_AUTH_TOKEN)
+    # During an Auth Token rotation only: the token being replaced (the primary, while TWILIO_AUTH_TOKEN
+    # holds the new secondary one). Callbacks are signed with the primary until the secondary is promoted,
+    # so both verify them; requests use TWILIO_AUTH_TOKEN only (docs/security.md, "Rotating a provider's
+    # credentials"). Unset it once the new token is promoted.
+    auth_token_previous = env_secret("TWILIO_AUTH_TOKEN_PREVIOUS", "")
     # The secret of the API key TWILIO_API_KEY_SID (shown once when the key is made).
-    api_key_secret = env_str("TWILIO_API_KEY_SECRET", "")
+    api_key_secret = env_secret("TWILIO_API_KEY_SECRET", "")
     # Optional API key (Twilio's recommended credentials for production, twilio.com/docs/iam/api-keys):
     # when set, requests authenticate with the key and its secret, and TWILIO_ACCOUNT_SID only names
     # the account.
@@ -102,6 +107,7 @@ def load_settings(production: bool) -> ProviderSettings:
     values = {
         "TWILIO_ACCOUNT_SID": account_sid,
         "TWILIO_AUTH_TOKEN": auth_token,
+        "TWILIO_AUTH_TOKEN_PREVIOUS": auth_token_previous,
         "TWILIO_API_KEY_SID": api_key_sid,
         "TWILIO_API_KEY_SECRET": api_key_secret,
         # The sandbox is reached exactly like Twilio, through this base URL (default: Twilio itself in
@@ -113,16 +119,23 @@ def load_settings(production: bool) -> ProviderSettings:
         # Webhook SharedKeys ("<key id>:<secret>,..."): callbacks announcing one of these keys in
         # X-Twilio-Webhooks-Signature-Settings are verified with it (HMAC-SHA256); others with the Auth
         # Token.
-        "TWILIO_WEBHOOK_SHARED_KEYS": env_pairs("TWILIO_WEBHOOK_SHARED_KEYS"),
+        "TWILIO_WEBHOOK_SHARED_KEYS": env_pairs("TWILIO_WEBHOOK_SHARED_KEYS", secret=True),
     }
     return ProviderSettings(
         values=values,
         # Outside production the sandbox's values are the defaults: only production refuses them.
-        problem=credentials_problem(account_sid, auth_token, api_key_secret, api_key_sid)
+        problem=(
+            credentials_problem(account_sid, auth_token, api_key_secret, api_key_sid)
+            or (
+                placeholder_problem("TWILIO_AUTH_TOKEN_PREVIOUS", auth_token_previous, (SANDBOX_AUTH_TOKEN,))
+                if auth_token_previous
+                else None
+            )
+        )
         if production
         else None,
         request_timeout=timeout,
         request_timeout_setting="TWILIO_TIMEOUT_SECONDS",
-        secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_API_SECRET", "TWILIO_API_KEY_SECRET"),
+        secret_settings=("TWILIO_AUTH_TOKEN", "TWILIO_AUTH_TOKEN_PREVIOUS", "TWILIO_API_KEY_SECRET"),
         concurrent_requests=CONCURRENT_REQUESTS,
     )

@@ -133,7 +133,14 @@ def _signed_with(fields: dict[str, str], *, api_key: str, secret: str, method: s
 
 
 def validate(
-    params: dict, *, api_key: str, secret: str, method: str, max_age: float, now: float | None = None
+    params: dict,
+    *,
+    api_key: str,
+    secret: str,
+    method: str,
+    max_age: float,
+    now: float | None = None,
+    previous_secret: str = "",
 ) -> bool:
     """Is the callback (a receipt or an inbound message) signed with our signature secret, and recent?
     Without a configured secret every callback is taken (Vonage signs only when the account has one;
@@ -149,7 +156,11 @@ def validate(
         return False
     if fields.get("api-key") and api_key and fields["api-key"] != api_key:
         return False
-    if not _signed_with(fields, api_key=api_key, secret=secret, method=method):
+    # ``previous_secret``: the one a rotation replaces (VONAGE_SIGNATURE_SECRET_PREVIOUS), for callbacks
+    # Vonage signed before the dashboard's swap.
+    if not any(
+        _signed_with(fields, api_key=api_key, secret=s, method=method) for s in (secret, previous_secret) if s
+    ):
         return False
     raw = fields["timestamp"].strip()
     at = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 12 else None

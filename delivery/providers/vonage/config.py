@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from smsgw.config.env import env_choice, env_float, env_int, env_str
+from smsgw.config.env import env_choice, env_float, env_int, env_secret, env_str
 from smsgw.config.providers import Capabilities, ProviderSettings, ValidityBounds
 from smsgw.config.security import placeholder_problem
 
@@ -99,10 +99,18 @@ def load_settings(production: bool) -> ProviderSettings:
     # The account's API key and secret (Vonage API Dashboard, "API settings").
     api_key = env_str("VONAGE_API_KEY", "" if production else SANDBOX_API_KEY)
     # The API secret (without a signature secret of an HMAC method, requests authenticate with it).
-    api_secret = env_str("VONAGE_API_SECRET", "" if production else SANDBOX_API_SECRET)
+    # Vonage keeps up to two API secrets per key, so a rotation is: make the second, set it here, restart,
+    # revoke the first (developer.vonage.com/en/account/secret-management; docs/security.md).
+    api_secret = env_secret("VONAGE_API_SECRET", "" if production else SANDBOX_API_SECRET)
     # The signature secret and its method, as set in the dashboard's "API settings" (Signed webhooks): with
     # them delivery receipts and inbound messages are verified; production requires them.
-    signature_secret = env_str("VONAGE_SIGNATURE_SECRET", "")
+    signature_secret = env_secret("VONAGE_SIGNATURE_SECRET", "")
+    # During a signature-secret rotation only: the secret being replaced. The dashboard holds one
+    # signature secret and signs with the new one from the moment it is saved, while callbacks already
+    # queued carry the old one: both verify them while this is set, and submissions authenticate with
+    # VONAGE_API_SECRET (when set) instead of a signature, which the swap would break on one side or the
+    # other (docs/security.md, "Rotating a provider's credentials"). Unset it once the swap is done.
+    signature_secret_previous = env_secret("VONAGE_SIGNATURE_SECRET_PREVIOUS", "")
     # The method: md5hash (the dashboard's default) or an HMAC (md5, sha1, sha256, sha512), which also
     # signs the submissions.
     method = env_choice("VONAGE_SIGNATURE_METHOD", "md5hash", SIGNATURE_METHODS)
@@ -116,6 +124,7 @@ def load_settings(production: bool) -> ProviderSettings:
         # Given, submissions are signed with it (no api_secret is sent) and every delivery receipt must
         # carry a valid ``sig``; its method is the one chosen in Vonage's dashboard.
         "VONAGE_SIGNATURE_SECRET": signature_secret,
+        "VONAGE_SIGNATURE_SECRET_PREVIOUS": signature_secret_previous,
         "VONAGE_SIGNATURE_METHOD": method,
         # Signed callbacks older or newer than this are refused (replays: receipts.replay).
         "VONAGE_SIGNATURE_MAX_AGE_SECONDS": env_int(
@@ -130,8 +139,17 @@ def load_settings(production: bool) -> ProviderSettings:
     return ProviderSettings(
         values=values,
         # Outside production the sandbox's values are the defaults and receipts may come unsigned.
-        problem=credentials_problem(api_key, api_secret, signature_secret, method) if production else None,
+        problem=(
+            credentials_problem(api_key, api_secret, signature_secret, method)
+            or (
+                placeholder_problem("VONAGE_SIGNATURE_SECRET_PREVIOUS", signature_secret_previous)
+                if signature_secret_previous
+                else None
+            )
+        )
+        if production
+        else None,
         request_timeout=timeout,
         request_timeout_setting="VONAGE_TIMEOUT_SECONDS",
-        secret_settings=("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET"),
+        secret_settings=("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET", "VONAGE_SIGNATURE_SECRET_PREVIOUS"),
     )

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # reader, os.environ or os.getenv, or read with a default in the deploy scripts. Whatever it finds must be
 # on the page, so a read the AST scan misses (a new reader, a new file) fails here.
 _PYTHON_READ = re.compile(
-    r"(?:env_(?:str|bool|int|float|list|pairs|choice|json_object|is_set)|os\.environ\.get|os\.environ\.setdefault"
+    r"(?:env_(?:str|secret|bool|int|float|list|pairs|choice|json_object|is_set)|os\.environ\.get|os\.environ\.setdefault"
     r"|os\.getenv)\(\s*\"([A-Z][A-Z0-9_]+)\"|os\.environ\[\"([A-Z][A-Z0-9_]+)\"\]"
 )
 _SHELL_READ = re.compile(r"\$\{((?:SMSGW|DJANGO|DATABASE|CELERY)_[A-Z0-9_]+)")

@@ -67,6 +67,7 @@ def test_verify_units_refuses_a_unit_that_cannot_write_its_var_folder(tmp_path):
     shutil.copy(ROOT / "deploy" / "verify-units.sh", tmp_path / "deploy")
     shutil.copytree(ROOT / "deploy" / "systemd", tmp_path / "deploy" / "systemd")
     os.symlink(ROOT / ".venv", tmp_path / ".venv")
+    os.symlink(ROOT / "smsgw", tmp_path / "smsgw")  # the secret settings' names (smsgw.config.reference)
     script = [str(tmp_path / "deploy" / "verify-units.sh")]
     ok = subprocess.run(script, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
@@ -75,3 +76,22 @@ def test_verify_units_refuses_a_unit_that_cannot_write_its_var_folder(tmp_path):
     refused = subprocess.run(script, capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0
     assert "smsgw-web.service runs as smsgw without StateDirectory=smsgw" in refused.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_verify_units_refuses_a_unit_that_does_not_load_a_secret_as_a_credential(tmp_path):
+    """Every secret setting may be a systemd credential: a unit that forgot one is refused, by name."""
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(ROOT / "deploy" / "verify-units.sh", tmp_path / "deploy")
+    shutil.copytree(ROOT / "deploy" / "systemd", tmp_path / "deploy" / "systemd")
+    os.symlink(ROOT / ".venv", tmp_path / ".venv")
+    os.symlink(ROOT / "smsgw", tmp_path / "smsgw")
+    worker = tmp_path / "deploy" / "systemd" / "smsgw-worker@.service"
+    line = "LoadCredential=TWILIO_AUTH_TOKEN_PREVIOUS:smsgw.TWILIO_AUTH_TOKEN_PREVIOUS\n"
+    assert line in worker.read_text()
+    worker.write_text(worker.read_text().replace(line, ""))
+    refused = subprocess.run(
+        [str(tmp_path / "deploy" / "verify-units.sh")], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode != 0
+    assert "smsgw-worker@.service does not load the credential TWILIO_AUTH_TOKEN_PREVIOUS" in refused.stderr

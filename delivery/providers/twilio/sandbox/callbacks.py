@@ -98,7 +98,7 @@ class TwilioCallbackHook(StatusCallbackHook):
                 ),
                 SIGNATURE_SETTINGS_HEADER: f"key={cfg.callback_shared_key_id},algorithm=HMAC_SHA256",
             }
-        return {"X-Twilio-Signature": twilio_signature(st.auth_token, url, params)}
+        return {"X-Twilio-Signature": twilio_signature(st.signing_token(), url, params)}
 
     def build_request(self, message: SandboxMessage, status: str, token: str) -> tuple[str, str, dict, bytes]:
         """(method, URL, headers, body) of one callback: Twilio's signed form POST."""

@@ -47,7 +47,14 @@ _INT_RANGES = {
     "inbound_copies": (1, 100),
 }
 _BOOL_KEYS = frozenset(
-    ("callbacks_enabled", "callback_shuffle", "auth_fail", "trial_prefix", "default_messaging_service")
+    (
+        "callbacks_enabled",
+        "callback_shuffle",
+        "auth_fail",
+        "trial_prefix",
+        "default_messaging_service",
+        "secondary_auth_token_promoted",
+    )
 )
 _STR_KEYS = frozenset(
     (
@@ -56,6 +63,7 @@ _STR_KEYS = frozenset(
         "callback_shared_key_secret",
         "api_key_sid",
         "api_key_secret",
+        "secondary_auth_token",
         "inbound_url",
     )
 )
@@ -159,6 +167,12 @@ class SandboxConfig:
     # an API key of the account (twilio.com/docs/iam/api-keys): Basic <key sid>:<secret> authenticates too
     api_key_sid: str = ""
     api_key_secret: str = ""
+    # An Auth Token rotation (twilio.com/docs/iam/api/secondary_authtoken, .../authtoken): the secondary
+    # token authenticates requests as the primary does, and callbacks stay signed with the primary. Once
+    # promoted, the secondary is the primary: it signs the callbacks, and the old primary is refused
+    # ("all requests to Twilio using your old primary Auth Token will result in an error").
+    secondary_auth_token: str = ""
+    secondary_auth_token_promoted: bool = False
     opted_out: list[str] = field(default_factory=list)  # recipients who replied STOP (21610)
     trial_prefix: bool = False  # bodies get "Sent from your Twilio trial account - "
     # a send without MessagingServiceSid shows the account's default service in messaging_service_sid

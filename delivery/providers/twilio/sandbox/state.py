@@ -218,6 +218,20 @@ class SandboxState(SandboxViews):
     def authorized(self, request: web.Request, account_sid: str) -> bool:
         return self.auth_result(request, account_sid) == AUTH_OK
 
+    def signing_token(self) -> str:
+        """The primary Auth Token, which signs every callback: the secondary once it is promoted."""
+        cfg = self.config
+        if cfg.secondary_auth_token_promoted and cfg.secondary_auth_token:
+            return cfg.secondary_auth_token
+        return self.auth_token
+
+    def account_tokens(self) -> list[str]:
+        """The Auth Tokens requests may authenticate with: the primary and the secondary, if any."""
+        tokens = [self.signing_token()]
+        if self.config.secondary_auth_token and not self.config.secondary_auth_token_promoted:
+            tokens.append(self.config.secondary_auth_token)
+        return tokens
+
     def auth_result(self, request: web.Request, account_sid: str) -> str:
         """AUTH_OK; AUTH_REFUSED (401/20003: the credentials are wrong); or AUTH_OTHER_ACCOUNT: valid
         credentials, but the URL names another account, which Twilio answers 404/20404 "The requested
@@ -226,7 +240,7 @@ class SandboxState(SandboxViews):
         if self.config.auth_fail:
             return AUTH_REFUSED
         header = request.headers.get("Authorization", "")
-        if header != self._expected_auth:
+        if header != self._expected_auth or self.config.secondary_auth_token_promoted:
             scheme, _, encoded = header.partition(" ")
             if scheme.lower() != "basic":
                 return AUTH_REFUSED
@@ -235,9 +249,9 @@ class SandboxState(SandboxViews):
             except (binascii.Error, UnicodeDecodeError):
                 return AUTH_REFUSED
             key_sid, key_secret = self.config.api_key_sid, self.config.api_key_secret
-            as_account = hmac.compare_digest(
-                user.encode(), self.account_sid.encode()
-            ) and hmac.compare_digest(password.encode(), self.auth_token.encode())
+            as_account = hmac.compare_digest(user.encode(), self.account_sid.encode()) and any(
+                hmac.compare_digest(password.encode(), token.encode()) for token in self.account_tokens()
+            )
             as_key = bool(key_sid and key_secret) and (
                 hmac.compare_digest(user.encode(), key_sid.encode())
                 and hmac.compare_digest(password.encode(), key_secret.encode())

@@ -11,6 +11,7 @@ from delivery.providers import PROVIDERS, ProviderQueryError, get_adapter
 from delivery.providers.base import RECEIPT_STATUSES, ErrorClass, Outcome, Scope, Submission
 from delivery.providers.vonage import CAPABILITIES, errors
 from delivery.providers.vonage.adapter import VonageAdapter
+from delivery.providers.vonage.sandbox.parts import signature
 from delivery.providers.vonage.sandbox.process import VonageSandboxProcess
 from delivery.providers.vonage.tests.helpers import FAST, ReceiptReceiver
 from sandbox.process import unused_port
@@ -278,6 +279,45 @@ def test_signed_receipts_validate_and_tampered_ones_do_not(
     assert not adapter.validate_callback("", dict(fields), {})
 
 
+def test_a_signature_secret_rotation_holds_nothing(adapter, vonage, vonage_settings, receiver):
+    """The dashboard keeps one signature secret and signs with the new one from the moment it is saved.
+    While VONAGE_SIGNATURE_SECRET_PREVIOUS is set, receipts signed with either secret verify, and
+    submissions authenticate with the API secret (a signed one would fail, status 14, on one side of the
+    swap): through the sandbox, which signs receipts as Vonage does, before and after the swap."""
+    old, new = "old-signature-secret", "new-signature-secret"
+
+    def one_receipt(result) -> dict:
+        wanted = result.response["part_ids"][0]
+        wait_for(lambda: any(f.get("messageId") == wanted for f in receiver.fields()), 10, "its receipt")
+        return next(f for f in receiver.fields() if f.get("messageId") == wanted)
+
+    vonage.config(signature_secret=old, signature_method="sha256")  # Vonage, before the swap
+    vonage_settings.VONAGE_SIGNATURE_METHOD = "sha256"
+    vonage_settings.VONAGE_SIGNATURE_SECRET = new
+    vonage_settings.VONAGE_SIGNATURE_SECRET_PREVIOUS = old
+    [before] = adapter.submit_many([sub(callback=callback_url(adapter, receiver))])
+    assert before.outcome == Outcome.ACCEPTED, before
+    signed_old = one_receipt(before)
+    assert adapter.validate_callback("", dict(signed_old), {})
+
+    vonage.config(signature_secret=new, signature_method="sha256")  # the swap, in the dashboard
+    [after] = adapter.submit_many([sub(to="447700900002", callback=callback_url(adapter, receiver))])
+    assert after.outcome == Outcome.ACCEPTED, after
+    signed_new = one_receipt(after)
+    assert adapter.validate_callback("", dict(signed_new), {})
+    assert adapter.validate_callback("", dict(signed_old), {})  # queued before the swap, posted after
+    forged = {k: v for k, v in signed_new.items() if k != "sig"}
+    forged["sig"] = signature(forged, "someone-elses-secret", "sha256")
+    assert not adapter.validate_callback("", forged, {})
+
+    vonage_settings.VONAGE_SIGNATURE_SECRET_PREVIOUS = ""  # the rotation is over
+    assert not adapter.validate_callback("", dict(signed_old), {})
+    assert adapter.validate_callback("", dict(signed_new), {})
+    vonage.config(signature_secret=new, signature_method="sha256", require_signature=True)
+    [signed] = adapter.submit_many([sub(to="447700900003")])  # signed again, with the new secret
+    assert signed.outcome == Outcome.ACCEPTED, signed
+
+
 def test_unsigned_receipts_are_taken_without_a_signature_secret(adapter):
     assert adapter.validate_callback("", {"messageId": "0A00000000000001", "status": "delivered"}, {})
 
@@ -388,4 +428,8 @@ def test_production_needs_vonage_credentials_and_its_signature_secret(monkeypatc
     assert load_settings(True).problem is None
     monkeypatch.setenv("VONAGE_API_KEY", "abcd1234")  # the sandbox's public key
     assert "VONAGE_API_KEY is a public example value" in (load_settings(True).problem or "")
-    assert load_settings(True).secret_settings == ("VONAGE_API_SECRET", "VONAGE_SIGNATURE_SECRET")
+    assert load_settings(True).secret_settings == (
+        "VONAGE_API_SECRET",
+        "VONAGE_SIGNATURE_SECRET",
+        "VONAGE_SIGNATURE_SECRET_PREVIOUS",
+    )
