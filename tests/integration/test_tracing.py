@@ -198,6 +198,11 @@ def test_one_message_is_one_trace_from_the_request_to_the_tenant_webhook_across_
     assert request["attributes"]["smsgw.provider_message_id"] == message.provider_message_id
     assert request["attributes"]["smsgw.message.to"] != recipient(0)
     assert request["attributes"]["smsgw.message.to"].endswith(recipient(0)[-2:])
+    # The provider's status callbacks name the same reference on their request's span.
+    callbacks = [s for s in collector.spans if s["name"].startswith("POST receipts/")]
+    assert any(
+        s["attributes"].get("smsgw.provider_message_id") == message.provider_message_id for s in callbacks
+    )
     receipts = [s for s in collector.named("receipts process") if _in_trace(s, caller_trace)]
     assert any(message.provider_message_id in s["attributes"]["smsgw.provider_message_ids"] for s in receipts)
     # The send batch continues the sweep pass that published it.
