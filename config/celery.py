@@ -13,6 +13,7 @@ from celery.signals import (
     task_prerun,
     worker_init,
     worker_process_init,
+    worker_process_shutdown,
     worker_shutting_down,
 )
 from kombu.utils.objects import cached_property
@@ -110,6 +111,28 @@ def _own_process_group(**_kwargs) -> None:
     (cold shutdown, time limits), and the kernel kills them if the parent dies (Celery sets
     PR_SET_PDEATHSIG to SIGKILL). systemd units use KillMode=mixed for the same reason."""
     os.setpgid(0, 0)
+
+
+@worker_process_init.connect
+def _tracing_after_fork(**_kwargs) -> None:
+    """Each pool child makes its own tracer provider (smsgw.tracing; nothing when tracing is off): the
+    exporter's thread is not inherited through a fork. Its flush is connected here, in the child, so that
+    it runs after every handler connected at import (delivery's: the requests in flight land first, and
+    their spans end)."""
+    from smsgw import tracing
+
+    if tracing.enabled():
+        tracing.setup("worker")
+        worker_process_shutdown.connect(_tracing_flush, weak=False, dispatch_uid="smsgw.tracing.flush")
+
+
+def _tracing_flush(**_kwargs) -> None:
+    """A pool child about to exit (replaced after its task limit, or the worker stopping): its spans are
+    exported now. It leaves by os._exit, which runs no atexit handler, and what the exporter still held
+    was lost (opentelemetry-python-contrib #4916)."""
+    from smsgw import tracing
+
+    tracing.shutdown()
 
 
 @worker_shutting_down.connect

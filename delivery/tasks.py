@@ -9,16 +9,25 @@ from delivery.flow import circuit
 from delivery.flow import provider_holds as holds
 from delivery.sending import inflight, reconcile
 from delivery.sending import worker as sending
+from smsgw import tracing
 from smsgw.runtime.task_limits import next_tick_goes_on
+from smsgw.tracing.tasks import task_traceparent
 
 
-@shared_task(name="delivery.send_batch", ignore_result=True)
+@shared_task(name="delivery.send_batch", ignore_result=True, bind=True)
 def send_batch(
-    message_ids: list[int], provider: str | None = None, not_before: list[float] | None = None
+    self, message_ids: list[int], provider: str | None = None, not_before: list[float] | None = None
 ) -> None:
     # Returns once the batch is claimed and its submissions started; answers are recorded as they come
-    # (delivery.sending.inflight), so a slow request never holds this worker slot.
-    sending.send_batch(message_ids, provider=provider, not_before=not_before, wait=False)
+    # (delivery.sending.inflight), so a slow request never holds this worker slot. The span continues the
+    # sweep pass that published it (its `traceparent` header) and links to each message's trace.
+    with tracing.span(
+        "send batch",
+        kind=tracing.SpanKind.CONSUMER,
+        parent=task_traceparent(self.request),
+        attributes={"smsgw.provider": provider or "", "smsgw.batch.size": len(message_ids)},
+    ):
+        sending.send_batch(message_ids, provider=provider, not_before=not_before, wait=False)
 
 
 @worker_init.connect

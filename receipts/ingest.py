@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from delivery.providers.base import CallbackData
 from receipts.models import ReceiptEvent, ReceiptOutcome
+from smsgw import tracing
 from smsgw.runtime.db import fetchone_prepared
 
 
@@ -65,4 +66,8 @@ def receipt_ingest(*, provider: str, callback: CallbackData, received_at: dateti
             callback.attempt_hint,
         ],
     )
+    # The callback request's span (smsgw.tracing.web) names the provider's reference and the status, as
+    # the provider request's span and the receipt batch's do: a trace search by the reference finds all.
+    tracing.current_attribute("smsgw.provider_message_id", callback.provider_message_id or "")
+    tracing.current_attribute("smsgw.provider_status", callback.normalized_status or callback.raw_status[:32])
     return Ingested(receipt_id=row[0] if row else None, duplicate=row is None)

@@ -43,6 +43,7 @@ class MessageRow(TypedDict):
     expires_at: datetime
     sent_at: datetime | None
     sending_at: datetime | None
+    trace_context: str  # its trace (smsgw.tracing): the receipt batch's span links to it
 
 
 BySid = dict[tuple[str, str | None], MessageRow]
@@ -93,6 +94,7 @@ def messages_load(keys: set[tuple[str, str]]) -> BySid:
             "expires_at",
             "sent_at",
             "sending_at",
+            "trace_context",  # the receipt batch's span links to the message's trace (smsgw.tracing)
         )
     }
 

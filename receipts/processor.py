@@ -57,6 +57,7 @@ from receipts.matching import (
 from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.lifecycle import transitions
 from scheduling.models import Status
+from smsgw import tracing
 from smsgw.runtime.db import is_postgres
 
 # Forward-only ranks, the one place they are defined. A receipt moves a message only to a higher rank;
@@ -100,12 +101,23 @@ def _claim(now: datetime, limit: int) -> list[ReceiptEvent]:
 def receipts_process_due(*, limit: int | None = None) -> int:
     """Process one batch of due receipts; returns how many were claimed."""
     limit = limit or settings.RECEIPT_BATCH_SIZE
+    started = time.time_ns()  # the batch's span, made only for a batch that claimed receipts
     now = timezone.now()
     with transaction.atomic():
         receipts = _claim(now, limit)
         if not receipts:
             return 0
-        _apply(receipts, now)
+        with tracing.span(
+            "receipts process",
+            kind=tracing.SpanKind.CONSUMER,
+            start_time=started,
+            attributes={
+                "smsgw.receipts": len(receipts),
+                # The provider's references, which a provider request's span names too (the first few).
+                "smsgw.provider_message_ids": sorted({r.provider_message_id for r in receipts})[:20],
+            },
+        ):
+            _apply(receipts, now)
     return len(receipts)
 
 
@@ -121,6 +133,7 @@ def _stamp(receipt: ReceiptEvent, msg: MessageRow) -> datetime:
 
 def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     by_sid = messages_load({(r.provider, r.provider_message_id) for r in receipts})
+    tracing.current_links_add(m["trace_context"] for m in by_sid.values())  # each message's own trace
     batch = Batch()
     pending = receipts_match(receipts, by_sid, batch, now)
     # Furthest evidence first within a message, so a shuffled batch lands on the furthest state at once.

@@ -18,7 +18,7 @@ from urllib.parse import urlencode, urlsplit
 import urllib3
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -29,7 +29,7 @@ from receipts.webhook_http import request_pinned
 from receipts.webhook_retry import next_attempt
 from scheduling.facade import resources as facade
 from scheduling.models import Message
-from smsgw import stages
+from smsgw import stages, tracing
 from smsgw.models import Tenant
 from smsgw.observability import events
 from smsgw.runtime.db import PgInts, is_postgres
@@ -300,7 +300,11 @@ def _claim(now: datetime, limit: int) -> list[WebhookDelivery]:
     if ids:
         # Lease: if this worker dies mid-POST the row comes due again after the lease.
         WebhookDelivery.objects.filter(pk__in=ids).update(next_attempt_at=now + WEBHOOK_LEASE)
-    return list(WebhookDelivery.objects.filter(pk__in=ids).select_related("tenant"))
+    found = WebhookDelivery.objects.filter(pk__in=ids).select_related("tenant")
+    if tracing.enabled():  # each delivery's span links to its message's trace
+        traced = F("message__trace_context"), F("message__public_id")
+        return list(found.annotate(message_trace=traced[0], message_public_id=traced[1]))
+    return list(found)
 
 
 def _callback_request(delivery: WebhookDelivery) -> tuple[str, bytes, dict[str, str]]:
@@ -318,6 +322,29 @@ def _callback_request(delivery: WebhookDelivery) -> tuple[str, bytes, dict[str, 
 
 
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
+    """One delivery's POST in a span of its own, linked to its message's trace (smsgw.tracing): the
+    event, the webhook id, the receiver's host (never its path or query) and the answer's status."""
+    with tracing.span(
+        "tenant webhook",
+        kind=tracing.SpanKind.CLIENT,
+        links=[getattr(delivery, "message_trace", "")],
+        attributes={
+            "smsgw.webhook.event": delivery.event_type,
+            "smsgw.webhook.id": delivery.webhook_id,
+            "smsgw.webhook.attempt": delivery.attempts + 1,
+            "smsgw.message.id": getattr(delivery, "message_public_id", None) or "",
+        },
+    ) as span:
+        code, error, ms, answer = _post_request(delivery)
+        if span.is_recording():
+            if code is not None:
+                span.set_attribute("http.response.status_code", code)
+            if error:
+                span.set_status(tracing.StatusCode.ERROR, error.split(":")[0][:60])
+        return code, error, ms, answer
+
+
+def _post_request(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
     """One delivery's POST: (status code or None, the error, ms, the answer's first bytes, kept only for a
     forwarded incoming message: its TwiML)."""
     tenant = delivery.tenant
@@ -334,6 +361,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str, float, bytes]:
         host, port, address = webhook_target(url)
     except WebhookUrlError as exc:
         return None, f"refused: {exc}", 0.0, b""
+    tracing.current_attribute("server.address", host)
     if delivery.event_type not in _FACADE_FORMS:
         body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
         sent_at = timezone.now()
@@ -425,7 +453,9 @@ def _failed(delivery: WebhookDelivery, *, started: datetime, finished: datetime)
         delivery.webhook_id,
         delivery.attempts,
         delivery.retrying_since.isoformat(),
-        extra={"message_id": delivery.payload.get("data", {}).get("id", "")},
+        extra=tracing.log_fields(
+            delivery.payload.get("data", {}).get("id", ""), getattr(delivery, "message_trace", "")
+        ),
     )
 
 

@@ -161,6 +161,10 @@ class Message(models.Model):
     # screening passes it). Set by smsgw alone, never from a request, and a tenant cannot edit such a
     # message (scheduling.messages.edits).
     exempt_suppression = models.BooleanField(default=False, db_default=False)
+    # The W3C traceparent of the span the message was accepted in (smsgw.tracing; "" when tracing is off
+    # or the request was not sampled): the sweep, send, provider, receipt and webhook spans, possibly days
+    # later, link to it, and its trace id is on the timeline entries (``details.trace_id``).
+    trace_context = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [

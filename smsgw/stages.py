@@ -161,7 +161,9 @@ class AnswerHandler(Protocol):
 class Task(Protocol):
     """A later stage's Celery task, published by an earlier one (by its task object, never its name)."""
 
-    def apply_async(self, args: Any = ..., kwargs: Any = ..., *, queue: str = ...) -> object: ...
+    def apply_async(
+        self, args: Any = ..., kwargs: Any = ..., *, queue: str = ..., headers: dict[str, str] = ...
+    ) -> object: ...
 
 
 @dataclass(frozen=True)

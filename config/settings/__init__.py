@@ -19,4 +19,5 @@ from config.settings.pipeline import *  # noqa: F403
 from config.settings.providers import *  # noqa: F403
 from config.settings.receipts import *  # noqa: F403
 from config.settings.retention import *  # noqa: F403
+from config.settings.tracing import *  # noqa: F403
 from config.settings.web import *  # noqa: F403

@@ -31,6 +31,7 @@ from django.db import connection
 
 from delivery.providers.base import ProviderAdapter, Submission, SubmitResult
 from delivery.sending.per_process import PerProcess
+from smsgw import tracing
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,11 @@ class Flight:
     def _start(
         self, adapter: ProviderAdapter, items: list[Pending], sink: queue.Queue, *, counted: bool
     ) -> None:
+        spans = [_request_span(adapter, item) for item in items] if tracing.enabled() else None
+
         def on_result(index: int, result: SubmitResult) -> None:
+            if spans is not None:
+                _request_span_end(spans[index], result)
             sink.put((items[index], result))
             with self.cond:
                 if counted:
@@ -213,6 +218,42 @@ class Flight:
                     return False
                 self.cond.wait(remaining)
         return True
+
+
+def _request_span(adapter: ProviderAdapter, item: Pending) -> tracing.Span:
+    """The provider request's span, for every adapter: started as the submission is handed over (a paced
+    one's includes its wait for the slot, ``smsgw.paced``), ended with its answer; a child of the send
+    task's span, linked to the message's own trace (smsgw.tracing). Ids and the masked number only."""
+    row = item.row
+    return tracing.span_start(
+        "provider request",
+        kind=tracing.SpanKind.CLIENT,
+        attributes={
+            "smsgw.provider": adapter.name,
+            "smsgw.message.id": row.get("public_id", ""),
+            "smsgw.message.to": tracing.number_attribute(row.get("to")),
+            "smsgw.attempt": getattr(item.attempt, "number", 0),
+            "smsgw.paced": bool(item.submission.not_before),
+        },
+        links=[row.get("trace_context")],
+    )
+
+
+def _request_span_end(span: tracing.Span, result: SubmitResult) -> None:
+    if not span.is_recording():
+        return
+    span.set_attribute("smsgw.outcome", str(result.outcome))
+    span.set_attribute("smsgw.sent", result.sent)
+    if result.provider_message_id:  # the provider's reference: a receipt names the message by it
+        span.set_attribute("smsgw.provider_message_id", result.provider_message_id)
+    if result.http_status is not None:
+        span.set_attribute("http.response.status_code", result.http_status)
+    if result.error_code:
+        span.set_attribute("smsgw.provider_error_code", result.error_code)
+    if result.error_class is not None:
+        span.set_attribute("smsgw.error_class", str(result.error_class))
+        span.set_status(tracing.StatusCode.ERROR, str(result.error_class))
+    span.end()
 
 
 _flights: PerProcess[Flight] = PerProcess()

@@ -62,7 +62,7 @@ from delivery.sending import verdicts
 from delivery.sending.fence import fenced_at
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
-from smsgw import stages
+from smsgw import stages, tracing
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def message_reconcile(message_id: int) -> str:
             "reconcile: provider look-up failed for message %s: %s",
             msg.public_id,
             exc,
-            extra={"message_id": msg.public_id},
+            extra=tracing.log_fields(msg.public_id, msg.trace_context),
         )
         transitions.event_record(
             msg.pk,

@@ -19,6 +19,7 @@ from delivery.providers.base import ProviderAdapter, ProviderMessage, Scope
 from delivery.routing import failover
 from scheduling.lifecycle import transitions
 from scheduling.models import Message, Status
+from smsgw import tracing
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def ambiguous(
             "reconcile: message %s found ambiguous (%d matching copies); not resent",
             msg.public_id,
             len(free),
-            extra={"message_id": msg.public_id},
+            extra=tracing.log_fields(msg.public_id, msg.trace_context),
         )
     return "ambiguous" if won else "not_sending"
 

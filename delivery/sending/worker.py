@@ -51,7 +51,7 @@ from scheduling.campaigns import gate as campaign_gate
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Status
-from smsgw import stages
+from smsgw import stages, tracing
 from smsgw.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ CLAIM_RETURNING = (
     "route_plan",
     "route_leg",
     "segments",  # a late paced message takes its segments' worth of its sender's slots again
+    "trace_context",  # the send and provider spans link to the message's trace (smsgw.tracing)
 )
 
 
@@ -127,6 +128,8 @@ def send_batch(
         slot_of = dict(zip(message_ids, not_before, strict=True))
     claimed = _claim(message_ids, adapter, now, report)
     report.claimed = len(claimed.rows)
+    tracing.current_links_add(r["trace_context"] for r in claimed.rows)  # each message's own trace
+    tracing.current_attribute("smsgw.claimed", report.claimed)
     if not claimed.rows:
         return report
     items = _in_flight(adapter, claimed, slot_of, now)

@@ -22,7 +22,9 @@ goes through the same steps in one transaction:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,10 +41,11 @@ from scheduling.dispatch.recovery import send_queue
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.models import Message, Status
-from smsgw import stages
+from smsgw import stages, tracing
 from smsgw.models import Tenant
 from smsgw.runtime.db import is_postgres
 from smsgw.stages import Candidate, Decision, Gate, Park
+from smsgw.tracing.tasks import publish_headers
 
 REASON_DISABLED = ReasonCode.TENANT_DISABLED
 PACED = ReasonCode.PACED
@@ -79,6 +82,7 @@ _COLUMNS = (
     "published_at",
     "queued_at",
     "campaign_id",
+    "trace_context",  # the pass's span links to each released message's trace (smsgw.tracing)
 )
 
 
@@ -210,6 +214,7 @@ def _inactive(tenant_ids: set[int]) -> set[int]:
 
 
 def due_release(*, now: datetime | None = None, limit: int | None = None) -> ReleaseReport:
+    started = time.time_ns()  # the claim's span, made only for a pass that released something
     now = now or timezone.now()
     limit = limit or settings.SWEEP_BATCH_SIZE
     report = ReleaseReport()
@@ -268,9 +273,31 @@ def due_release(*, now: datetime | None = None, limit: int | None = None) -> Rel
         report.quiet_deferred = _quiet_defer(quiet, now)
         park_rows(parks, now, report)
         _release(decision, by_id, now, report, published, why)
-        for (priority, provider), ids in published.items():
-            publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
+        with _claim_span(started, published, by_id, report):
+            for (priority, provider), ids in published.items():
+                publish_after_commit(priority, ids, provider=provider, not_before=decision.not_before)
     return report
+
+
+def _claim_span(started: int, published: dict, by_id: dict, report: ReleaseReport):
+    """The sweep's claim as a span (smsgw.tracing), from the pass's start, when it released anything:
+    linked to each released message's trace, and the parent of the send batches published from it (their
+    `traceparent` header). An idle pass (several a second) makes none."""
+    released = [mid for ids in published.values() for mid in ids]
+    if not released or not tracing.enabled():
+        return nullcontext()
+    return tracing.span(
+        "sweep claim",
+        kind=tracing.SpanKind.PRODUCER,
+        start_time=started,
+        links=(by_id[mid]["trace_context"] for mid in released if mid in by_id),
+        attributes={
+            "smsgw.released": len(released),
+            "smsgw.queued": sum(report.queued.values()),
+            "smsgw.republished": report.republished,
+            "smsgw.parked": report.paced + report.unavailable + report.disabled,
+        },
+    )
 
 
 def _campaigns_halted(rows: list[dict], parks: list[tuple[dict, Park]], now: datetime) -> list[dict]:
@@ -429,14 +456,16 @@ def _batches(ids: list[int], not_before: dict[int, float]) -> list[tuple[list[in
     ]
 
 
-def _publish(queue: str, ids: list[int], provider: str, not_before: dict[int, float]) -> None:
+def _publish(
+    queue: str, ids: list[int], provider: str, not_before: dict[int, float], headers: dict[str, str]
+) -> None:
     for batch, slots in _batches(ids, not_before):
         kwargs: dict = {"provider": provider}
         if any(slots):
             # The worker submits each at its slot: its event loop waits, not its process
             # (delivery.sending.inflight); a batch that reaches it late keeps its spacing.
             kwargs["not_before"] = slots
-        stages.send_batch().apply_async(args=[batch], kwargs=kwargs, queue=queue)
+        stages.send_batch().apply_async(args=[batch], kwargs=kwargs, queue=queue, headers=headers)
 
 
 def publish_after_commit(
@@ -446,4 +475,5 @@ def publish_after_commit(
     priority's queue once the transaction that queued them commits; paced ones with their slots."""
     if ids:
         slots = {i: not_before[i] for i in ids if i in not_before} if not_before else {}
-        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider, slots))
+        headers = publish_headers()  # the pass's span, now: the publish runs after it ended
+        transaction.on_commit(lambda: _publish(send_queue(priority), ids, provider, slots, headers))

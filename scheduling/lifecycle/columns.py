@@ -71,6 +71,7 @@ RETURNABLE = SETTABLE | {
     "tenant_id",
     "created_at",
     "campaign_id",
+    "trace_context",  # the send batch's spans link to each claimed message's trace (smsgw.tracing)
 }
 
 

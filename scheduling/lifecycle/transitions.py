@@ -36,6 +36,7 @@ from scheduling.lifecycle.columns import (
     set_clause,
     settable_check,
 )
+from scheduling.lifecycle.notes import details_traced
 from scheduling.lifecycle.notes import event_record as event_record  # notes go through here too
 from scheduling.lifecycle.notes import events_record_many as events_record_many
 from scheduling.models import Message, MessageEvent, Status
@@ -153,6 +154,7 @@ def _events(
     ids = list(ids)
     if not ids:
         return
+    details = details_traced(ids, details)  # each traced message's trace id (smsgw.tracing)
     _events_insert(
         ids, kind=kind, from_status=from_status, to_status=to_status, actor=actor, details=details, now=now
     )

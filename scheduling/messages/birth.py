@@ -28,7 +28,7 @@ from django.db.models import JSONField
 from scheduling.campaigns import progress as campaign_progress
 from scheduling.limits import quotas
 from scheduling.models import Message, MessageEvent, Status
-from smsgw import stages
+from smsgw import stages, tracing
 from smsgw.models import Tenant
 from smsgw.runtime.db import fetchone_prepared, server_bound_cursor
 
@@ -72,6 +72,7 @@ def messages_birth(
     # Each row's route (provider, sender, the legs to fail over to): scheduling knows nothing of providers
     # or routes; the composition root hands it delivery's router (smsgw.stages).
     stages.router()(rows)
+    rows = _traced(rows)
     facts = [_facts(r) for r, _ in rows]
     if refuse_over_quota:
         _pending_check(facts, tenants)
@@ -95,6 +96,26 @@ def messages_birth(
     _quota_book(inserted, tenants, now, refuse_over_quota)
     _progress_add(inserted)
     return result
+
+
+def _traced(rows: Sequence[Row]) -> Sequence[Row]:
+    """Born inside a traced request (or job): each message keeps the span's context, which the later
+    spans link to, and its "created" entry names the trace (smsgw.tracing). Unchanged when tracing is off
+    or the span is not sampled."""
+    traceparent = tracing.traceparent_current()
+    if not traceparent:
+        return rows
+    trace_id = tracing.trace_id_of(traceparent)
+    traced: list[Row] = []
+    for row, details in rows:
+        if isinstance(row, Message):
+            row.trace_context = row.trace_context or traceparent
+        else:
+            row.setdefault("trace_context", traceparent)
+        traced.append((row, {**_details_dict(details), "trace_id": trace_id}))
+    if len(rows) == 1 and isinstance(rows[0][0], Message):
+        tracing.current_attribute("smsgw.message.id", rows[0][0].public_id)
+    return traced
 
 
 def _facts(row: dict | Message) -> dict:

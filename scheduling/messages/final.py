@@ -16,7 +16,7 @@ from scheduling.lifecycle.reasons import ReasonCode
 from scheduling.messages.selectors import message_read
 from scheduling.messages.service import message_get
 from scheduling.models import TERMINAL_STATUSES, Message, Status
-from smsgw import stages
+from smsgw import stages, tracing
 from smsgw.domain_errors import ConflictError, NotFoundError
 from smsgw.models import Tenant
 from smsgw.values.phone import mask
@@ -62,7 +62,10 @@ def message_delete(*, tenant: Tenant, public_id: str, actor: str) -> None:
             f"A message can be deleted once its delivery is complete; this one is {message.status}.",
             current_status=message.status,
         )
-    log.info("message deleted", extra={"message_id": message.public_id, "actor": actor})
+    log.info(
+        "message deleted",
+        extra={**tracing.log_fields(message.public_id, message.trace_context), "actor": actor},
+    )
 
 
 def message_replay(*, tenant: Tenant, public_id: str, actor: str) -> Message:

@@ -26,6 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from smsgw.http.negotiation import problem_media_type
 from smsgw.http.problems import PROBLEM_JSON
 from smsgw.runtime.logs_json import request_id_set
+from smsgw.tracing.web import request_traced
 
 HEADER = "Request-Id"
 MAX_LENGTH = 128
@@ -61,7 +62,9 @@ class RequestIdMiddleware:
         # Cleared when the response is closed (smsgw.runtime.logs_json, request_finished): django.request
         # writes its line for a 4xx/5xx after this returns, and that line belongs to the request.
         request_id_set(value)
-        response = self.get_response(request)
+        # The request's span, continuing an incoming traceparent, with the id as an attribute; the
+        # response gets a `traceparent` header (smsgw.tracing.web).
+        response = request_traced(request, value, self.get_response)
         response[HEADER] = value
         if response.get("Content-Type", "").startswith(PROBLEM_JSON):
             response["Content-Type"] = problem_media_type(request.META.get("HTTP_ACCEPT", ""))

@@ -324,7 +324,7 @@ DATABASE_UNAVAILABLE = error(
 
 
 def request_id_headers() -> list[OpenApiParameter]:
-    """The header every answer carries (smsgw.http.request_id)."""
+    """The headers every answer carries (smsgw.http.request_id; traceparent: smsgw.tracing.web)."""
     return [
         OpenApiParameter(
             "Request-Id",
@@ -336,7 +336,18 @@ def request_id_headers() -> list[OpenApiParameter]:
             description="This request's id (`req_` and 32 hex digits, or the caller's own `Request-Id` or "
             "`X-Request-Id` when it is 1-128 characters of `A-Z a-z 0-9 . _ : -`). It is in every log line "
             "of the request and in an error's `request_id`: quote it when asking about a request.",
-        )
+        ),
+        OpenApiParameter(
+            "traceparent",
+            str,
+            OpenApiParameter.HEADER,
+            response=True,
+            required=False,
+            pattern=r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+            description="W3C Trace Context (docs/observability.md): with tracing on, this request's span, "
+            "in the caller's trace when the request sent a `traceparent`; with tracing off, the caller's own "
+            "`traceparent` answered back; absent otherwise.",
+        ),
     ]
 
 

@@ -18,3 +18,25 @@ access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"
 def on_starting(server) -> None:
     """In the master, before it forks a worker: gunicorn's own refusals answer JSON, not HTML."""
     gunicorn_errors.install()
+
+
+def post_fork(server, worker) -> None:
+    """In each worker, after the fork: its own tracer provider (smsgw.tracing), when the application was
+    loaded before the fork (--preload) and tracing is on; otherwise the first traced request makes it."""
+    from django.conf import settings
+
+    if settings.configured:
+        from smsgw import tracing
+
+        tracing.setup("web")
+
+
+def worker_exit(server, worker) -> None:
+    """In a worker that is stopping (a restart, max-requests, the server stopping): its spans are exported
+    before it exits (smsgw.tracing; nothing when tracing is off)."""
+    from django.conf import settings
+
+    if settings.configured:
+        from smsgw import tracing
+
+        tracing.shutdown()

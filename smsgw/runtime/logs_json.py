@@ -4,14 +4,15 @@ for a log pipeline to index by field instead of parsing text.
 Each line carries only these fields: time, level, logger, message, exc_info/stack_info when present,
 process, and the context where it exists: ``request_id`` (the web request being answered, the
 ``Request-Id`` header of its response: smsgw.http.request_id), ``task_id`` and ``task_name`` (the Celery
-task running),
-``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id`` /
-``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``). Anything
-else a library attaches to a record (Django's ``request`` object with its query string, ``extra`` dicts)
-is left out: a field not listed here could carry a number or a body. The message itself has already
-been through smsgw.runtime.logs.Redact (the handler's filter chain keeps it, last), and context values are
-redacted again here. The plain format (``PlainFormatter``) ends a line written while a request is being
-answered with `` request_id=<id>``.
+task running), ``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id``
+/ ``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``),
+``trace_id`` and ``span_id`` (the current span's, when tracing is on: smsgw.tracing; or a message's,
+passed likewise). Anything else a library attaches to a record (Django's ``request`` object with its
+query string, ``extra`` dicts) is left out: a field not listed here could carry a number or a body. The
+message itself has already been through smsgw.runtime.logs.Redact (the handler's filter chain keeps it,
+last), and context values are redacted again here. The plain format (``PlainFormatter``) ends a line
+written while a request is being answered with `` request_id=<id>``, and one written in a span with
+`` trace_id=<id>``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,25 @@ import contextvars
 import logging
 from typing import Any
 
+from opentelemetry import trace
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
 from smsgw.runtime.logs import redact
 
-CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids")
+CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids", "trace_id")
 FIELDS = frozenset(
-    {"time", "level", "logger", "message", "exc_info", "stack_info", "process", "request_id", *CONTEXT_FIELDS}
+    {
+        "time",
+        "level",
+        "logger",
+        "message",
+        "exc_info",
+        "stack_info",
+        "process",
+        "request_id",
+        "span_id",
+        *CONTEXT_FIELDS,
+    }
 )
 MAX_IDS = 20  # a batch's ids are listed up to this many
 
@@ -54,6 +67,17 @@ def request_id_set(value: str | None) -> None:
 def request_id() -> str | None:
     """The id of the request this thread is answering (its ``Request-Id``), or None outside one."""
     return _request_id.get()
+
+
+def trace_ids() -> tuple[str, str]:
+    """The current span's trace and span ids (smsgw.tracing), or blanks outside a span (and always when
+    tracing is off): a line written while a message is accepted carries the message's trace id, one
+    written in a send or receipt batch the batch's, whose span links to each message's trace. A caller
+    that logs about one message in a batch passes its trace id (``extra={"trace_id": ...}``)."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return "", ""
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
 
 def _current_task():
@@ -90,6 +114,9 @@ class JsonFormatter(_JsonFormatter):
                 log_data[key] = value
         if _request_id.get():  # checked for its character set when set: nothing to redact
             log_data["request_id"] = _request_id.get()
+        trace_id, span_id = trace_ids()
+        if trace_id and "trace_id" not in log_data:
+            log_data["trace_id"], log_data["span_id"] = trace_id, span_id
         task = _current_task()
         if task is not None and task.request.id and "task_id" not in log_data:
             log_data["task_id"], log_data["task_name"] = task.request.id, task.name
@@ -120,10 +147,12 @@ class PlainFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         current = _request_id.get()
-        if not current:
+        trace_id = getattr(record, "trace_id", None) or trace_ids()[0]
+        if not current and not trace_id:
             return line
+        tail = (f" request_id={current}" if current else "") + (f" trace_id={trace_id}" if trace_id else "")
         head, newline, rest = line.partition("\n")  # after the message, before a traceback
-        return f"{head} request_id={current}{newline}{rest}"
+        return f"{head}{tail}{newline}{rest}"
 
 
 def _request_finished(**_kwargs) -> None:

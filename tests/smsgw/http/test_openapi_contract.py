@@ -628,6 +628,7 @@ def test_every_authenticated_operation_documents_its_errors_and_the_bearer_schem
                 # And, on an operation reading a deprecated alias, Deprecation and Sunset.
                 assert set(op["responses"][code]["headers"]) - {"Deprecation", "Sunset"} == {
                     "Request-Id",
+                    "traceparent",
                     "Retry-After",
                     "RateLimit-Limit",
                     "RateLimit-Remaining",
