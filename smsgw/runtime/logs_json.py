@@ -6,7 +6,9 @@ process, and the context where it exists: ``request_id`` (the web request being 
 ``Request-Id`` header of its response: smsgw.http.request_id), ``task_id`` and ``task_name`` (the Celery
 task running),
 ``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id`` /
-``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``). Anything
+``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``), ``campaign``
+and ``actor`` (a campaign's public id and who paused, resumed or cancelled it, passed with ``extra=`` by
+scheduling.campaigns.control: only from the record, never from the context). Anything
 else a library attaches to a record (Django's ``request`` object with its query string, ``extra`` dicts)
 is left out: a field not listed here could carry a number or a body. The message itself has already
 been through smsgw.runtime.logs.Redact (the handler's filter chain keeps it, last), and context values are
@@ -25,8 +27,21 @@ from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 from smsgw.runtime.logs import redact
 
 CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids")
+# Passed by the code that logs with ``extra=`` only (no context sets them): an operator's act on a campaign.
+RECORD_FIELDS = ("campaign", "actor")
 FIELDS = frozenset(
-    {"time", "level", "logger", "message", "exc_info", "stack_info", "process", "request_id", *CONTEXT_FIELDS}
+    {
+        "time",
+        "level",
+        "logger",
+        "message",
+        "exc_info",
+        "stack_info",
+        "process",
+        "request_id",
+        *CONTEXT_FIELDS,
+        *RECORD_FIELDS,
+    }
 )
 MAX_IDS = 20  # a batch's ids are listed up to this many
 
@@ -88,6 +103,10 @@ class JsonFormatter(_JsonFormatter):
             value = getattr(record, key, None) or context.get(key)
             if value:
                 log_data[key] = value
+        for key in RECORD_FIELDS:
+            value = getattr(record, key, None)
+            if value:
+                log_data[key] = redact(str(value))
         if _request_id.get():  # checked for its character set when set: nothing to redact
             log_data["request_id"] = _request_id.get()
         task = _current_task()
