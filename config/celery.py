@@ -7,6 +7,7 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    before_task_publish,
     celeryd_after_setup,
     celeryd_init,
     task_postrun,
@@ -19,6 +20,7 @@ from celery.signals import (
 from kombu.utils.objects import cached_property
 
 from smsgw.observability.consumers import QueueConsumerHeartbeat
+from smsgw.runtime.broker import published_at_stamp
 from smsgw.runtime.transports import transports_register
 
 # The settings module: config.settings, the project's settings package (split by concern).
@@ -49,6 +51,9 @@ app.conf.update(CELERY_DB_REUSE_MAX=2**62)
 app.autodiscover_tasks()
 # Every worker of this app records the queues it consumes (/readyz, /metrics: smsgw.observability.queues).
 app.steps["worker"].add(QueueConsumerHeartbeat)
+# Every task message carries its publish instant: /metrics reads the age of each queue's oldest message
+# from it (smsgw.runtime.broker.queue_oldest_ages). weak=False: the receiver is a module function, kept.
+before_task_publish.connect(published_at_stamp, weak=False)
 
 
 @celeryd_init.connect

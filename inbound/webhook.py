@@ -27,6 +27,7 @@ from inbound import spool
 from inbound.intake import inbound_store
 from receipts.api import callback_error, signed_form
 from smsgw.http import unavailable
+from smsgw.observability import events
 from smsgw.runtime.file_spool import SpoolUnavailable
 from smsgw.values.phone import mask
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @csrf_exempt
+@events.callbacks_counted("inbound", providers=PROVIDERS)
 @require_http_methods(["GET", "POST"])
 def inbound_message(request: HttpRequest, provider: str) -> HttpResponse:
     """200 with the provider's empty reply once stored (or spooled), a duplicate included; 403 unsigned;

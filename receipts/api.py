@@ -159,6 +159,7 @@ def _key_unknown(provider: str, params: dict, exc: CallbackKeyUnknown) -> JsonRe
 
 
 @csrf_exempt
+@events.callbacks_counted("receipt", providers=PROVIDERS)
 @require_POST
 def status_callback(request: HttpRequest, provider: str) -> HttpResponse:
     """``POST /receipts/<provider>/``: one endpoint for every provider; its adapter verifies, parses and

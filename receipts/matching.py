@@ -59,6 +59,8 @@ class Batch:
     notes: list[tuple[int | None, str, str, dict]] = field(default_factory=list)
     moves: Moves = field(default_factory=Moves)
     move_receipt: dict[int, ReceiptEvent] = field(default_factory=dict)
+    # A moved message's due time, for the due-to-delivered latency (smsgw.observability.events).
+    due_at: dict[int, datetime | None] = field(default_factory=dict)
     provider_failed: list[tuple[str, str, str]] = field(default_factory=list)
 
 

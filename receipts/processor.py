@@ -58,6 +58,7 @@ from receipts.models import ReceiptEvent, ReceiptOutcome
 from scheduling.lifecycle import transitions
 from scheduling.models import Status
 from smsgw import tracing
+from smsgw.observability import events
 from smsgw.runtime.db import is_postgres
 
 # Forward-only ranks, the one place they are defined. A receipt moves a message only to a higher rank;
@@ -117,7 +118,8 @@ def receipts_process_due(*, limit: int | None = None) -> int:
                 "smsgw.provider_message_ids": sorted({r.provider_message_id for r in receipts})[:20],
             },
         ):
-            _apply(receipts, now)
+            finals = _apply(receipts, now)
+    events.receipts_final(finals)  # committed: a batch rolled back counts nothing
     return len(receipts)
 
 
@@ -131,7 +133,9 @@ def _stamp(receipt: ReceiptEvent, msg: MessageRow) -> datetime:
     return receipt.received_at
 
 
-def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
+def _apply(receipts: list[ReceiptEvent], now: datetime) -> list[tuple]:
+    """Apply a claimed batch; returns the final delivery moves it made, for the metrics
+    (``events.receipts_final``), to be counted once the batch commits."""
     by_sid = messages_load({(r.provider, r.provider_message_id) for r in receipts})
     tracing.current_links_add(m["trace_context"] for m in by_sid.values())  # each message's own trace
     batch = Batch()
@@ -142,7 +146,7 @@ def _apply(receipts: list[ReceiptEvent], now: datetime) -> None:
     )
     for receipt in pending:
         _decide(receipt, by_sid[(receipt.provider, receipt.provider_message_id)], batch, now)
-    _write(batch, now)
+    return _write(batch, now)
 
 
 def _recorded(receipt: ReceiptEvent, msg: MessageRow, batch: Batch, details: dict, note: str) -> None:
@@ -200,12 +204,14 @@ def _decide(receipt: ReceiptEvent, msg: MessageRow, batch: Batch, now: datetime)
     details = {**details, "source": receipt_source(receipt), **done.notes}
     batch.moves.add(msg, done.move, from_status=current, columns=done.columns, details=details)
     batch.move_receipt[msg["id"]] = receipt
+    batch.due_at[msg["id"]] = msg.get("due_at")
     msg["status"] = done.move.status  # later receipts in this batch compare against the new state
     msg["version"] += 1
 
 
-def _write(batch: Batch, now: datetime) -> None:
+def _write(batch: Batch, now: datetime) -> list[tuple]:
     moved = batch.moves.write(now)
+    finals = _finals(batch, moved)
     for group, items in batch.moves.rows.items():
         won = set(moved[group])
         for mid, _, _ in items:
@@ -230,6 +236,23 @@ def _write(batch: Batch, now: datetime) -> None:
         receipt.processed_at = now
     ReceiptEvent.objects.bulk_update(batch.done, ["processed_at", "outcome", "message_id", "tries"])
     ReceiptEvent.objects.bulk_update(batch.waiting, ["next_try_at", "tries", "message_id"])
+    return finals
+
+
+def _finals(batch: Batch, moved: dict[mover.Group, list[int]]) -> list[tuple]:
+    """(provider, status, due_at, stamp) of each move to delivered or undelivered that won its
+    compare-and-set: the delivered and undelivered counts and the due-to-delivered latency."""
+    finals = []
+    for group, items in batch.moves.rows.items():
+        if group.to_status not in (Status.DELIVERED, Status.UNDELIVERED):
+            continue
+        won = set(moved[group])
+        for mid, _, columns in items:
+            if mid in won:
+                receipt = batch.move_receipt[mid]
+                stamped = columns.get(STAMP[group.to_status])
+                finals.append((receipt.provider, group.to_status, batch.due_at.get(mid), stamped))
+    return finals
 
 
 def _effect(receipt: ReceiptEvent, msg: MessageRow, *, resend: bool = True) -> mover.Step | None:

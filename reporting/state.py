@@ -28,6 +28,7 @@ from receipts.models import ReceiptEvent, WebhookDelivery
 from scheduling.models import Message, Priority, Status
 from smsgw.observability.models import Heartbeat
 from smsgw.observability.queues import queue_states_observe
+from smsgw.runtime import broker
 
 EXACT_BELOW = 10_000
 ACTIVE = (Status.SCHEDULED, Status.QUEUED, Status.SENDING, Status.SENT)  # each has a partial index
@@ -307,12 +308,40 @@ def _queues(now):
         "none while the broker does not answer).",
         labels=["queue"],
     )
-    for state in queue_states_observe(now=now):
+    oldest = GaugeMetricFamily(
+        "smsgw_queue_oldest_age_seconds",
+        "How long the oldest ready message of each routed broker queue has waited since it was published (0 "
+        "when empty). Redis and the embedded broker only: RabbitMQ does not show a queue's head "
+        "(smsgw.runtime.broker).",
+        labels=["queue"],
+    )
+    processes = GaugeMetricFamily(
+        "smsgw_worker_processes",
+        "Pool processes of the live worker nodes consuming each routed queue (a node consuming several "
+        "queues counts its whole pool for each).",
+        labels=["queue"],
+    )
+    busy = GaugeMetricFamily(
+        "smsgw_worker_busy_processes",
+        "Of those, how many were running a task at their node's last heartbeat (one sample every "
+        "SMSGW_QUEUE_CONSUMER_HEARTBEAT_SECONDS); busy / processes is the utilisation.",
+        labels=["queue"],
+    )
+    states = queue_states_observe(now=now)
+    for state in states:
         consumers.add_metric([state.name], state.consumers)
+        processes.add_metric([state.name], state.processes)
+        busy.add_metric([state.name], state.busy)
         if state.ready is not None:
             ready.add_metric([state.name], state.ready)
         if state.unconsumed_seconds is not None:
             unconsumed.add_metric([state.name], state.unconsumed_seconds)
+    for name, age in broker.queue_oldest_ages([s.name for s in states], now=now.timestamp()).items():
+        if age is not None:
+            oldest.add_metric([name], age)
     yield ready
     yield consumers
     yield unconsumed
+    yield oldest
+    yield processes
+    yield busy

@@ -37,6 +37,9 @@ MIDDLEWARE = [
     # Provider callbacks (/receipts/, /inbound/) leave here for a chain of only the entries below they use
     # (smsgw.http.callback_chain): none of the sessions, CSRF, auth, messages, axes or whitenoise.
     "smsgw.http.callback_chain.CallbackChainMiddleware",
+    # Rate and latency by route, method and status class (smsgw.http.request_metrics), in both chains:
+    # outside every entry below, so every early refusal is timed too.
+    "smsgw.http.request_metrics.RequestMetricsMiddleware",
     # A Request-Id on every answer and in every log line of the request (smsgw.http.request_id): outside
     # every other entry (in both chains), so that their answers carry it too.
     "smsgw.http.request_id.RequestIdMiddleware",

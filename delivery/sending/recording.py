@@ -246,7 +246,7 @@ def _metrics_record(
     duplicate task that lost changed nothing and counts nothing)."""
     events.provider_answers(adapter.name, results)
     won = {mid for group, ids in moved.items() if group.to_status == Status.SENT for mid in ids}
-    events.messages_sent([r for r in rows if r["id"] in won], now)
+    events.messages_sent([r for r in rows if r["id"] in won], now, provider=adapter.name)
     retries: dict[str, int] = defaultdict(int)
     dead: dict[str, int] = defaultdict(int)
     for group, ids in moved.items():

@@ -50,9 +50,10 @@ from delivery.sending.recording import outcomes_apply
 from scheduling.campaigns import gate as campaign_gate
 from scheduling.lifecycle import transitions
 from scheduling.lifecycle.reasons import ReasonCode
-from scheduling.models import Status
+from scheduling.models import Message, Status
 from smsgw import stages, tracing
 from smsgw.models import Tenant
+from smsgw.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,11 @@ def send_batch(
     slot_of: dict[int, float] = {}
     if not_before and len(not_before) == len(message_ids):
         slot_of = dict(zip(message_ids, not_before, strict=True))
-    claimed = _claim(message_ids, adapter, now, report)
+    try:
+        claimed = _claim(message_ids, adapter, now, report)
+    except Exception as exc:  # the database refused (the task's retry policy decides what follows)
+        events.claim_failed("send", exc)
+        raise
     report.claimed = len(claimed.rows)
     tracing.current_links_add(r["trace_context"] for r in claimed.rows)  # each message's own trace
     tracing.current_attribute("smsgw.claimed", report.claimed)
@@ -166,6 +171,7 @@ def _claim(message_ids: list[int], adapter: ProviderAdapter, now: datetime, repo
     circuit_open = circuit.circuit_state(adapter.name, adapter.account).is_open
     host_open = host_circuit.host_state(adapter.name, adapter.account).is_open
     probes: dict[int, holds_service.OpenHold] = {}
+    cancelled = 0
     with transaction.atomic():
         message_ids = _screen(message_ids, now, report)
         if open_holds or circuit_open or host_open:
@@ -184,11 +190,22 @@ def _claim(message_ids: list[int], adapter: ProviderAdapter, now: datetime, repo
             message_ids, probes = admission.allowed, admission.probes
         rows = _claim_rows(message_ids, adapter, probes, now)
         if len(rows) < len(message_ids):
-            halted_skipped(set(message_ids) - {r["id"] for r in rows}, now)
+            skipped = set(message_ids) - {r["id"] for r in rows}
+            halted_skipped(skipped, now)
+            cancelled = _cancelled_count(skipped)
         validity = {r["id"]: validity_period(r["expires_at"], now, adapter) for r in rows}
         # Committed with the claim, before any provider call: a crash from here on leaves evidence.
         attempts = attempts_start(rows, provider=adapter.name, started_at=now, validity=validity)
+    if cancelled:  # committed
+        events.cancel_race("send_found_cancelled", cancelled)
     return _Claimed(rows, attempts, validity, probes)
+
+
+def _cancelled_count(skipped: set[int]) -> int:
+    """Of the messages the claim left, those cancelled since they were queued (by their tenant, an operator
+    or their campaign's cancel): cancellation races the cancel won. One primary-key read, and only for a
+    batch the claim did not take whole (a duplicate task's rows are past `queued`, not cancelled)."""
+    return Message.objects.filter(pk__in=skipped, status=Status.CANCELLED).count()
 
 
 def _screen(message_ids: list[int], now: datetime, report: BatchReport) -> list[int]:

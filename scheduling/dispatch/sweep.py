@@ -151,7 +151,11 @@ def sweep_for(seconds: float, *, idle_sleep: float = 0.05) -> list[SweepReport]:
     deadline = time.monotonic() + seconds
     reports = []
     while True:
-        report = sweep_once()
+        try:
+            report = sweep_once()
+        except Exception as exc:  # the pass rolled back; the next beat tick starts another
+            events.claim_failed("sweep", exc)
+            raise
         events.sweep_pass(report)
         events.heartbeat("sweep")
         if report.total:

@@ -348,6 +348,10 @@ def message_cancel(*, tenant: Tenant, public_id: str, actor: str) -> Message:
         if result.status == Status.CANCELLED:
             transitions.event_record(message.pk, kind="cancel_repeated", actor=actor, status=result.status)
         else:
+            if message.status in (Status.SCHEDULED, Status.QUEUED) or result.status == Status.SENDING:
+                # A race the send won (SPEC section 4): the message was cancellable when this request read
+                # it, or a send task holds it right now. A cancel of a message sent long ago is no race.
+                events.cancel_race("cancel_lost")
             transitions.event_record(
                 message.pk,
                 kind="cancel_rejected",

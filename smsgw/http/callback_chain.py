@@ -23,11 +23,13 @@ from django.http import HttpRequest, HttpResponse
 
 CALLBACK_PREFIXES = ("/receipts/", "/inbound/")
 
-# What a provider's callback still goes through, in settings.MIDDLEWARE's order: the Request-Id, the JSON
+# What a provider's callback still goes through, in settings.MIDDLEWARE's order: its rate and latency, the
+# Request-Id, the JSON
 # error boundary (and its early refusal of bad input), the HTTPS redirect and HSTS, CommonMiddleware
 # (Content-Length, DISALLOWED_USER_AGENTS, the missing slash) and the log context.
 CALLBACK_MIDDLEWARE = frozenset(
     {
+        "smsgw.http.request_metrics.RequestMetricsMiddleware",
         "smsgw.http.request_id.RequestIdMiddleware",
         "smsgw.http.boundary.ApiBoundaryMiddleware",
         "django.middleware.security.SecurityMiddleware",

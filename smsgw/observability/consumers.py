@@ -17,6 +17,10 @@ warm or cold shutdown the worker's rows are marked stopped (after its task consu
 Consumer step is always the last to start and the first to stop); a worker killed outright is noticed
 when its rows go stale. A worker that consumes but is slow or stuck still counts: that is a backlog, which
 the lateness figures (due age, receipts lag, webhook outbox age) and their alerts report.
+
+Each beat also records the worker's pool: its processes and how many run a task at that instant (worker
+utilisation, ``smsgw_worker_busy_processes`` / ``smsgw_worker_processes``). One sample per beat: averaged
+over a few minutes of scrapes, it estimates the busy share without a figure per task.
 """
 
 from __future__ import annotations
@@ -43,6 +47,20 @@ def consumed_queues(worker) -> list[str]:
     if tasks is None:
         return []
     return sorted(q.name for q in tasks.queues if tasks.consuming_from(q.name))
+
+
+def pool_usage(worker) -> tuple[int, int]:
+    """``worker``'s pool processes (threads, for a threads pool) and how many run a task right now: the
+    tasks the pool has accepted (celery.worker.state.active_requests, kept by this main process)."""
+    from celery.worker import state as worker_state
+
+    pool = getattr(worker, "pool", None)
+    try:
+        processes = int(getattr(pool, "num_processes", None) or getattr(pool, "limit", None) or 0)
+    except (AttributeError, TypeError, ValueError):  # a prefork pool not started yet, or stopping
+        processes = 0
+    processes = processes or int(getattr(worker, "concurrency", 0) or 0)
+    return processes, min(len(worker_state.active_requests), processes)
 
 
 class QueueConsumerHeartbeat(bootsteps.StartStopStep):
@@ -95,7 +113,8 @@ class QueueConsumerHeartbeat(bootsteps.StartStopStep):
         from smsgw.observability.queues import queue_consumers_prune, queue_consumers_record
 
         try:
-            queue_consumers_record(hostname=worker.hostname, queues=queues)
+            processes, busy = pool_usage(worker)
+            queue_consumers_record(hostname=worker.hostname, queues=queues, processes=processes, busy=busy)
             if prune:
                 queue_consumers_prune()
             return True

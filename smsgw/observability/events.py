@@ -14,8 +14,10 @@ Recording never raises into the code that sends: a metrics failure costs a figur
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Container
 from datetime import datetime
 
 from prometheus_client import Counter, Histogram
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 # Seconds: sub-second for a healthy gateway, up to an hour for a backlog or an outage.
 LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 PROVIDER_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, float("inf"))
+# Seconds an API request takes, from the first middleware in to the answer out.
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 SWEEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float("inf"))
 
 SWEEP_SECONDS = Histogram(
@@ -39,6 +43,26 @@ SCHEDULE_LAG = Histogram(
     buckets=LAG_BUCKETS,
 )
 SENT = Counter("smsgw_messages_sent", "Messages accepted by the provider, by priority class.", ["priority"])
+SEGMENTS_SENT = Counter(
+    "smsgw_segments_sent",
+    "Segments (the provider's unit of work and of price) of the messages the provider accepted, by provider.",
+    ["provider"],
+)
+DELIVERED = Counter(
+    "smsgw_messages_delivered", "Messages a provider receipt moved to delivered, by provider.", ["provider"]
+)
+UNDELIVERED = Counter(
+    "smsgw_messages_undelivered",
+    "Messages a provider receipt moved to undelivered, by provider.",
+    ["provider"],
+)
+DUE_TO_DELIVERED = Histogram(
+    "smsgw_due_to_delivered_seconds",
+    "delivered_at (the carrier's time when trusted, else the receipt's arrival) - due_at of each message a "
+    "receipt moved to delivered, by provider.",
+    ["provider"],
+    buckets=LAG_BUCKETS,
+)
 PROVIDER_SECONDS = Histogram(
     "smsgw_provider_request_duration_seconds",
     "Duration of one provider submit request.",
@@ -80,6 +104,37 @@ BROKER_DISCARDED = Counter(
     "transport could not read them: smsgw.runtime.transports), unknown_task, undecodable, invalid "
     "(Celery could not run them: smsgw.worker).",
     ["queue", "reason"],
+)
+
+# Every HTTP request the web answers (the tenant API, the Twilio-compatible API, provider callbacks, the
+# admin, health). The route is the URL pattern (``v1/messages/<str:public_id>``), never the path: the label
+# set is bounded by the URL configuration, whatever clients send (smsgw.http.request_metrics).
+HTTP_SECONDS = Histogram(
+    "smsgw_http_request_duration_seconds",
+    "Duration of HTTP requests by route (the URL pattern; admin/ for the whole admin, unmatched for a "
+    "path no pattern matches), method and status class (2xx, 4xx, ...). Its _count is the request rate.",
+    ["route", "method", "status_class"],
+    buckets=HTTP_BUCKETS,
+)
+CALLBACKS = Counter(
+    "smsgw_callbacks_received",
+    "Provider callbacks received (kind receipt: status callbacks, inbound: incoming messages), by provider "
+    "and outcome: stored, duplicate (a receipt already stored), refused (signature, timestamp or replay: "
+    "403), invalid (other 4xx), unavailable (503: neither the database nor the spool took it), error.",
+    ["kind", "provider", "outcome"],
+)
+CANCEL_RACES = Counter(
+    "smsgw_cancellation_races",
+    "Cancellation races (SPEC section 4: exactly one side wins), by side: cancel_lost (a cancel request "
+    "refused because a send had claimed the message), send_found_cancelled (a send task whose message "
+    "was cancelled after it was queued: the claim took nothing).",
+    ["side"],
+)
+CLAIM_FAILURES = Counter(
+    "smsgw_claim_failures",
+    "Claims that raised instead of taking their batch (the sweep's pass, the send worker's claim), by stage "
+    "and exception class. The task is retried by its next tick; a steady rate means the database refuses.",
+    ["stage", "error"],
 )
 
 CALLBACKS_KEY_UNKNOWN = Counter(
@@ -142,10 +197,11 @@ def provider_answers(provider: str, results) -> None:
 
 
 @_safe
-def messages_sent(rows, now: datetime) -> None:
+def messages_sent(rows, now: datetime, *, provider: str = "unknown") -> None:
     for row in rows:
         priority = str(row.get("priority") or "unknown")
         SENT.labels(priority).inc()
+        SEGMENTS_SENT.labels(provider).inc(int(row.get("segments") or 1))
         if row.get("due_at") is not None:
             SCHEDULE_LAG.labels(priority).observe(max(0.0, (now - row["due_at"]).total_seconds()))
 
@@ -156,6 +212,75 @@ def send_moves(counts: dict[str, int], dead: dict[str, int]) -> None:
         RETRIES.labels(reason).inc(n)
     for reason, n in dead.items():
         DEAD_LETTERS.labels(reason).inc(n)
+
+
+@_safe
+def receipts_final(finals) -> None:
+    """``finals``: (provider, status, due_at, delivered_at) of each message a receipt moved to a final
+    delivery status (delivered, undelivered), after the move committed."""
+    for provider, status, due_at, stamped_at in finals:
+        if status == "delivered":
+            DELIVERED.labels(provider).inc()
+            if due_at is not None and stamped_at is not None:
+                DUE_TO_DELIVERED.labels(provider).observe(max(0.0, (stamped_at - due_at).total_seconds()))
+        elif status == "undelivered":
+            UNDELIVERED.labels(provider).inc()
+
+
+@_safe
+def http_request(route: str, method: str, status: int, seconds: float) -> None:
+    HTTP_SECONDS.labels(route, method, f"{status // 100}xx").observe(max(0.0, seconds))
+
+
+def callback_outcome(kind: str, status: int) -> str:
+    """A callback view's answer, in the words of smsgw_callbacks_received's ``outcome``."""
+    if status == 200 and kind == "receipt":
+        return "duplicate"  # the receipt view answers 201 stored, 200 already stored
+    if 200 <= status < 300:
+        return "stored"
+    if status == 403:
+        return "refused"
+    if 400 <= status < 500:
+        return "invalid"
+    return "unavailable" if status == 503 else "error"
+
+
+@_safe
+def callback_received(kind: str, provider: str, status: int) -> None:
+    CALLBACKS.labels(kind, provider, callback_outcome(kind, status)).inc()
+
+
+def callbacks_counted(kind: str, *, providers: Container[str]):
+    """A provider callback view (``view(request, provider)``) whose every answer is counted in
+    smsgw_callbacks_received. A provider name not in ``providers`` counts as ``unknown``: the URL's
+    segment is the client's word, and must not grow the label set."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def counted(request, provider: str, *args, **kwargs):
+            name = provider if provider in providers else "unknown"
+            try:
+                response = view(request, provider, *args, **kwargs)
+            except Exception:
+                callback_received(kind, name, 500)
+                raise
+            callback_received(kind, name, response.status_code)
+            return response
+
+        return counted
+
+    return decorate
+
+
+@_safe
+def cancel_race(side: str, n: int = 1) -> None:
+    CANCEL_RACES.labels(side).inc(n)
+
+
+@_safe
+def claim_failed(stage: str, exc: BaseException) -> None:
+    # Exception classes are a set the code bounds (OperationalError, InterfaceError, ...).
+    CLAIM_FAILURES.labels(stage, type(exc).__name__[:40]).inc()
 
 
 @_safe

@@ -23,6 +23,10 @@ class QueueConsumer(models.Model):
     queue = models.CharField(max_length=255)
     seen_at = models.DateTimeField()
     stopped = models.BooleanField(default=False)
+    # The worker node's pool at its last beat: its processes (threads, for a threads pool), and how many of
+    # them were running a task of any queue it consumes (worker utilisation, /metrics).
+    processes = models.PositiveIntegerField(default=0)
+    busy = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["hostname", "queue"], name="queue_consumer_node")]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -51,19 +51,35 @@ class QueueState:
     ready: int | None  # messages ready in the broker; None when the broker did not answer
     consumers: int  # worker nodes consuming it now
     unconsumed_seconds: float | None  # how long it has had ready messages and no consumer; None: unknown
+    processes: int = 0  # the pool processes of those nodes (a node consuming several queues counts for each)
+    busy: int = 0  # how many of them were running a task at their node's last beat
 
 
-def queue_consumers_record(*, hostname: str, queues: Iterable[str], now: datetime | None = None) -> None:
-    """Worker node ``hostname`` consumes ``queues`` now; any other queue it consumed before, it stopped."""
+def queue_consumers_record(
+    *,
+    hostname: str,
+    queues: Iterable[str],
+    now: datetime | None = None,
+    processes: int = 0,
+    busy: int = 0,
+) -> None:
+    """Worker node ``hostname`` consumes ``queues`` now, with a pool of ``processes`` of which ``busy`` run a
+    task; any other queue it consumed before, it stopped."""
     now = now or timezone.now()
     names = sorted(set(queues))
+    busy = max(0, min(busy, processes))
     with transaction.atomic():
         if names:
             QueueConsumer.objects.bulk_create(
-                [QueueConsumer(hostname=hostname, queue=q, seen_at=now, stopped=False) for q in names],
+                [
+                    QueueConsumer(
+                        hostname=hostname, queue=q, seen_at=now, stopped=False, processes=processes, busy=busy
+                    )
+                    for q in names
+                ],
                 update_conflicts=True,
                 unique_fields=["hostname", "queue"],
-                update_fields=["seen_at", "stopped"],
+                update_fields=["seen_at", "stopped", "processes", "busy"],
             )
         QueueConsumer.objects.filter(hostname=hostname, stopped=False).exclude(queue__in=names).update(
             stopped=True, seen_at=now
@@ -81,15 +97,27 @@ def queue_consumers_prune(*, now: datetime | None = None) -> int:
     return QueueConsumer.objects.filter(seen_at__lt=cutoff).delete()[0]
 
 
-def _consumers(names: list[str], now: datetime) -> tuple[Counter, dict[str, datetime]]:
-    """Live consumers per queue, and when each queue was last known consumed (live or not)."""
+@dataclass
+class _Live:
+    consumers: Counter = field(default_factory=Counter)
+    processes: Counter = field(default_factory=Counter)
+    busy: Counter = field(default_factory=Counter)
+
+
+def _consumers(names: list[str], now: datetime) -> tuple[_Live, dict[str, datetime]]:
+    """Live consumers per queue (and their pools), and when each queue was last known consumed (live or
+    not)."""
     fresh_after = now - timedelta(seconds=settings.QUEUE_CONSUMER_STALE_SECONDS)
-    live: Counter = Counter()
+    live = _Live()
     last_seen: dict[str, datetime] = {}
-    rows = QueueConsumer.objects.filter(queue__in=names).values_list("queue", "seen_at", "stopped")
-    for queue, seen_at, stopped in rows:
+    rows = QueueConsumer.objects.filter(queue__in=names).values_list(
+        "queue", "seen_at", "stopped", "processes", "busy"
+    )
+    for queue, seen_at, stopped, processes, busy in rows:
         if not stopped and seen_at >= fresh_after:
-            live[queue] += 1
+            live.consumers[queue] += 1
+            live.processes[queue] += processes
+            live.busy[queue] += busy
         if queue not in last_seen or seen_at > last_seen[queue]:
             last_seen[queue] = seen_at
     return live, last_seen
@@ -116,7 +144,7 @@ def queue_states_observe(
         seconds: float | None = 0.0
         if ready is None:
             seconds = None
-        elif ready == 0 or live[name]:
+        elif ready == 0 or live.consumers[name]:
             if name in marks:
                 clear.append(name)
         else:
@@ -124,7 +152,9 @@ def queue_states_observe(
                 start.append(name)
             since = max(marks.get(name, now), last_seen.get(name, now - CONSUMER_ROWS_KEPT))
             seconds = max(0.0, (now - since).total_seconds())
-        states.append(QueueState(name, ready, live[name], seconds))
+        states.append(
+            QueueState(name, ready, live.consumers[name], seconds, live.processes[name], live.busy[name])
+        )
     if start:
         # Several web processes may see it first at once: the first insert wins, the others keep it.
         UnconsumedQueue.objects.bulk_create(

@@ -5,7 +5,9 @@ Each line carries only these fields: time, level, logger, message, exc_info/stac
 process, and the context where it exists: ``request_id`` (the web request being answered, the
 ``Request-Id`` header of its response: smsgw.http.request_id), ``task_id`` and ``task_name`` (the Celery
 task running), ``tenant`` (the tenant slug of the API key that authenticated the request), ``message_id``
-/ ``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``),
+/ ``message_ids`` (public ids, passed by the code that logs about a message with ``extra=``), ``campaign``
+and ``actor`` (a campaign's public id and who paused, resumed or cancelled it, passed with ``extra=`` by
+scheduling.campaigns.control: only from the record, never from the context),
 ``trace_id`` and ``span_id`` (the current span's, when tracing is on: smsgw.tracing; or a message's,
 passed likewise). Anything else a library attaches to a record (Django's ``request`` object with its
 query string, ``extra`` dicts) is left out: a field not listed here could carry a number or a body. The
@@ -27,6 +29,8 @@ from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 from smsgw.runtime.logs import redact
 
 CONTEXT_FIELDS = ("task_id", "task_name", "tenant", "message_id", "message_ids", "trace_id")
+# Passed by the code that logs with ``extra=`` only (no context sets them): an operator's act on a campaign.
+RECORD_FIELDS = ("campaign", "actor")
 FIELDS = frozenset(
     {
         "time",
@@ -39,6 +43,7 @@ FIELDS = frozenset(
         "request_id",
         "span_id",
         *CONTEXT_FIELDS,
+        *RECORD_FIELDS,
     }
 )
 MAX_IDS = 20  # a batch's ids are listed up to this many
@@ -112,6 +117,10 @@ class JsonFormatter(_JsonFormatter):
             value = getattr(record, key, None) or context.get(key)
             if value:
                 log_data[key] = value
+        for key in RECORD_FIELDS:
+            value = getattr(record, key, None)
+            if value:
+                log_data[key] = redact(str(value))
         if _request_id.get():  # checked for its character set when set: nothing to redact
             log_data["request_id"] = _request_id.get()
         trace_id, span_id = trace_ids()

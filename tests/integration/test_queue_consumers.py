@@ -1,7 +1,8 @@
 """A routed queue with work waiting and no worker, on the real broker with real worker processes: a
 campaign posted while no ``campaigns`` worker runs stays ``creating``, and /readyz and /metrics name the
 queue; a real ``celery worker -Q campaigns`` records itself as its consumer, makes the campaign, and the
-report clears; its warm shutdown removes it at once, a kill -9 once its heartbeats go stale."""
+report clears (with the job's age in the queue, and the worker's pool); its warm shutdown removes it at
+once, a kill -9 once its heartbeats go stale."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def test_a_campaign_queue_without_a_worker_is_reported_until_a_real_worker_consu
     samples = scrape(client)
     assert value(samples, "smsgw_queue_unconsumed_seconds", queue=CAMPAIGNS) >= 61
     assert value(samples, "smsgw_queue_ready_messages", queue=CAMPAIGNS) == 1
+    assert value(samples, "smsgw_queue_oldest_age_seconds", queue=CAMPAIGNS) > 0, "the job's publish time"
 
     worker = pipeline.worker("campaigns", queues=CAMPAIGNS, concurrency=1)
     consumed = wait_for(
@@ -84,6 +86,9 @@ def test_a_campaign_queue_without_a_worker_is_reported_until_a_real_worker_consu
     samples = scrape(client)
     assert value(samples, "smsgw_queue_consumers", queue=CAMPAIGNS) == 1
     assert value(samples, "smsgw_queue_unconsumed_seconds", queue=CAMPAIGNS) == 0
+    assert value(samples, "smsgw_queue_oldest_age_seconds", queue=CAMPAIGNS) == 0, "empty again"
+    assert value(samples, "smsgw_worker_processes", queue=CAMPAIGNS) == 1, "its pool: concurrency 1"
+    assert value(samples, "smsgw_worker_busy_processes", queue=CAMPAIGNS) in (0, 1)
     assert value(samples, "smsgw_queue_consumers", queue="sweep") == 0
 
     worker.stop()  # SIGTERM to its group: a warm shutdown says goodbye before the process ends

@@ -4,12 +4,16 @@ heartbeats) runs in real worker processes in tests/integration/test_queue_consum
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+from celery.worker import state as worker_state
 from django.utils import timezone
 
 from config.celery import app
+from smsgw.observability.consumers import pool_usage
 from smsgw.observability.models import QueueConsumer, UnconsumedQueue
 from smsgw.observability.queues import (
     queue_consumers_prune,
@@ -17,6 +21,7 @@ from smsgw.observability.queues import (
     queue_consumers_stop,
     queue_states_observe,
 )
+from smsgw.runtime import broker
 from smsgw.runtime.queues import CAMPAIGNS, ROUTED_QUEUES
 from tests.metrics import TOKEN, scrape, value
 
@@ -138,3 +143,54 @@ def test_a_broker_that_does_not_answer_leaves_the_depths_unknown_and_records_not
     assert ("smsgw_queue_unconsumed_seconds", (("queue", CAMPAIGNS),)) not in samples
     assert value(samples, "smsgw_queue_consumers", queue=CAMPAIGNS) == 1, "consumers come from the database"
     assert body["queues"] == {"error": "broker", "unconsumed": []}
+
+
+@pytest.mark.sqlite  # the embedded filesystem broker too: its queue's head is the first file
+def test_the_oldest_task_of_a_queue_is_aged_from_its_publish_time(client, settings):
+    settings.METRICS_TOKEN = TOKEN
+    assert value(scrape(client), "smsgw_queue_oldest_age_seconds", queue=CAMPAIGNS) == 0, "empty"
+    _publish_to_campaigns()
+    between = time.time()
+    _publish_to_campaigns()  # a newer one behind it
+    # Read 100 s after the instant between the two: the head (the first) has waited longer than that.
+    age = broker.queue_oldest_ages([CAMPAIGNS, "sweep"], now=between + 100)
+    assert 100 < age[CAMPAIGNS] < 160 and age["sweep"] == 0, age
+    scraped = value(scrape(client), "smsgw_queue_oldest_age_seconds", queue=CAMPAIGNS)
+    assert 0 < scraped < 60
+
+
+def test_a_broker_that_cannot_show_its_queue_head_reports_no_age(monkeypatch):
+    _publish_to_campaigns()
+    old = app.conf.broker_write_url
+    app.conf.broker_write_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    try:
+        assert broker.queue_oldest_ages([CAMPAIGNS]) == {CAMPAIGNS: None}
+    finally:
+        app.conf.broker_write_url = old
+
+
+def test_worker_utilisation_sums_the_pools_of_the_live_consumers(client, settings):
+    settings.METRICS_TOKEN = TOKEN
+    now = timezone.now()
+    queue_consumers_record(hostname="a@h1", queues=["send.bulk", "send.transactional"], processes=4, busy=3)
+    queue_consumers_record(hostname="b@h2", queues=["send.bulk"], processes=8, busy=2)
+    queue_consumers_record(  # died an hour ago: not counted
+        hostname="dead@h3", queues=["send.bulk"], processes=8, busy=8, now=now - timedelta(hours=1)
+    )
+    samples = scrape(client)
+    assert value(samples, "smsgw_worker_processes", queue="send.bulk") == 12
+    assert value(samples, "smsgw_worker_busy_processes", queue="send.bulk") == 5
+    assert value(samples, "smsgw_worker_processes", queue="send.transactional") == 4
+    assert value(samples, "smsgw_worker_busy_processes", queue="send.transactional") == 3
+    assert value(samples, "smsgw_worker_processes", queue="campaigns") == 0
+
+
+def test_a_workers_pool_usage_is_its_processes_and_the_tasks_they_run(monkeypatch):
+    prefork = SimpleNamespace(pool=SimpleNamespace(num_processes=4), concurrency=4)
+    monkeypatch.setattr(worker_state, "active_requests", {object(), object()})
+    assert pool_usage(prefork) == (4, 2)
+    threads = SimpleNamespace(pool=SimpleNamespace(limit=8), concurrency=8)
+    assert pool_usage(threads) == (8, 2)
+    not_started = SimpleNamespace(pool=None, concurrency=2)
+    monkeypatch.setattr(worker_state, "active_requests", {object(), object(), object()})
+    assert pool_usage(not_started) == (2, 2), "never more busy than processes"

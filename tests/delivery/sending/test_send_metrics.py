@@ -5,10 +5,12 @@ codes, retries and dead letters. Counters are process-wide and cumulative: each 
 from __future__ import annotations
 
 import pytest
+from django.db import OperationalError
 
 from delivery.sending import worker as sending
 from scheduling.lifecycle import transitions
-from scheduling.models import Status
+from scheduling.messages import service as services
+from scheduling.models import Message, Status
 from tests.factories import message, recipient, tenant_with_key
 from tests.metrics import TOKEN, scrape, value
 
@@ -81,3 +83,49 @@ def test_a_duplicate_batch_that_loses_its_compare_and_set_counts_nothing(adapter
     assert value(after, "smsgw_messages_sent_total", priority="transactional") == value(
         before, "smsgw_messages_sent_total", priority="transactional"
     )
+
+
+def test_segments_sent_count_by_provider(adapter, sandbox, tenant, client):
+    long_one, short_one = queued(tenant, recipient(31)), queued(tenant, recipient(32))
+    Message.objects.filter(pk=long_one.pk).update(segments=3)  # a long message: three parts, three prices
+    before = scrape(client)
+    sending.send_batch([long_one.pk, short_one.pk])
+    after = scrape(client)
+    got = value(after, "smsgw_segments_sent_total", provider="twilio")
+    assert got - value(before, "smsgw_segments_sent_total", provider="twilio") == 4
+
+
+def test_a_send_that_finds_its_message_cancelled_counts_a_cancellation_race(adapter, sandbox, tenant, client):
+    cancelled, sent = queued(tenant, recipient(41)), queued(tenant, recipient(42))
+    # The tenant cancels after the sweep queued it, before the send task claims it: the cancel wins.
+    services.message_cancel(tenant=tenant, public_id=cancelled.public_id, actor="key:t")
+    before = scrape(client)
+    report = sending.send_batch([cancelled.pk, sent.pk])
+    after = scrape(client)
+    assert report.claimed == 1
+    race = "smsgw_cancellation_races_total"
+    assert (
+        value(after, race, side="send_found_cancelled") - value(before, race, side="send_found_cancelled")
+        == 1
+    )
+    assert Message.objects.get(pk=cancelled.pk).status == Status.CANCELLED
+
+
+def test_a_send_claim_that_raises_counts_a_claim_failure(adapter, sandbox, tenant, client, monkeypatch):
+    msg = queued(tenant, recipient(43))
+
+    def refuse(*_args, **_kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(sending, "_claim_rows", refuse)
+    before = scrape(client)
+    with pytest.raises(OperationalError):
+        sending.send_batch([msg.pk])
+    after = scrape(client)
+    labels = {"stage": "send", "error": "OperationalError"}
+    assert (
+        value(after, "smsgw_claim_failures_total", **labels)
+        - value(before, "smsgw_claim_failures_total", **labels)
+        == 1
+    )
+    assert Message.objects.get(pk=msg.pk).status == Status.QUEUED  # the claim rolled back whole

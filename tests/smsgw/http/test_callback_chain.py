@@ -34,6 +34,7 @@ def test_the_callbacks_chain_is_the_full_one_less_what_callbacks_do_not_use():
     chain = callback_middleware(settings.MIDDLEWARE)
 
     assert chain == [
+        "smsgw.http.request_metrics.RequestMetricsMiddleware",
         "smsgw.http.request_id.RequestIdMiddleware",
         "smsgw.http.boundary.ApiBoundaryMiddleware",
         "django.middleware.security.SecurityMiddleware",

@@ -71,6 +71,27 @@ def test_an_api_requests_lines_name_its_tenant_and_the_next_request_does_not(jso
     assert "tenant" not in lines[-1], "the request's context ended with it"
 
 
+@pytest.mark.django_db
+def test_campaign_pause_resume_and_cancel_lines_keep_the_campaign_and_the_actor(json_lines):
+    from scheduling.campaigns import control
+    from tests.factories import campaign_with_messages, tenant_with_key
+
+    tenant = tenant_with_key("acme")[0]
+    campaign, _ = campaign_with_messages(tenant, 2)
+    for act in (control.campaign_pause, control.campaign_resume, control.campaign_cancel):
+        act(tenant=tenant, public_id=campaign.public_id, actor=f"admin:alice {NUMBER}")
+    lines = [line for line in json_lines() if line["logger"] == control.log.name]
+    assert [line["message"] for line in lines] == [
+        "campaign paused",
+        "campaign resumed",
+        "campaign cancelled",
+    ]
+    for line in lines:
+        assert line["campaign"] == campaign.public_id
+        assert line["actor"] == "admin:alice +***43"  # redacted like every field
+        assert NUMBER not in json.dumps(line)
+
+
 def test_batch_ids_are_listed_and_bounded(json_lines):
     ids = [f"msg_{i:024d}" for i in range(50)]
     logging.getLogger("smsgw.test").warning("batch", extra={"message_ids": ids})
