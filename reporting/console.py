@@ -134,7 +134,8 @@ class _Hour:
         return [None if f is None else f.get(kind, {}).get(key, 0) for f in self.flows]
 
     def lag(self, q: str) -> list[float | None]:
-        return [None if f is None else (f.get("lag") or {}).get(q, 0.0) for f in self.flows]
+        # A minute without a send has no lag: a gap on the chart, not a zero.
+        return [((f or {}).get("lag") or {}).get(q) for f in self.flows]
 
     def totals(self, kind: str) -> Counter:
         total: Counter = Counter()
@@ -179,8 +180,8 @@ def _lag_panel(hour: _Hour) -> Panel:
         Row(
             "lag_p50",
             "p50 (sent - due)",
-            last.get("p50", 0.0),
-            p50,
+            last.get("p50"),
+            p50 if n else None,
             sparkline(hour.lag("p50"), label="p50"),
             url,
             "s",
@@ -189,8 +190,8 @@ def _lag_panel(hour: _Hour) -> Panel:
         Row(
             "lag_p99",
             "p99",
-            last.get("p99", 0.0),
-            p99,
+            last.get("p99"),
+            p99 if n else None,
             sparkline(hour.lag("p99"), label="p99"),
             url,
             "s",

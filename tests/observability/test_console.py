@@ -146,6 +146,7 @@ def test_a_role_sees_only_the_figures_of_the_lists_it_may_see(known_states):
     assert {"due", "circuits_open", "holds_open", "queues_unconsumed", "webhook_outbox"} <= set(viewer)
 
 
+@pytest.mark.sqlite  # the embedded run's pass too: the upserts and the JSON columns on SQLite
 @pytest.mark.django_db
 def test_a_second_pass_in_the_minute_rewrites_and_old_rows_go():
     now = timezone.now()
