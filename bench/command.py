@@ -94,6 +94,10 @@ class Command(BaseCommand):
         p.add_argument("--messages", type=int, default=1_000_000, help="pending messages")
         p.add_argument("--terminal", type=int, default=200_000, help="delivered messages beside them")
         p.add_argument("--repeats", type=int, default=50)
+        p = sub.add_parser("console", help="render time of the console's landing page with many messages")
+        p.add_argument("--messages", type=int, default=10_000_000, help="messages in the table")
+        p.add_argument("--hour-share", type=float, default=0.01, help="share of them sent in the last hour")
+        p.add_argument("--repeats", type=int, default=30)
         p = sub.add_parser("pending", help="empty sweep cost and worker memory with many pending")
         p.add_argument("--messages", type=int, default=1_000_000)
         p.add_argument("--repeats", type=int, default=200)
@@ -521,6 +525,12 @@ class Command(BaseCommand):
 
             result = bench_metrics.scrape_cost(
                 n=opts["messages"], terminal=opts["terminal"], repeats=opts["repeats"]
+            )
+        elif scenario == "console":
+            from bench.scenarios import console as bench_console
+
+            result = bench_console.render_cost(
+                n=opts["messages"], hour_share=opts["hour_share"], repeats=opts["repeats"]
             )
         elif scenario == "campaign":
             from bench.scenarios import campaigns as bench_campaigns

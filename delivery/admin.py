@@ -227,6 +227,7 @@ class RateBucketAdmin(_ReadOnly):
 @admin.register(ProviderCircuit)
 class ProviderCircuitAdmin(_ReadOnly):
     list_display = ("provider", "account", "state", "opened_at", "next_probe_at", "probes", "last_error")
+    list_filter = ("state", "provider")  # the console's landing page links to ?state__exact=open
     actions = ("close",)
 
     @admin.action(description="Close selected circuits and release waiting messages")

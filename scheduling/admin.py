@@ -20,7 +20,15 @@ from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
-from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
+from scheduling.console.filters import (
+    DateRangeFilter,
+    DueNowFilter,
+    ErrorCodeFilter,
+    FailedWithinFilter,
+    ProviderFilter,
+    ReasonCodeFilter,
+    SentWithinFilter,
+)
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules import service as schedules
 from smsgw.domain_errors import ConflictError
@@ -137,6 +145,12 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         ReasonCodeFilter,
         "priority",
         "tenant",
+        # The console's landing page links here with these (reporting.console).
+        DueNowFilter,
+        SentWithinFilter,
+        FailedWithinFilter,
+        ProviderFilter,
+        ErrorCodeFilter,
         ("due_at", DateRangeFilter),
         ("created_at", DateRangeFilter),
     )

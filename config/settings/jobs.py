@@ -165,6 +165,10 @@ JOBS: tuple[Job, ...] = (
     # to move) never holds up the reconciler or the sweep. A run stops at its 120 s budget; the soft limit
     # leaves room for the batch in progress.
     Job("retention.run", (q.RETENTION,), 300, RETENTION_INTERVAL_SECONDS, False, "smsgw-retention"),
+    # The operator console's minute figures (reporting.minutes): this minute's state and the closed
+    # minutes' sends and failures, read over one minute's changed rows. Beside the reconciler: a few
+    # bounded queries a minute.
+    Job("reporting.console_minutes", (q.RECONCILE,), 60, 60.0, True, "smsgw-console-minutes"),
 )
 
 

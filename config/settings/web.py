@@ -10,7 +10,7 @@ from config.settings.retention import EXPORT_STORAGE
 from smsgw.config.env import env_float, env_int, env_str
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.admin_site.ConsoleAdminConfig",  # django.contrib.admin, opening on the health page
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -33,6 +33,8 @@ VIEW = {
     "smsgw": ["tenant", "tenantsender"],
     # Inbound (docs/inbound.md, "Operators"): read-only for every role; nobody edits a received message.
     "inbound": ["inboundmessage", "unroutedinbound", "inboundpart", "keywordrule"],
+    # The queues' consumers (the console's "Queues without a consumer"): read-only for every role.
+    "observability": ["queueconsumer", "unconsumedqueue"],
     "django_celery_beat": [
         "periodictask",
         "intervalschedule",

@@ -44,3 +44,18 @@ class UnconsumedQueue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} since {self.since:%Y-%m-%d %H:%M:%S}"
+
+
+class ConsoleMinute(models.Model):
+    """One minute of the operator console's landing page (reporting.minutes): ``state``, the figures as
+    they stood when that minute's pass ran (backlogs, circuits, holds, queues), and ``flows``, what
+    happened in it (messages and segments sent per provider, the send lag, failures per provider and
+    code), written once the minute closed. A periodic task writes them, so the page reads 60 rows for
+    its hour, never the message table's history."""
+
+    minute = models.DateTimeField(primary_key=True)  # its first instant, UTC
+    state = models.JSONField(null=True, blank=True)
+    flows = models.JSONField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M}"

@@ -213,3 +213,29 @@ def test_operator_replays_a_dead_letter(browser, live_server, people, tenant):
     assert dead.status == Status.QUEUED and dead.attempt_count == 0
     assert MessageEvent.objects.get(message=dead, kind="replayed").actor == "admin:operator"
     page.close()
+
+
+def test_the_landing_page_shows_health_at_a_glance(browser, live_server, people, tenant):
+    """The page an operator opens first (reporting.console): titled smsgw, its figures the database's,
+    each with a chart drawn on the server, and a figure's link leading to the list behind it."""
+    from reporting.minutes import console_minutes_record
+
+    for seconds in (120, 60):
+        message(tenant, due_in=-seconds)
+    sent = message(tenant, status=Status.SENDING)
+    at = timezone.now() - timedelta(minutes=2)
+    Message.objects.filter(pk=sent.pk).update(status=Status.SENT, sent_at=at, due_at=at, provider="sandbox")
+    console_minutes_record()
+    page = _login(browser, live_server, "viewer")
+    assert page.title() == "Health at a glance | smsgw"
+    assert page.locator("#site-name").inner_text() == "smsgw"
+    due = page.locator('tr[data-figure="due"]')
+    assert due.locator("td.now").inner_text() == str(
+        Message.objects.filter(status=Status.SCHEDULED, run_after__lte=timezone.now()).count()
+    )
+    assert page.locator('tr[data-figure="sent:sandbox"] td.hour').inner_text() == "1"
+    assert page.locator("svg.spark").count() >= 5  # drawn on the server: the page loads no script for it
+    due.locator("a").click()
+    page.wait_for_url(re.compile(r".*/admin/scheduling/message/\?due=now$"))
+    assert page.locator("#result_list tbody tr").count() == 2
+    page.close()

@@ -23,6 +23,7 @@ PROJECT_PACKAGES = (
     "smsgw.",
     "sandbox.",
     "retention.",
+    "reporting.",
 )
 
 

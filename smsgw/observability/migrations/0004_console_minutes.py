@@ -1,0 +1,18 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("observability", "0003_queue_consumers"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="ConsoleMinute",
+            fields=[
+                ("minute", models.DateTimeField(primary_key=True, serialize=False)),
+                ("state", models.JSONField(blank=True, null=True)),
+                ("flows", models.JSONField(blank=True, null=True)),
+            ],
+        ),
+    ]
