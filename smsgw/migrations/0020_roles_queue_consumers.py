@@ -13,7 +13,7 @@ def roles_update(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("smsgw", "0019_roles_inbound"),
-        ("observability", "0004_console_minutes"),
+        ("observability", "0005_console_minutes"),
     ]
 
     operations = [migrations.RunPython(roles_update, migrations.RunPython.noop)]

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("observability", "0003_queue_consumers"),
+        ("observability", "0004_queue_consumer_pool"),
     ]
 
     operations = [
