@@ -20,6 +20,7 @@ from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
+from scheduling.console import jobs as admin_jobs
 from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
 from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
 from scheduling.schedules import service as schedules
@@ -303,6 +304,8 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         return format_html_join("", "<div>{}: {}</div>", ((n, when(v)) for n, v in stamps if v)) or "-"
 
     # --- actions (the same services as the API; see scheduling.console.bulk) ---
+    # Ticked messages change in the request; "select all" (every message the filter matches, any number)
+    # starts a background job (scheduling.operator_jobs).
     @admin.action(description="Cancel selected messages", permissions=["change"])
     def cancel_messages(self, request, queryset):
         return admin_bulk.run(self, request, queryset, admin_bulk.CANCEL)
@@ -387,4 +390,4 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._each(request, queryset, schedules.schedule_cancel, "cancelled", live)
 
 
-__all__ = ["MessageAdmin", "ScheduleAdmin", "admin_campaigns", "when"]
+__all__ = ["MessageAdmin", "ScheduleAdmin", "admin_campaigns", "admin_jobs", "when"]

@@ -1,0 +1,2 @@
+"""What operators do in the console beyond one page: bulk cancel, reschedule and replay over any admin
+filter, run in the background (docs/admin.md, "Bulk jobs")."""
