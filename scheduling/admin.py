@@ -22,7 +22,8 @@ from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
 from scheduling.console import jobs as admin_jobs
 from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
-from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.models import Message, MessageEvent, MessageView, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.operator_jobs import audit as view_audit
 from scheduling.schedules import service as schedules
 from smsgw.domain_errors import ConflictError
 from smsgw.values.phone import mask, search_forms
@@ -254,7 +255,11 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
             "show_save_and_add_another": False,
             "show_delete": False,
         }
-        return super().change_view(request, object_id, form_url, extra_context)
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if response.status_code == 200 and str(object_id).isdigit():
+            # The page shows the full number and body: who opened it, and when, is kept (Who looked).
+            view_audit.message_viewed(user=request.user, message_pk=int(object_id))
+        return response
 
     # --- columns ---
     @admin.display(description="recipient", ordering="to")
@@ -317,6 +322,37 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     @admin.action(description="Replay selected failed messages (dead letter)", permissions=["change"])
     def replay_messages(self, request, queryset):
         return admin_bulk.run(self, request, queryset, admin_bulk.REPLAY)
+
+
+@admin.register(MessageView)
+class MessageViewAdmin(admin.ModelAdmin):
+    """Who opened which message's page, and when: read-only, seen by the ``admin`` role only."""
+
+    list_display = ("viewed", "username", "message", "tenant_id")
+    search_fields = ("=message_public_id", "=username")
+    search_help_text = "Message id (msg_…) or username"
+    ordering = ("-id",)
+    show_full_result_count = False
+    list_per_page = 100
+    fields = ("viewed", "username", "message", "tenant_id")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="viewed (UTC)", ordering="viewed_at")
+    def viewed(self, obj):
+        return when(obj.viewed_at)
+
+    @admin.display(description="message", ordering="message_public_id")
+    def message(self, obj):
+        return obj.message_public_id
 
 
 class ScheduleVersionInline(HistoryInline):
@@ -390,4 +426,4 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._each(request, queryset, schedules.schedule_cancel, "cancelled", live)
 
 
-__all__ = ["MessageAdmin", "ScheduleAdmin", "admin_campaigns", "admin_jobs", "when"]
+__all__ = ["MessageAdmin", "MessageViewAdmin", "ScheduleAdmin", "admin_campaigns", "admin_jobs", "when"]

@@ -1,6 +1,6 @@
 """An operator job: one bulk cancel, reschedule or replay over a filter of the message list, run by a
-worker in chunks (scheduling.operator_jobs.runner). Models of the ``scheduling`` app (its migrations),
-re-exported by ``scheduling.models``."""
+worker in chunks (scheduling.operator_jobs.runner); and the record of who opened a message's page.
+Models of the ``scheduling`` app (its migrations), re-exported by ``scheduling.models``."""
 
 from __future__ import annotations
 
@@ -64,3 +64,27 @@ class OperatorJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} job {self.pk}"
+
+
+class MessageView(models.Model):
+    """Someone opened a message's page in the admin (its full number and body): who, when, which
+    message. Read by the ``admin`` role (docs/admin.md, "Who looked"). No foreign key to the message: the
+    record outlives the message's move to history or its erasure."""
+
+    user = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    username = models.CharField(max_length=150)  # kept when the account is deleted
+    message_public_id = models.CharField(max_length=32)
+    tenant_id = models.BigIntegerField(null=True)
+    viewed_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "scheduling"
+        indexes = [
+            models.Index(fields=["message_public_id", "-id"], name="msgview_message"),
+            models.Index(fields=["username", "-id"], name="msgview_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} viewed {self.message_public_id}"

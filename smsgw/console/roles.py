@@ -68,6 +68,8 @@ OPERATE = {
     "receipts": {"webhookdelivery": ["change"]},
 }
 MANAGE = {
+    # Who opened which message's page (scheduling.operator_jobs.audit): the admin role reads it.
+    "scheduling": {"messageview": ["view"]},
     "smsgw": {
         "tenant": ["add", "change"],
         "apikey": ["view", "add", "change"],
