@@ -1,8 +1,9 @@
 """The operator console for messages and schedules.
 
 Nothing here writes a message itself: the actions call the services the tenant API calls (see
-scheduling.console.bulk), and every field is read-only. Messages and their timeline are never added or
-deleted from the admin: a deleted message would answer the tenant 404 and never send its webhook.
+scheduling.console.bulk), "Create a message" calls the API's create (scheduling.console.create), and
+every field is read-only. Messages and their timeline are never deleted from the admin: a deleted
+message would answer the tenant 404 and never send its webhook.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Q
 from django.http import HttpResponseNotAllowed
+from django.urls import path
 from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
+from scheduling.console import create as admin_create
 from scheduling.console import jobs as admin_jobs
 from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
 from scheduling.models import Message, MessageEvent, MessageView, Schedule, ScheduleStatus, ScheduleVersion
@@ -232,6 +235,21 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_urls(self):
+        own = [
+            path(
+                "create/",
+                self.admin_site.admin_view(lambda request: admin_create.create_view(self, request)),
+                name="scheduling_message_create",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        # "Create a message" (scheduling.console.create): the operators', through the API's create.
+        extra_context = {**(extra_context or {}), "can_create_message": self.has_change_permission(request)}
+        return super().changelist_view(request, extra_context)
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         # A save would write the whole row as read, over whatever the sweep or a worker changed since:
