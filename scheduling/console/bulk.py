@@ -90,7 +90,7 @@ class Operation:
     done: str  # "Cancelled"
     eligible: frozenset[str]  # statuses the service accepts
     apply: Callable[[Message, str, dict], object]  # (message, actor, data) -> raises a DomainError
-    kind: str = ""  # its background job's kind (OperatorJobKind)
+    job_kind: str = ""  # its background job's kind (OperatorJobKind)
     # Selected messages already where the action would take them: counted, not touched.
     already: frozenset[str] = field(default_factory=frozenset)
     form: type[RescheduleForm] | None = None
@@ -116,7 +116,7 @@ CANCEL = Operation(
     "Cancelled",
     frozenset({Status.SCHEDULED, Status.QUEUED}),
     _cancel,
-    kind="cancel",
+    job_kind="cancel",
     already=frozenset({Status.CANCELLED}),
     refused_prefix="already ",
 )
@@ -126,13 +126,13 @@ RESCHEDULE = Operation(
     "Rescheduled",
     frozenset({Status.SCHEDULED}),
     _reschedule,
-    kind="reschedule",
+    job_kind="reschedule",
     form=RescheduleForm,
 )
 REPLAY = Operation(
-    "replay_messages", "Replay", "Replayed", frozenset({Status.FAILED}), _replay, kind="replay"
+    "replay_messages", "Replay", "Replayed", frozenset({Status.FAILED}), _replay, job_kind="replay"
 )
-OPERATIONS = {op.kind: op for op in (CANCEL, RESCHEDULE, REPLAY)}
+OPERATIONS = {op.job_kind: op for op in (CANCEL, RESCHEDULE, REPLAY)}
 
 
 def _were(count: int, status: str, prefix: str = "") -> str:
@@ -208,7 +208,7 @@ def _start_job(modeladmin, request, queryset, op: Operation, data: dict):
     # The list's query string (filters, search, date ranges), not its page or order.
     query = {k: request.GET.getlist(k) for k in request.GET if k not in ("p", "o", "_changelist_filters")}
     job = runner.job_start(
-        kind=op.kind,
+        kind=op.job_kind,
         actor=operator_actor(request),
         user=request.user,
         query=query,
