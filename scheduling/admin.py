@@ -22,6 +22,7 @@ from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
+from scheduling.console import correct as admin_correct
 from scheduling.console import create as admin_create
 from scheduling.console import jobs as admin_jobs
 from scheduling.console.filters import DateRangeFilter, ReasonCodeFilter
@@ -242,6 +243,13 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
                 "create/",
                 self.admin_site.admin_view(lambda request: admin_create.create_view(self, request)),
                 name="scheduling_message_create",
+            ),
+            path(
+                "<path:object_id>/correct/",
+                self.admin_site.admin_view(
+                    lambda request, object_id: admin_correct.correct_view(self, request, object_id)
+                ),
+                name="scheduling_message_correct",
             ),
         ]
         return own + super().get_urls()

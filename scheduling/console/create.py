@@ -32,7 +32,8 @@ TIME_FIELDS = ("send_at", "start")
 class CreateForm(forms.Form):
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.filter(is_active=True).order_by("name"))
     to = forms.CharField(label="Recipient", max_length=32, help_text="E.164, e.g. +14155550123")
-    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 60}), max_length=1600)
+    # As the API takes it: leading and trailing spaces are part of the body.
+    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 60}), max_length=1600, strip=False)
     sender = forms.CharField(
         label="Sender", max_length=32, required=False, help_text="Blank: the tenant's default sender"
     )
