@@ -37,7 +37,6 @@ from scheduling.models import Message, OperatorJob, OperatorJobStatus
 log = logging.getLogger(__name__)
 
 TASK_BUDGET_SECONDS = 5.0  # one task run, then it publishes itself again: other reconcile work gets turns
-QUEUE = "reconcile"
 BUSY_POLL_SECONDS = 0.2
 
 
@@ -74,7 +73,8 @@ def job_start(
 def job_enqueue(job_id: int) -> None:
     from celery import current_app as app  # config.celery's app, current once loaded
 
-    transaction.on_commit(lambda: app.send_task("scheduling.operator_job", args=[job_id], queue=QUEUE))
+    # Its route's queue, named literally (tests/smsgw/runtime/test_queues.py reads every publish).
+    transaction.on_commit(lambda: app.send_task("scheduling.operator_job", args=[job_id], queue="reconcile"))
 
 
 def matching(job: OperatorJob) -> QuerySet[Message]:
