@@ -78,6 +78,8 @@ def _replay_killed_mid_way_and_resumed(workers, n: int, chunk: int) -> None:
     first.kill9()
     status, at_kill = _progress(job.pk)
     assert status == OperatorJobStatus.RUNNING and at_kill < n, "the job finished before the kill"
+    # What is committed is exactly what the cursor covers: the chunk in flight went with the worker.
+    assert Message.objects.filter(pk__in=ids, status=Status.QUEUED).count() == at_kill
 
     # The killed worker's task went with it (unacknowledged; on Redis back only after the visibility
     # timeout): the tick's stale check publishes the job again. Run here at once, not a minute later.
