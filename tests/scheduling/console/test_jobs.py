@@ -75,6 +75,9 @@ def test_select_all_replay_counts_the_filter_and_runs_as_a_job(
     assert done.redirect_chain[-1][0] == f"/admin/scheduling/operatorjob/{job.pk}/change/"
     assert Message.objects.filter(pk__in=failed, status=Status.FAILED).count() == 600  # nothing yet
 
+    running = ops.get(f"/admin/scheduling/operatorjob/{job.pk}/change/").content.decode()
+    assert "0 of 600 (0%)" in running and 'http-equiv="refresh"' in running  # the page follows it
+
     assert runner.job_run(job.pk, chunk=250, budget=120) is True
     job.refresh_from_db()
     assert (job.status, job.processed, job.counts, job.cursor) == (
@@ -93,7 +96,7 @@ def test_select_all_replay_counts_the_filter_and_runs_as_a_job(
     assert history[1] == "completed: Replayed 600."
 
     shown = ops.get(f"/admin/scheduling/operatorjob/{job.pk}/change/").content.decode()
-    assert "600 of 600 (100%)" in shown and "Replayed 600." in shown
+    assert "600 of 600 (100%)" in shown and "Replayed 600." in shown and "refresh" not in shown
     assert "status__exact=failed" in shown
 
 
