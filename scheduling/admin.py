@@ -1,8 +1,9 @@
 """The operator console for messages and schedules.
 
 Nothing here writes a message itself: the actions call the services the tenant API calls (see
-scheduling.console.bulk), and every field is read-only. Messages and their timeline are never added or
-deleted from the admin: a deleted message would answer the tenant 404 and never send its webhook.
+scheduling.console.bulk), "Create a message" calls the API's create (scheduling.console.create), and
+every field is read-only. Messages and their timeline are never deleted from the admin: a deleted
+message would answer the tenant 404 and never send its webhook.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Q
 from django.http import HttpResponseNotAllowed
+from django.urls import path
 from django.utils.html import format_html_join
 
 from scheduling.console import bulk as admin_bulk
 from scheduling.console import campaigns as admin_campaigns
+from scheduling.console import correct as admin_correct
+from scheduling.console import create as admin_create
+from scheduling.console import jobs as admin_jobs
 from scheduling.console.filters import (
     DateRangeFilter,
     DueNowFilter,
@@ -29,7 +34,8 @@ from scheduling.console.filters import (
     ReasonCodeFilter,
     SentWithinFilter,
 )
-from scheduling.models import Message, MessageEvent, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.models import Message, MessageEvent, MessageView, Schedule, ScheduleStatus, ScheduleVersion
+from scheduling.operator_jobs import audit as view_audit
 from scheduling.schedules import service as schedules
 from smsgw.domain_errors import ConflictError
 from smsgw.values.phone import mask, search_forms
@@ -245,6 +251,28 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def get_urls(self):
+        own = [
+            path(
+                "create/",
+                self.admin_site.admin_view(lambda request: admin_create.create_view(self, request)),
+                name="scheduling_message_create",
+            ),
+            path(
+                "<path:object_id>/correct/",
+                self.admin_site.admin_view(
+                    lambda request, object_id: admin_correct.correct_view(self, request, object_id)
+                ),
+                name="scheduling_message_correct",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        # "Create a message" (scheduling.console.create): the operators', through the API's create.
+        extra_context = {**(extra_context or {}), "can_create_message": self.has_change_permission(request)}
+        return super().changelist_view(request, extra_context)
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         # A save would write the whole row as read, over whatever the sweep or a worker changed since:
         # nothing is saved here, status changes only through the actions (and so the transitions).
@@ -267,7 +295,11 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
             "show_save_and_add_another": False,
             "show_delete": False,
         }
-        return super().change_view(request, object_id, form_url, extra_context)
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if response.status_code == 200 and str(object_id).isdigit():
+            # The page shows the full number and body: who opened it, and when, is kept (Who looked).
+            view_audit.message_viewed(user=request.user, message_pk=int(object_id))
+        return response
 
     # --- columns ---
     @admin.display(description="recipient", ordering="to")
@@ -317,6 +349,8 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
         return format_html_join("", "<div>{}: {}</div>", ((n, when(v)) for n, v in stamps if v)) or "-"
 
     # --- actions (the same services as the API; see scheduling.console.bulk) ---
+    # Ticked messages change in the request; "select all" (every message the filter matches, any number)
+    # starts a background job (scheduling.operator_jobs).
     @admin.action(description="Cancel selected messages", permissions=["change"])
     def cancel_messages(self, request, queryset):
         return admin_bulk.run(self, request, queryset, admin_bulk.CANCEL)
@@ -328,6 +362,37 @@ class MessageAdmin(MessageSearchMixin, admin.ModelAdmin):
     @admin.action(description="Replay selected failed messages (dead letter)", permissions=["change"])
     def replay_messages(self, request, queryset):
         return admin_bulk.run(self, request, queryset, admin_bulk.REPLAY)
+
+
+@admin.register(MessageView)
+class MessageViewAdmin(admin.ModelAdmin):
+    """Who opened which message's page, and when: read-only, seen by the ``admin`` role only."""
+
+    list_display = ("viewed", "username", "message", "tenant_id")
+    search_fields = ("=message_public_id", "=username")
+    search_help_text = "Message id (msg_…) or username"
+    ordering = ("-id",)
+    show_full_result_count = False
+    list_per_page = 100
+    fields = ("viewed", "username", "message", "tenant_id")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="viewed (UTC)", ordering="viewed_at")
+    def viewed(self, obj):
+        return when(obj.viewed_at)
+
+    @admin.display(description="message", ordering="message_public_id")
+    def message(self, obj):
+        return obj.message_public_id
 
 
 class ScheduleVersionInline(HistoryInline):
@@ -401,4 +466,4 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._each(request, queryset, schedules.schedule_cancel, "cancelled", live)
 
 
-__all__ = ["MessageAdmin", "ScheduleAdmin", "admin_campaigns", "when"]
+__all__ = ["MessageAdmin", "MessageViewAdmin", "ScheduleAdmin", "admin_campaigns", "admin_jobs", "when"]

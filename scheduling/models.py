@@ -27,6 +27,10 @@ from scheduling.campaigns.models import new_campaign_id as new_campaign_id
 from scheduling.choices import TERMINAL_STATUSES as TERMINAL_STATUSES
 from scheduling.choices import Priority as Priority
 from scheduling.choices import Status as Status
+from scheduling.operator_jobs.models import MessageView as MessageView
+from scheduling.operator_jobs.models import OperatorJob as OperatorJob
+from scheduling.operator_jobs.models import OperatorJobKind as OperatorJobKind
+from scheduling.operator_jobs.models import OperatorJobStatus as OperatorJobStatus
 from smsgw.models import Tenant
 
 

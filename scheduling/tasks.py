@@ -9,6 +9,7 @@ from scheduling.campaigns import control as campaign_control
 from scheduling.campaigns.make import campaign_fail, campaigns_stale_republish
 from scheduling.campaigns.make import campaign_make as campaign_make_run
 from scheduling.dispatch.sweep import sweep_for
+from scheduling.operator_jobs import runner as operator_jobs
 from scheduling.schedules.materialize import materialize_for
 from smsgw.runtime.task_limits import next_tick_goes_on
 
@@ -71,3 +72,18 @@ def campaign_release(campaign_id: int) -> None:
 @next_tick_goes_on
 def campaigns_tick() -> None:
     campaign_control.campaigns_tick()
+    # The same tick publishes again an operator job that lost its task (one index probe).
+    operator_jobs.jobs_stale_republish()
+
+
+# An operator job (the admin's bulk cancel, reschedule or replay over a filter; scheduling.operator_jobs):
+# bounded runs of chunks that publish themselves again until done. A run killed mid-chunk loses that
+# chunk only (acks_late: the task comes back), and goes on from the last committed cursor.
+@shared_task(name="scheduling.operator_job", ignore_result=True)
+def operator_job(job_id: int) -> None:
+    try:
+        done = operator_jobs.job_run(job_id)
+    except SoftTimeLimitExceeded:  # what it committed stands; the rest in the next run
+        done = False
+    if not done:
+        operator_jobs.job_enqueue(job_id)

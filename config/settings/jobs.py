@@ -157,6 +157,9 @@ JOBS: tuple[Job, ...] = (
     # work beside the reconciler.
     Job("scheduling.campaign_cancel", (q.RECONCILE,), 60),
     Job("scheduling.campaign_release", (q.RECONCILE,), 60),
+    # An operator job (the admin's bulk actions over a filter): runs of 5 s of chunks, each publishing the
+    # next; the limit leaves room for the chunk in flight on a slow database.
+    Job("scheduling.operator_job", (q.RECONCILE,), 60),
     # Campaigns: completed when every message is final; a cancel or resume whose task was lost goes on.
     # Idle: one query on the campaign table and a counter read per active campaign.
     Job("scheduling.campaigns_tick", (q.RECONCILE,), 60, CAMPAIGN_TICK_SECONDS, True, "smsgw-campaigns"),

@@ -83,3 +83,9 @@ CAMPAIGN_RANGE_MIN_ROWS = env_int("SMSGW_CAMPAIGN_RANGE_MIN_ROWS", 50_000, minim
 
 # How often campaigns are looked at for completion (scheduling.campaigns.control.campaigns_tick).
 CAMPAIGN_TICK_SECONDS = env_float("SMSGW_CAMPAIGN_TICK_SECONDS", 5.0, minimum=0.5)
+# A running operator job (the admin's bulk cancel, reschedule or replay over a filter) that committed no
+# chunk for this many seconds lost its task with its worker: the campaigns tick publishes it again, and it
+# goes on after its last committed chunk (scheduling.operator_jobs.runner).
+OPERATOR_JOB_STALE_SECONDS = env_float("SMSGW_OPERATOR_JOB_STALE_SECONDS", 120.0, minimum=1.0)
+# Messages an operator job applies per chunk (one transaction; the cursor moves with it).
+OPERATOR_JOB_CHUNK_SIZE = env_int("SMSGW_OPERATOR_JOB_CHUNK_SIZE", 500, minimum=1)

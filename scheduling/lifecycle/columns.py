@@ -58,6 +58,9 @@ SETTABLE = frozenset(
         "quiet_end",
         "quiet_timezone",
         "route_leg",  # a failover moves a message to its route's next leg (delivery.routing.failover)
+        # A failed message's route taken again by today's rules (scheduling.messages.corrections).
+        "route",
+        "route_plan",
     }
 )
 RETURNABLE = SETTABLE | {

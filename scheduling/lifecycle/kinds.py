@@ -23,6 +23,7 @@ class EventKind(models.TextChoices):
     REDACTED = "redacted", "its body or number was redacted or erased"
     DELETED = "deleted", "deleted once final: its content removed, its record kept"
     REPLAYED = "replayed", "a failed message queued again by an operator"
+    CORRECTED = "corrected", "a failed message's body, sender or route changed by an operator before a replay"
     SCHEDULE_CHANGE_NOT_APPLIED = (
         "schedule_change_not_applied",
         "its schedule changed, but this occurrence was already on its way",

@@ -79,6 +79,8 @@ EDGES: dict[tuple[str, str], dict[str, object]] = {
     # attempt did reach the provider: record it as sent instead of sending a second copy.
     (S.QUEUED, S.SENT): {"sent_at": NOW},
     (S.FAILED, S.QUEUED): {"failed_at": None},  # operator replay from dead letter (audited)
+    # An operator's correction before a replay: body, sender, route (scheduling.messages.corrections).
+    (S.FAILED, S.FAILED): {},
 }
 ALLOWED: frozenset[tuple[str, str]] = frozenset(EDGES)
 

@@ -11,7 +11,15 @@ Created by smsgw/migrations/0004_operator_roles; ``roles_sync`` resets the group
 ROLES = ("viewer", "operator", "admin")
 
 VIEW = {
-    "scheduling": ["message", "messageevent", "schedule", "scheduleversion", "campaign", "campaignerror"],
+    "scheduling": [
+        "message",
+        "messageevent",
+        "schedule",
+        "scheduleversion",
+        "campaign",
+        "campaignerror",
+        "operatorjob",  # bulk actions over a filter, their progress and outcome (read-only)
+    ],
     "delivery": [
         "attempt",
         "providerhold",
@@ -62,6 +70,8 @@ OPERATE = {
     "receipts": {"webhookdelivery": ["change"]},
 }
 MANAGE = {
+    # Who opened which message's page (scheduling.operator_jobs.audit): the admin role reads it.
+    "scheduling": {"messageview": ["view"]},
     "smsgw": {
         "tenant": ["add", "change"],
         "apikey": ["view", "add", "change"],
