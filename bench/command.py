@@ -268,6 +268,15 @@ class Command(BaseCommand):
         p.add_argument("--retry-share", type=float, default=0.1, help="replies the provider posts again")
         p.add_argument("--web-workers", type=int, default=2)
         p.add_argument("--drain-timeout", type=float, default=120.0)
+        p = sub.add_parser(
+            "tracing-cost", help="the burst and the ingest with tracing off, then on (OTLP to a local sink)"
+        )
+        p.add_argument("--messages", type=int, default=20_000)
+        p.add_argument("--latency-ms", type=int, default=0)
+        p.add_argument("--concurrency", type=int, default=2, help="send worker processes")
+        p.add_argument("--lead", type=float, default=10.0, help="seconds between load and due moment")
+        p.add_argument("--timeout", type=float, default=300.0)
+        p.add_argument("--ingest-seconds", type=int, default=15)
         p = sub.add_parser("ingest", help="POST /v1/messages through gunicorn")
         p.add_argument("--seconds", type=int, default=15)
         p.add_argument("--concurrency", type=int, default=32, help="client connections")
@@ -345,6 +354,17 @@ class Command(BaseCommand):
                 lead_seconds=opts["lead"],
                 timeout=opts["timeout"],
                 baseline=opts["baseline"],
+            )
+        elif scenario == "tracing-cost":
+            from bench.scenarios.tracing_cost import tracing_cost
+
+            result = tracing_cost(
+                n=opts["messages"],
+                latency_ms=opts["latency_ms"],
+                concurrency=opts["concurrency"],
+                lead_seconds=opts["lead"],
+                timeout=opts["timeout"],
+                ingest_seconds=opts["ingest_seconds"],
             )
         elif scenario == "faults":
             from bench.scenarios.faults import faults

@@ -13,7 +13,14 @@ from smsgw.models import api_key_create
 
 
 def ingest(
-    *, seconds: int, concurrency: int, web_workers: int, threads: int, healthz: bool = True, batch: int = 0
+    *,
+    seconds: int,
+    concurrency: int,
+    web_workers: int,
+    threads: int,
+    healthz: bool = True,
+    batch: int = 0,
+    env_extra: dict[str, str] | None = None,
 ) -> dict:
     """POST /v1/messages through gunicorn, then (``batch`` > 0) POST /v1/messages/batch of ``batch``
     messages a request, then (unless ``healthz`` is off) GET /healthz against the same gunicorn process
@@ -26,7 +33,7 @@ def ingest(
     tenant = data.bench_reset()
     _, key = api_key_create(tenant=tenant, name="bench")
     port = devprocs.free_port()
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     web = devprocs.gunicorn(env, port=port, workers=web_workers, threads=threads)
     url = f"http://127.0.0.1:{port}/v1/messages"
     worker_class = web.worker_class

@@ -19,13 +19,21 @@ from bench.harness.topology import Topology, broker
 
 
 def burst(
-    *, n: int, latency_ms: int, concurrency: int, lead_seconds: float, timeout: float, baseline: bool = True
+    *,
+    n: int,
+    latency_ms: int,
+    concurrency: int,
+    lead_seconds: float,
+    timeout: float,
+    baseline: bool = True,
+    env: dict[str, str] | None = None,
 ) -> dict:
     """n messages due at one moment; then, unless ``baseline`` is off, the same number of Celery ETA
-    no-op tasks due at once on the same broker (bench.scenarios.baseline), and the ratio of the two rates."""
+    no-op tasks due at once on the same broker (bench.scenarios.baseline), and the ratio of the two rates.
+    ``env``: more environment for the processes (e.g. tracing on: bench.scenarios.tracing_cost)."""
     pool = "prefork"
     tenant = bench_reset()
-    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency, pool=pool)
+    topo = Topology(latency_ms=latency_ms, send_concurrency=concurrency, pool=pool, env=env)
     try:
         due = timezone.now() + timedelta(seconds=lead_seconds)
         messages_load(tenant, n, first_due=due)
