@@ -36,7 +36,7 @@ def test_readyz_with_sweep_follows_the_last_completed_pass(client, settings):
     settings.SWEEP_STALE_SECONDS = 30
     sweep.sweep_for(0.05)
     fresh = client.get("/readyz?sweep=1")
-    assert fresh.status_code == 200 and fresh.json()["sweep"]["stale"] is False
+    assert fresh.status_code == 200 and fresh.json()["sweep"]["stale"] is False, fresh.json()  # says why
     assert 0 <= fresh.json()["sweep"]["age_seconds"] < 5
     Heartbeat.objects.filter(name="sweep").update(at=timezone.now() - timedelta(seconds=31))
     stale = client.get("/readyz?sweep=1")

@@ -50,7 +50,9 @@ def published(monkeypatch) -> list[tuple[str, list[int], str]]:
     """What the release step publishes (queue, ids, provider), captured at the broker boundary."""
     calls: list[tuple[str, list[int], str]] = []
     monkeypatch.setattr(
-        release, "_publish", lambda queue, ids, provider, not_before: calls.append((queue, ids, provider))
+        release,
+        "_publish",
+        lambda queue, ids, provider, not_before, headers=None: calls.append((queue, ids, provider)),
     )
     return calls
 
