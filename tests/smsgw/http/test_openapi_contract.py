@@ -159,7 +159,7 @@ def soon(hours: float = 2) -> str:
 def messages_walk(c: Contract) -> None:
     # One send_at for the keyed request and its repeat: soon() is cut to the minute, so two calls either
     # side of a minute's turn would differ (and the repeat would be a different request: 422).
-    later = soon()
+    keyed_at = soon()
     c.call("post", "/v1/messages", 201, data={"to": RECIPIENT, "body": "now"})
     later = c.call(
         "post",
@@ -168,7 +168,7 @@ def messages_walk(c: Contract) -> None:
         data={
             "to": RECIPIENT,
             "body": "later",
-            "send_at": later,
+            "send_at": keyed_at,
             "timezone": "America/New_York",
             "metadata": {"order": "A-1"},
             "quiet_hours": {"start": "21:00", "end": "08:00"},
@@ -183,7 +183,7 @@ def messages_walk(c: Contract) -> None:
         data={
             "to": RECIPIENT,
             "body": "later",
-            "send_at": later,
+            "send_at": keyed_at,
             "timezone": "America/New_York",
             "metadata": {"order": "A-1"},
             "quiet_hours": {"start": "21:00", "end": "08:00"},
