@@ -87,6 +87,17 @@ def _reslot_thread_closed():
 
 
 @pytest.fixture(autouse=True)
+def _heartbeat_throttle_clear():
+    """A process writes each heartbeat at most once per HEARTBEAT_EVERY_SECONDS
+    (smsgw.observability.events.heartbeat): a beat an earlier test of this worker wrote, into a database
+    since flushed, must not keep this test's from being written."""
+    from smsgw.observability import events
+
+    events._last_beat.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _readiness_broker_answer_clear():
     """/readyz keeps the broker's answer for a few seconds per process (smsgw.http.health): a test's
     queue depths must not be the next test's."""
