@@ -45,14 +45,9 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         }
 
 
-class ErrorDetail(serializers.Serializer):
-    code = serializers.CharField(
-        help_text="Machine-readable: invalid, malformed_request, not_authenticated, authentication_failed, "
-        "permission_denied, missing_scope, not_found, conflict, idempotency_key_reused, request_too_large, "
-        "unsupported_media_type, quota_exceeded, rate_limited, database_unavailable, ..."
-    )
-    message = serializers.CharField(help_text="For a person; for a 400, names the first field to correct.")
-    status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
+class ErrorExtras(serializers.Serializer):
+    """The members some codes add, in the envelope and in the problem alike (smsgw.http.errors)."""
+
     quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
     limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
     used = serializers.IntegerField(required=False, help_text="quota_exceeded only: how much is used.")
@@ -68,6 +63,16 @@ class ErrorDetail(serializers.Serializer):
     retry_after = serializers.IntegerField(
         required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
     )
+
+
+class ErrorDetail(ErrorExtras):
+    code = serializers.CharField(
+        help_text="Machine-readable: invalid, malformed_request, not_authenticated, authentication_failed, "
+        "permission_denied, missing_scope, not_found, conflict, idempotency_key_reused, request_too_large, "
+        "unsupported_media_type, quota_exceeded, rate_limited, database_unavailable, ..."
+    )
+    message = serializers.CharField(help_text="For a person; for a 400, names the first field to correct.")
+    status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
 
     def get_fields(self):
         fields = super().get_fields()
@@ -91,7 +96,7 @@ class FieldProblem(serializers.Serializer):
     detail = serializers.CharField(help_text="Why, for a person. It does not repeat the value given.")
 
 
-class ItemProblem(serializers.Serializer):
+class ItemProblem(ErrorExtras):
     """Problem details (RFC 9457) without the envelope and the request id: a batch item's refusal."""
 
     type = serializers.CharField(
@@ -103,21 +108,6 @@ class ItemProblem(serializers.Serializer):
     detail = serializers.CharField(help_text="This occurrence, for a person; a 400 names the first field.")
     code = serializers.ChoiceField(choices=sorted(TITLES), help_text="Machine-readable (docs/errors.md).")
     current_status = serializers.CharField(required=False, help_text="409 only: the object's current status.")
-    quota = serializers.CharField(required=False, help_text="quota_exceeded only: which quota.")
-    limit = serializers.IntegerField(required=False, help_text="quota_exceeded only: the quota's size.")
-    used = serializers.IntegerField(required=False, help_text="quota_exceeded only: how much is used.")
-    requested = serializers.IntegerField(
-        required=False, help_text="quota_exceeded only: how much this request needed."
-    )
-    resets_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="quota_exceeded only: when the quota resets."
-    )
-    required_scope = serializers.CharField(
-        required=False, help_text="missing_scope only: the scope the API key lacks (docs/api.md#scopes)."
-    )
-    retry_after = serializers.IntegerField(
-        required=False, help_text="503 only: seconds to wait before retrying, as in `Retry-After`."
-    )
 
     def get_fields(self):
         fields = super().get_fields()
